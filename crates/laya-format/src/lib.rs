@@ -1,0 +1,1 @@
+//! laya-format
