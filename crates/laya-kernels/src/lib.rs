@@ -1,1 +1,578 @@
-//! laya-kernels
+//! Compute kernels of the Laya inference runtime.
+//!
+//! Every kernel exists as a plain scalar reference (module `scalar`, the "twin") and as SIMD
+//! tiers (AVX2+FMA+F16C, AVX-512F, NEON). The tier is chosen once with [`Kernels::detect`] and
+//! the resulting [`Kernels`] value is passed around; every method dispatches on its level with a
+//! single `match`.
+//!
+//! Weights are borrowed as raw GGUF bytes through [`Matrix`]; quantised blocks are decoded on the
+//! fly, one block of 32 values at a time, into registers (or a fixed stack buffer in the scalar
+//! twin). No kernel allocates.
+//!
+//! # Shape contract
+//!
+//! The runtime validates shapes once at model load, so a shape mismatch reaching a kernel is a
+//! programmer error. Kernels check it with `debug_assert!` and, in every build, take sub-slices
+//! with ordinary (bounds-checked) slicing before any SIMD code runs. A mismatch therefore panics
+//! (or, for slices longer than needed, ignores the excess); it can never read or write out of
+//! bounds. The few checks that SIMD code relies on for memory safety (the weight byte length, the
+//! block multiple for quantised columns) are real `assert!`s, made once per call.
+//!
+//! # Example
+//!
+//! ```
+//! use laya_kernels::{Kernels, Matrix, WType};
+//!
+//! // A 2x3 f32 weight matrix (rows = outputs, cols = inputs), stored row-major as bytes.
+//! let w: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+//!     .iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let m = Matrix::new(WType::F32, 2, 3, &w).unwrap();
+//! let k = Kernels::detect();
+//! let x = [1.0f32, 0.0, -1.0];
+//! let mut y = [0.0f32; 2];
+//! k.matmul(&m, &x, 1, Some(&[0.5, 0.5]), &mut y);
+//! assert_eq!(y, [-1.5, -1.5]);
+//! ```
+
+#![warn(missing_docs)]
+
+use std::fmt;
+
+mod scalar;
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod avx2;
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
+/// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
+pub const QK: usize = 32;
+
+/// Storage type of a weight matrix, byte-compatible with the GGUF/ggml type of the same name.
+///
+/// ```
+/// use laya_kernels::WType;
+/// assert_eq!(WType::Q4_0.row_bytes(64), 36);
+/// assert_eq!(WType::from_ggml(8), Some(WType::Q8_0));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum WType {
+    /// IEEE binary32, little endian.
+    F32,
+    /// IEEE binary16, little endian.
+    F16,
+    /// bfloat16 (upper half of a binary32), little endian.
+    BF16,
+    /// 34-byte blocks of 32: `f16 d; i8 qs[32]`, `x = d*q`.
+    Q8_0,
+    /// 18-byte blocks of 32: `f16 d; u8 qs[16]`, low nibbles first, `x = d*(q-8)`.
+    Q4_0,
+    /// 20-byte blocks of 32: `f16 d; f16 m; u8 qs[16]`, low nibbles first, `x = d*q + m`.
+    Q4_1,
+}
+
+impl WType {
+    /// All types, in ggml id order.
+    pub const ALL: [WType; 6] =
+        [WType::F32, WType::F16, WType::Q4_0, WType::Q4_1, WType::Q8_0, WType::BF16];
+
+    /// Values per block: 1 for float types, 32 for quantised ones.
+    pub const fn block_size(self) -> usize {
+        match self {
+            WType::F32 | WType::F16 | WType::BF16 => 1,
+            WType::Q8_0 | WType::Q4_0 | WType::Q4_1 => QK,
+        }
+    }
+
+    /// Bytes per block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            WType::F32 => 4,
+            WType::F16 | WType::BF16 => 2,
+            WType::Q8_0 => 34,
+            WType::Q4_0 => 18,
+            WType::Q4_1 => 20,
+        }
+    }
+
+    /// Whether the type is block-quantised (columns must then be a multiple of [`QK`]).
+    pub const fn is_quantized(self) -> bool {
+        self.block_size() != 1
+    }
+
+    /// Bytes of one row of `cols` values. For quantised types `cols` should be a multiple of
+    /// [`QK`]; otherwise the count is rounded up to whole blocks (and [`Matrix::new`] refuses it).
+    /// Saturates at `usize::MAX` instead of overflowing.
+    pub const fn row_bytes(self, cols: usize) -> usize {
+        let blocks = cols.div_ceil(self.block_size());
+        blocks.saturating_mul(self.block_bytes())
+    }
+
+    /// The ggml type id (as stored in a GGUF tensor-info record).
+    pub const fn ggml_id(self) -> u32 {
+        match self {
+            WType::F32 => 0,
+            WType::F16 => 1,
+            WType::Q4_0 => 2,
+            WType::Q4_1 => 3,
+            WType::Q8_0 => 8,
+            WType::BF16 => 30,
+        }
+    }
+
+    /// The type with the given ggml id, if it is one Laya supports.
+    pub const fn from_ggml(id: u32) -> Option<WType> {
+        Some(match id {
+            0 => WType::F32,
+            1 => WType::F16,
+            2 => WType::Q4_0,
+            3 => WType::Q4_1,
+            8 => WType::Q8_0,
+            30 => WType::BF16,
+            _ => return None,
+        })
+    }
+
+    /// The GGUF spelling of the type name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WType::F32 => "F32",
+            WType::F16 => "F16",
+            WType::BF16 => "BF16",
+            WType::Q8_0 => "Q8_0",
+            WType::Q4_0 => "Q4_0",
+            WType::Q4_1 => "Q4_1",
+        }
+    }
+}
+
+impl fmt::Display for WType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a [`Matrix`] could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelError {
+    /// A quantised type was given a column count that is not a whole number of blocks.
+    ColsNotBlockMultiple {
+        /// The weight type.
+        ty: WType,
+        /// The offending column count.
+        cols: usize,
+    },
+    /// The byte slice does not hold exactly `rows` rows of `cols` values.
+    DataLength {
+        /// The weight type.
+        ty: WType,
+        /// Rows requested.
+        rows: usize,
+        /// Columns requested.
+        cols: usize,
+        /// Bytes that shape needs.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// `rows * row_bytes` does not fit in `usize`.
+    SizeOverflow {
+        /// Rows requested.
+        rows: usize,
+        /// Columns requested.
+        cols: usize,
+    },
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::ColsNotBlockMultiple { ty, cols } => write!(
+                f,
+                "{ty} weights need a column count that is a multiple of {QK}, got {cols} \
+                 (re-quantise the tensor or store it as F16/F32)"
+            ),
+            KernelError::DataLength { ty, rows, cols, expected, actual } => write!(
+                f,
+                "a {rows}x{cols} {ty} matrix needs {expected} bytes but {actual} were given \
+                 (the tensor data is truncated or its shape/type is wrong)"
+            ),
+            KernelError::SizeOverflow { rows, cols } => {
+                write!(f, "a {rows}x{cols} matrix is too large to address on this machine")
+            }
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// A borrowed weight matrix: `rows` rows (outputs) of `cols` values (inputs), each row stored
+/// contiguously in the GGUF encoding of `ty` (blocks run along a row).
+///
+/// The fields are public for convenience; the kernels re-check the byte length against the
+/// shape on every call (panicking on a mismatch), so a hand-built inconsistent `Matrix` cannot
+/// cause an out-of-bounds access. Prefer [`Matrix::new`], which reports the problem as an error.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    /// Storage type.
+    pub ty: WType,
+    /// Number of rows (output features).
+    pub rows: usize,
+    /// Number of columns (input features).
+    pub cols: usize,
+    /// Raw bytes, exactly `rows * ty.row_bytes(cols)` of them; any alignment.
+    pub data: &'a [u8],
+}
+
+impl<'a> Matrix<'a> {
+    /// Checks that `data` holds exactly `rows x cols` values of type `ty`.
+    ///
+    /// ```
+    /// use laya_kernels::{Matrix, WType, KernelError};
+    /// let bytes = [0u8; 2 * 18];
+    /// assert!(Matrix::new(WType::Q4_0, 1, 64, &bytes).is_ok());
+    /// assert!(matches!(Matrix::new(WType::Q4_0, 1, 48, &bytes),
+    ///                  Err(KernelError::ColsNotBlockMultiple { .. })));
+    /// ```
+    pub fn new(ty: WType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
+        if cols % ty.block_size() != 0 {
+            return Err(KernelError::ColsNotBlockMultiple { ty, cols });
+        }
+        let expected = cols
+            .checked_mul(ty.block_bytes())
+            .and_then(|b| (b / ty.block_size()).checked_mul(rows))
+            .ok_or(KernelError::SizeOverflow { rows, cols })?;
+        if data.len() != expected {
+            return Err(KernelError::DataLength { ty, rows, cols, expected, actual: data.len() });
+        }
+        Ok(Matrix { ty, rows, cols, data })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.cols)
+    }
+
+    /// The bytes of row `r`. Panics if `r >= rows` or the data is too short.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        assert!(r < self.rows, "row {r} out of range for a matrix of {} rows", self.rows);
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Re-validates the invariants the SIMD code relies on and returns the row stride in bytes
+    /// together with the exact data slice. Panics (never UB) on an inconsistent hand-built value.
+    fn checked(&self) -> (usize, &'a [u8]) {
+        assert!(
+            self.cols % self.ty.block_size() == 0,
+            "{} matrix with {} columns (not a multiple of {QK})",
+            self.ty,
+            self.cols
+        );
+        let rb = self.row_bytes();
+        let len = rb.checked_mul(self.rows).expect("matrix byte size overflows usize");
+        (rb, &self.data[..len])
+    }
+}
+
+/// A SIMD tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// Portable scalar reference code.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C (Haswell, Zen and later).
+    Avx2,
+    /// x86-64 AVX-512F (plus AVX2/FMA/F16C).
+    Avx512,
+    /// aarch64 Advanced SIMD.
+    Neon,
+}
+
+impl Level {
+    /// All levels, slowest first.
+    pub const ALL: [Level; 4] = [Level::Scalar, Level::Avx2, Level::Avx512, Level::Neon];
+
+    /// Whether the running CPU supports this level.
+    pub fn is_available(self) -> bool {
+        match self {
+            Level::Scalar => true,
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Level::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Level::Avx512 => Level::Avx2.is_available() && is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "aarch64")]
+            Level::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Level::Scalar => "scalar",
+            Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
+            Level::Neon => "neon",
+        })
+    }
+}
+
+/// A handle to one kernel tier. Cheap to copy; obtain it once (at model load) with
+/// [`Kernels::detect`].
+///
+/// Invariant: a `Kernels` value only ever holds a level that the running CPU supports, which is
+/// what makes the dispatch to `#[target_feature]` code sound. The field is private so the only
+/// constructors are [`Kernels::detect`], [`Kernels::scalar`] and [`Kernels::for_level`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernels {
+    level: Level,
+}
+
+/// Dispatches `$call` (a path in each tier module plus arguments) on `$self.level`.
+macro_rules! dispatch {
+    ($self:expr, $f:ident ( $($arg:expr),* )) => {
+        match $self.level {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: `Kernels` is only constructed with a level the CPU supports (see the
+            // struct invariant), so the target features the AVX2 code is compiled for exist.
+            Level::Avx2 => unsafe { avx2::$f($($arg),*) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: as above, AVX-512F (+AVX2/FMA/F16C) was detected at construction.
+            Level::Avx512 => unsafe { avx512::$f($($arg),*) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: as above, NEON was detected at construction.
+            Level::Neon => unsafe { neon::$f($($arg),*) },
+            _ => scalar::$f($($arg),*),
+        }
+    };
+}
+
+impl Kernels {
+    /// The best level the running CPU supports (AVX-512 > AVX2 > scalar on x86, NEON on
+    /// aarch64). Detection costs a few CPUID reads; call it once and keep the result.
+    pub fn detect() -> Kernels {
+        for l in [Level::Avx512, Level::Avx2, Level::Neon] {
+            if l.is_available() {
+                return Kernels { level: l };
+            }
+        }
+        Kernels::scalar()
+    }
+
+    /// The portable scalar reference tier.
+    pub fn scalar() -> Kernels {
+        Kernels { level: Level::Scalar }
+    }
+
+    /// The given level, or `None` if the CPU (or this build's target architecture) lacks it.
+    ///
+    /// ```
+    /// use laya_kernels::{Kernels, Level};
+    /// assert!(Kernels::for_level(Level::Scalar).is_some());
+    /// ```
+    pub fn for_level(l: Level) -> Option<Kernels> {
+        l.is_available().then_some(Kernels { level: l })
+    }
+
+    /// The level this handle dispatches to.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// Matrix product with optional bias:
+    /// `y[p*rows + o] = bias[o] + dot(W[o, :], x[p*cols .. (p+1)*cols])` for `p in 0..n_pos`.
+    ///
+    /// `x` is `n_pos x cols`, `y` is `n_pos x rows`, both row-major. Panics if a slice is shorter
+    /// than that shape needs (see the crate-level shape contract).
+    ///
+    /// ```
+    /// use laya_kernels::{Kernels, Matrix, WType};
+    /// let w: Vec<u8> = [2.0f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let m = Matrix::new(WType::F32, 2, 2, &w).unwrap();
+    /// let mut y = [0.0; 4];
+    /// Kernels::detect().matmul(&m, &[1.0, 1.0, 0.5, 0.0], 2, None, &mut y);
+    /// assert_eq!(y, [4.0, 4.0, 1.0, 1.0]);
+    /// ```
+    pub fn matmul(&self, w: &Matrix, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        let (rb, data) = w.checked();
+        debug_assert_eq!(x.len(), n_pos * w.cols, "matmul: x is not n_pos x cols");
+        debug_assert_eq!(y.len(), n_pos * w.rows, "matmul: y is not n_pos x rows");
+        let x = &x[..n_pos * w.cols];
+        let y = &mut y[..n_pos * w.rows];
+        let bias = bias.map(|b| {
+            debug_assert_eq!(b.len(), w.rows, "matmul: bias length is not rows");
+            &b[..w.rows]
+        });
+        let a = MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data };
+        dispatch!(self, matmul(&a, x, n_pos, bias, y))
+    }
+
+    /// `out[..cols]` = row `r` of `w`, dequantised (an embedding lookup).
+    ///
+    /// ```
+    /// use laya_kernels::{Kernels, Matrix, WType};
+    /// let w: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let m = Matrix::new(WType::F32, 2, 2, &w).unwrap();
+    /// let mut out = [0.0; 2];
+    /// Kernels::detect().dequant_row(&m, 1, &mut out);
+    /// assert_eq!(out, [3.0, 4.0]);
+    /// ```
+    pub fn dequant_row(&self, w: &Matrix, r: usize, out: &mut [f32]) {
+        debug_assert_eq!(out.len(), w.cols, "dequant_row: out length is not cols");
+        let row = w.row(r);
+        let _ = w.checked();
+        let out = &mut out[..w.cols];
+        dispatch!(self, row_op(w.ty, row, out, false))
+    }
+
+    /// `out[..cols]` += row `r` of `w`, dequantised (embedding lookup plus add).
+    ///
+    /// ```
+    /// use laya_kernels::{Kernels, Matrix, WType};
+    /// let w: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let m = Matrix::new(WType::F32, 1, 2, &w).unwrap();
+    /// let mut out = [10.0, 20.0];
+    /// Kernels::detect().add_row(&m, 0, &mut out);
+    /// assert_eq!(out, [11.0, 22.0]);
+    /// ```
+    pub fn add_row(&self, w: &Matrix, r: usize, out: &mut [f32]) {
+        debug_assert_eq!(out.len(), w.cols, "add_row: out length is not cols");
+        let row = w.row(r);
+        let _ = w.checked();
+        let out = &mut out[..w.cols];
+        dispatch!(self, row_op(w.ty, row, out, true))
+    }
+
+    /// Layer normalisation of one row: `out = (x - mean) / sqrt(var + eps) * w + b`, with the
+    /// biased (population) variance computed in two passes for accuracy.
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let mut out = [0.0; 2];
+    /// Kernels::detect().layer_norm(&[1.0, 3.0], &[1.0, 1.0], &[0.0, 0.0], 0.0, &mut out);
+    /// assert_eq!(out, [-1.0, 1.0]);
+    /// ```
+    pub fn layer_norm(&self, x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+        let n = x.len();
+        debug_assert!(w.len() == n && b.len() == n && out.len() == n, "layer_norm: lengths differ");
+        let (w, b, out) = (&w[..n], &b[..n], &mut out[..n]);
+        dispatch!(self, layer_norm(x, w, b, eps, out))
+    }
+
+    /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place.
+    ///
+    /// The SIMD tiers evaluate it as `x / (1 + exp(-2u))` with a polynomial `exp`; they agree
+    /// with the scalar twin to within `2e-6 * (1 + |x|)` absolute (the property tests check this).
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let mut v = [0.0f32, 10.0];
+    /// Kernels::detect().gelu_tanh(&mut v);
+    /// assert!(v[0].abs() < 1e-7 && (v[1] - 10.0).abs() < 1e-5);
+    /// ```
+    pub fn gelu_tanh(&self, x: &mut [f32]) {
+        dispatch!(self, gelu_tanh(x))
+    }
+
+    /// `x = max(x, 0)` in place.
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let mut v = [-1.0f32, 2.0];
+    /// Kernels::detect().relu(&mut v);
+    /// assert_eq!(v, [0.0, 2.0]);
+    /// ```
+    pub fn relu(&self, x: &mut [f32]) {
+        dispatch!(self, relu(x))
+    }
+
+    /// Softmax in place, numerically stable (the maximum is subtracted before `exp`).
+    ///
+    /// `-inf` entries (masked positions) become exactly 0. At least one entry must be finite;
+    /// otherwise the result is NaN. The SIMD tiers use a polynomial `exp` with a relative error
+    /// below 3e-7 per entry.
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let mut v = [1.0f32, 1.0, f32::NEG_INFINITY];
+    /// Kernels::detect().softmax(&mut v);
+    /// assert!((v[0] - 0.5).abs() < 1e-6 && v[2] == 0.0);
+    /// ```
+    pub fn softmax(&self, x: &mut [f32]) {
+        dispatch!(self, softmax(x))
+    }
+
+    /// Dot product of `a` and `b` (which must have equal length).
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// assert_eq!(Kernels::detect().dot(&[1.0, 2.0], &[3.0, 4.0]), 11.0);
+    /// ```
+    pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        debug_assert_eq!(a.len(), b.len(), "dot: lengths differ");
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        dispatch!(self, dot(a, b))
+    }
+
+    /// `y += a * x` (equal lengths).
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let mut y = [1.0f32, 1.0];
+    /// Kernels::detect().axpy(2.0, &[1.0, 2.0], &mut y);
+    /// assert_eq!(y, [3.0, 5.0]);
+    /// ```
+    pub fn axpy(&self, a: f32, x: &[f32], y: &mut [f32]) {
+        debug_assert_eq!(x.len(), y.len(), "axpy: lengths differ");
+        let n = x.len();
+        let y = &mut y[..n];
+        dispatch!(self, axpy(a, x, y))
+    }
+
+    /// `y += x` (equal lengths).
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let mut y = [1.0f32, 1.0];
+    /// Kernels::detect().add(&[1.0, 2.0], &mut y);
+    /// assert_eq!(y, [2.0, 3.0]);
+    /// ```
+    pub fn add(&self, x: &[f32], y: &mut [f32]) {
+        debug_assert_eq!(x.len(), y.len(), "add: lengths differ");
+        let n = x.len();
+        let y = &mut y[..n];
+        dispatch!(self, add(x, y))
+    }
+}
+
+impl Default for Kernels {
+    fn default() -> Self {
+        Kernels::detect()
+    }
+}
+
+/// A matrix whose shape has been re-checked: `data.len() == rows * rb`, and for quantised types
+/// `cols % QK == 0`. Tier code may rely on these for memory safety.
+pub(crate) struct MatArgs<'a> {
+    pub ty: WType,
+    pub rows: usize,
+    pub cols: usize,
+    pub rb: usize,
+    pub data: &'a [u8],
+}
+
+impl MatArgs<'_> {
+    #[inline(always)]
+    pub fn row(&self, o: usize) -> &[u8] {
+        &self.data[o * self.rb..(o + 1) * self.rb]
+    }
+}

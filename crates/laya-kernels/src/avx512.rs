@@ -1,0 +1,272 @@
+//! AVX-512F tier (the level also requires AVX2 + FMA + F16C, which every AVX-512F CPU has).
+//!
+//! Only matmul and the row decoders have 512-bit bodies: they are where the time goes. The
+//! element-wise kernels operate on rows of 128..1024 values and are re-exported from the AVX2
+//! tier, which is sound because `Level::Avx512` is only granted when AVX2/FMA/F16C are present.
+//!
+//! Same structure as `avx2.rs`: an `R x P` tile of 16-lane accumulators, each weight unit decoded
+//! once per tile and reused across positions; accumulators are folded to 8 lanes and reduced four
+//! rows at a time with the AVX2 transpose-reduce.
+
+#[cfg(target_arch = "x86")]
+use core::arch::x86::*;
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::*;
+
+pub(crate) use crate::avx2::{add, axpy, dot, gelu_tanh, layer_norm, relu, softmax};
+use crate::avx2::{hsum, hsum4, wtype, T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q8_0};
+use crate::{scalar, MatArgs, WType, QK};
+
+/// Values per decode step: 16 for float types, one block of 32 (two registers) for quantised.
+const fn unit(t: u8) -> usize {
+    if t <= T_BF16 {
+        16
+    } else {
+        QK
+    }
+}
+
+const fn unit_bytes(t: u8) -> usize {
+    match t {
+        T_F32 => 64,
+        T_F16 | T_BF16 => 32,
+        T_Q8_0 => 34,
+        T_Q4_0 => 18,
+        _ => 20,
+    }
+}
+
+/// # Safety
+/// `p` must point to 2 readable bytes.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes; read_unaligned has no alignment need.
+    let bits = u16::from_le_bytes(unsafe { core::ptr::read_unaligned(p as *const [u8; 2]) });
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Decodes one unit at `p`; bit-identical to `scalar::decode`.
+///
+/// # Safety
+/// `p` must point to `unit_bytes(T)` readable bytes.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn decode<const T: u8>(p: *const u8) -> [__m512; 2] {
+    let z = _mm512_setzero_ps();
+    // SAFETY (whole block): every load reads inside the `unit_bytes(T)` bytes at `p` that the
+    // caller guarantees; all loads are unaligned loads.
+    unsafe {
+        match T {
+            T_F32 => [_mm512_loadu_ps(p as *const f32), z],
+            T_F16 => [_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)), z],
+            T_BF16 => {
+                let h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+                [_mm512_castsi512_ps(_mm512_slli_epi32::<16>(h)), z]
+            }
+            T_Q8_0 => {
+                let d = _mm512_set1_ps(f16_at(p));
+                let q = |i: usize| {
+                    let b = _mm_loadu_si128(p.add(2 + 16 * i) as *const __m128i);
+                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)))
+                };
+                [q(0), q(1)]
+            }
+            _ => {
+                let off = if T == T_Q4_0 { 2 } else { 4 };
+                let d = _mm512_set1_ps(f16_at(p));
+                let qs = _mm_loadu_si128(p.add(off) as *const __m128i);
+                let mask = _mm_set1_epi8(0x0F);
+                let parts = [_mm_and_si128(qs, mask), _mm_and_si128(_mm_srli_epi16::<4>(qs), mask)];
+                if T == T_Q4_0 {
+                    let eight = _mm512_set1_epi32(8);
+                    parts.map(|v| {
+                        let q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(v), eight);
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(q))
+                    })
+                } else {
+                    let m = _mm512_set1_ps(f16_at(p.add(2)));
+                    parts.map(|v| {
+                        let q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+                        _mm512_add_ps(_mm512_mul_ps(d, q), m)
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Folds 16 lanes to 8 (lane i + lane i+8).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+fn fold(v: __m512) -> __m256 {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    _mm256_add_ps(_mm512_castps512_ps256(v), hi)
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+fn tile<const T: u8, const R: usize, const P: usize>(
+    a: &MatArgs,
+    x: &[f32],
+    o0: usize,
+    p0: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let (rows, cols) = (a.rows, a.cols);
+    let (u, ub) = (unit(T), unit_bytes(T));
+    let nv = u / 16;
+    let wr: [&[u8]; R] = core::array::from_fn(|r| a.row(o0 + r));
+    let xr: [&[f32]; P] = core::array::from_fn(|p| &x[(p0 + p) * cols..][..cols]);
+    let n_full = cols / u;
+    debug_assert!(n_full * ub <= a.rb && n_full * u <= cols);
+    let mut acc = [[_mm512_setzero_ps(); P]; R];
+    for b in 0..n_full {
+        for r in 0..R {
+            // SAFETY: b < n_full, so bytes b*ub .. (b+1)*ub lie within n_full*ub <= rb, the
+            // length of the row slice wr[r].
+            let wv = unsafe { decode::<T>(wr[r].as_ptr().add(b * ub)) };
+            for p in 0..P {
+                for v in 0..nv {
+                    // SAFETY: b*u + 16v + 16 <= n_full*u <= cols = xr[p].len().
+                    let xv = unsafe { _mm512_loadu_ps(xr[p].as_ptr().add(b * u + 16 * v)) };
+                    acc[r][p] = _mm512_fmadd_ps(wv[v], xv, acc[r][p]);
+                }
+            }
+        }
+    }
+    let c0 = n_full * u;
+    let tail = cols - c0; // float types only; < 16
+    if tail > 0 {
+        let mut buf = [0.0f32; QK];
+        let xt: [[f32; 16]; P] = core::array::from_fn(|p| {
+            let mut t = [0.0f32; 16];
+            t[..tail].copy_from_slice(&xr[p][c0..]);
+            t
+        });
+        for r in 0..R {
+            scalar::decode(wtype(T), wr[r], c0, tail, &mut buf);
+            // SAFETY: buf has 32 >= 16 elements; xt[p] has exactly 16.
+            let wv = unsafe { _mm512_loadu_ps(buf.as_ptr()) };
+            for p in 0..P {
+                let xv = unsafe { _mm512_loadu_ps(xt[p].as_ptr()) };
+                acc[r][p] = _mm512_fmadd_ps(wv, xv, acc[r][p]);
+            }
+        }
+    }
+    for p in 0..P {
+        let yr = &mut y[(p0 + p) * rows + o0..][..R];
+        if R % 4 == 0 {
+            for g in 0..R / 4 {
+                let r = 4 * g;
+                let f = |k: usize| fold(acc[r + k][p]);
+                let mut s = hsum4(f(0), f(1), f(2), f(3));
+                if let Some(b) = bias {
+                    let b = &b[o0 + r..][..4];
+                    // SAFETY: b has exactly 4 elements.
+                    s = _mm_add_ps(s, unsafe { _mm_loadu_ps(b.as_ptr()) });
+                }
+                let out = &mut yr[r..r + 4];
+                // SAFETY: out has exactly 4 elements.
+                unsafe { _mm_storeu_ps(out.as_mut_ptr(), s) };
+            }
+        } else {
+            for r in 0..R {
+                yr[r] = hsum(fold(acc[r][p])) + bias.map_or(0.0, |b| b[o0 + r]);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let rows = a.rows;
+    let mut o = 0;
+    if n_pos == 1 {
+        while o + 8 <= rows {
+            tile::<T, 8, 1>(a, x, o, 0, bias, y);
+            o += 8;
+        }
+    }
+    while o + 4 <= rows {
+        let mut p = 0;
+        while p + 4 <= n_pos {
+            tile::<T, 4, 4>(a, x, o, p, bias, y);
+            p += 4;
+        }
+        if p + 2 <= n_pos {
+            tile::<T, 4, 2>(a, x, o, p, bias, y);
+            p += 2;
+        }
+        if p < n_pos {
+            tile::<T, 4, 1>(a, x, o, p, bias, y);
+        }
+        o += 4;
+    }
+    while o < rows {
+        let mut p = 0;
+        while p + 4 <= n_pos {
+            tile::<T, 1, 4>(a, x, o, p, bias, y);
+            p += 4;
+        }
+        while p < n_pos {
+            tile::<T, 1, 1>(a, x, o, p, bias, y);
+            p += 1;
+        }
+        o += 1;
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn matmul(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    match a.ty {
+        WType::F32 => matmul_t::<T_F32>(a, x, n_pos, bias, y),
+        WType::F16 => matmul_t::<T_F16>(a, x, n_pos, bias, y),
+        WType::BF16 => matmul_t::<T_BF16>(a, x, n_pos, bias, y),
+        WType::Q8_0 => matmul_t::<T_Q8_0>(a, x, n_pos, bias, y),
+        WType::Q4_0 => matmul_t::<T_Q4_0>(a, x, n_pos, bias, y),
+        WType::Q4_1 => matmul_t::<T_Q4_1>(a, x, n_pos, bias, y),
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
+    let (u, ub) = (unit(T), unit_bytes(T));
+    let cols = out.len();
+    let n_full = cols / u;
+    assert!(row.len() >= n_full * ub, "row_op: row shorter than cols");
+    for b in 0..n_full {
+        // SAFETY: b < n_full and n_full*ub <= row.len() (asserted above).
+        let wv = unsafe { decode::<T>(row.as_ptr().add(b * ub)) };
+        let o = &mut out[b * u..][..u];
+        for v in 0..u / 16 {
+            // SAFETY: 16v + 16 <= u = o.len().
+            unsafe {
+                let p = o.as_mut_ptr().add(16 * v);
+                let r = if add { _mm512_add_ps(_mm512_loadu_ps(p), wv[v]) } else { wv[v] };
+                _mm512_storeu_ps(p, r);
+            }
+        }
+    }
+    let c0 = n_full * u;
+    if c0 < cols {
+        let mut buf = [0.0f32; QK];
+        scalar::decode(wtype(T), row, c0, cols - c0, &mut buf);
+        for (o, v) in out[c0..].iter_mut().zip(buf) {
+            *o = if add { *o + v } else { v };
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn row_op(ty: WType, row: &[u8], out: &mut [f32], add: bool) {
+    match ty {
+        WType::F32 => row_op_t::<T_F32>(row, out, add),
+        WType::F16 => row_op_t::<T_F16>(row, out, add),
+        WType::BF16 => row_op_t::<T_BF16>(row, out, add),
+        WType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
+        WType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
+        WType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
+    }
+}
