@@ -390,7 +390,7 @@ impl TensorInfo {
 /// assert_eq!(file.tensor_data(&file.tensors[0]), &bytes[bytes.len() - 8..]);
 /// # Ok::<(), laya_format::FormatError>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GgufFile<'a> {
     pub version: u32,
     pub alignment: u64,
@@ -401,6 +401,20 @@ pub struct GgufFile<'a> {
     /// Absolute offset of each value's first byte, parallel to `kv`.
     value_offsets: Vec<u64>,
     bytes: &'a [u8],
+}
+
+impl fmt::Debug for GgufFile<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The file bytes are left out: they can be hundreds of megabytes.
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("kv", &self.kv)
+            .field("tensors", &self.tensors)
+            .field("data_offset", &self.data_offset)
+            .field("file_len", &self.bytes.len())
+            .finish()
+    }
 }
 
 impl<'a> GgufFile<'a> {
@@ -505,17 +519,13 @@ impl<'a> GgufFile<'a> {
 
         let mut tensors = Vec::with_capacity(raw.len());
         for (name, ne, ty, rel, size) in raw {
-            let end = rel.checked_add(size);
-            match end {
+            // A tensor past the end is what a cut-short download looks like.
+            match rel.checked_add(size) {
                 Some(end) if end <= data_len => {}
                 _ => {
-                    return Err(FormatError::BadOffset {
-                        name,
-                        offset: rel,
-                        size,
-                        reason: format!(
-                            "it ends past the end of the tensor data section ({data_len} bytes)"
-                        ),
+                    return Err(FormatError::Truncated {
+                        what: format!("data of tensor '{name}' ({size} bytes)"),
+                        offset: data_offset.saturating_add(rel),
                     })
                 }
             }

@@ -2,7 +2,7 @@
 //! (§5), the checksum (§6) and the tensor table (§7).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -276,7 +276,7 @@ impl ModelMeta {
 }
 
 /// A validated tensor borrowing its bytes from the file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct TensorRef<'a> {
     pub name: String,
     pub ty: GgmlType,
@@ -285,6 +285,17 @@ pub struct TensorRef<'a> {
     /// Exactly the tensor's bytes; starts at an offset of the file that is a multiple of the
     /// file's alignment.
     pub data: &'a [u8],
+}
+
+impl fmt::Debug for TensorRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("name", &self.name)
+            .field("ty", &self.ty)
+            .field("ne", &self.ne)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
 }
 
 impl TensorRef<'_> {

@@ -246,3 +246,88 @@ enum Kind {
     Bias,
     Norm,
 }
+
+/// One random corruption of `bytes`, for fuzzing readers: bit flips, byte overwrites with
+/// interesting values, truncation, insertion, deletion, or a u64 field overwritten. Half of the
+/// edits land in the first `hot_len` bytes (the header and tables, where the parser branches).
+pub fn mutate(bytes: &[u8], rng: &mut SplitMix64, hot_len: usize) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    let edits = 1 + rng.below(3);
+    for _ in 0..edits {
+        let len = b.len() as u64;
+        let hot = (hot_len as u64).min(len).max(1);
+        let at = if rng.below(2) == 0 { rng.below(hot) } else { rng.below(len.max(1)) } as usize;
+        match rng.below(7) {
+            0 => {
+                if let Some(x) = b.get_mut(at) {
+                    *x ^= 1 << rng.below(8);
+                }
+            }
+            1 => {
+                const INTERESTING: [u8; 8] = [0, 1, 0x7F, 0x80, 0xFF, 9, 12, 30];
+                if let Some(x) = b.get_mut(at) {
+                    *x = INTERESTING[rng.below(8) as usize];
+                }
+            }
+            2 => b.truncate(at),
+            3 => {
+                let n = 1 + rng.below(16) as usize;
+                let ins: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+                let at = at.min(b.len());
+                b.splice(at..at, ins);
+            }
+            4 => {
+                let end = (at + 1 + rng.below(16) as usize).min(b.len());
+                if at < end {
+                    b.drain(at..end);
+                }
+            }
+            5 => {
+                const WIDE: [u64; 6] = [0, 1, 64, u32::MAX as u64, 1 << 40, u64::MAX];
+                let v = WIDE[rng.below(6) as usize].to_le_bytes();
+                for (i, x) in v.iter().enumerate() {
+                    if let Some(y) = b.get_mut(at + i) {
+                        *y = *x;
+                    }
+                }
+            }
+            _ => {
+                if let Some(x) = b.get_mut(at) {
+                    *x = rng.next_u64() as u8;
+                }
+            }
+        }
+    }
+    b
+}
+
+/// Runs every reader of this crate on `bytes` (also after re-patching the checksum, so damage
+/// reaches the schema checks instead of stopping at the checksum). Returns whether the model
+/// loaded. A file that loads must also be writable again by [`crate::write_model`].
+pub fn exercise_readers(bytes: &[u8]) -> Result<bool, String> {
+    let _ = crate::GgufFile::parse(bytes);
+    let _ = crate::checksum_report(bytes);
+    let mut patched = bytes.to_vec();
+    let _ = crate::patch_checksum(&mut patched);
+    let mut loaded = false;
+    for candidate in [bytes, &patched[..]] {
+        if let Ok(model) = crate::LayaFile::parse(candidate) {
+            loaded = true;
+            let tensors: Vec<TensorData> = model
+                .tensors()
+                .into_iter()
+                .map(|t| TensorData { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: t.data.to_vec() })
+                .collect();
+            for t in model.tensors() {
+                let offset = t.data.as_ptr() as usize - candidate.as_ptr() as usize;
+                if offset % model.alignment as usize != 0 {
+                    return Err(format!("tensor {} at unaligned offset {offset}", t.name));
+                }
+            }
+            if let Err(e) = crate::write_model(&model.meta, &tensors) {
+                return Err(format!("a file that loads cannot be written again: {e}"));
+            }
+        }
+    }
+    Ok(loaded)
+}
