@@ -39,7 +39,11 @@ fn main() {
     }
     let hot: Vec<usize> = bases
         .iter()
-        .map(|b| GgufFile::parse(b).map(|f| f.data_offset as usize).unwrap_or(b.len()))
+        .map(|b| {
+            GgufFile::parse(b)
+                .map(|f| f.data_offset as usize)
+                .unwrap_or(b.len())
+        })
         .collect();
 
     let deadline = Instant::now() + Duration::from_secs(seconds);
