@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::FormatError;
-use crate::gguf::{GgmlType, GgufFile, TensorInfo, Value};
+use crate::gguf::{Array, GgmlType, GgufFile, TensorInfo, Value};
 
 /// The `laya.format_version` this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -724,12 +724,21 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
     let meta = ModelMeta {
         name,
         hparams,
-        words: words.to_vec(),
+        // Filled by the caller, which moves the (possibly large) lexicon out of the container.
+        words: Vec::new(),
         frequencies: frequencies.to_vec(),
         normalization,
         provenance,
     };
     Ok((meta, alignment))
+}
+
+/// Moves a string array out of the container (already validated by `parse_meta`).
+fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Vec<String> {
+    match file.kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
+        _ => Vec::new(),
+    }
 }
 
 /// The rules of `laya.lexicon.words`.
@@ -931,7 +940,7 @@ impl<'a> LayaFile<'a> {
     /// Parses and validates a model file against every rule of docs/format.md: container, then
     /// architecture, checksum, format version, keys, lexicon and tensors.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        let file = GgufFile::parse(bytes)?;
+        let mut file = GgufFile::parse(bytes)?;
 
         let k = Keys { file: &file };
         let arch = k.str(keys::ARCHITECTURE)?;
@@ -963,7 +972,8 @@ impl<'a> LayaFile<'a> {
         {
             return Err(FormatError::UnknownKey(k.clone()));
         }
-        let (meta, alignment) = parse_meta(&file)?;
+        let (mut meta, alignment) = parse_meta(&file)?;
+        meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
 
         let specs = tensor_specs(&meta.hparams, meta.words.len() as u64);
         let by_name: HashMap<&str, &TensorSpec> =

@@ -440,7 +440,7 @@ pub fn exercise_readers(bytes: &[u8]) -> Result<bool, String> {
                 })
                 .collect();
             for t in model.tensors() {
-                let offset = t.data.as_ptr() as usize - candidate.as_ptr() as usize;
+                let offset = (t.data.as_ptr() as usize).wrapping_sub(candidate.as_ptr() as usize);
                 if !offset.is_multiple_of(model.alignment as usize) {
                     return Err(format!("tensor {} at unaligned offset {offset}", t.name));
                 }
