@@ -375,7 +375,7 @@ pub struct TensorInfo {
 impl TensorInfo {
     /// Total number of elements.
     pub fn n_elements(&self) -> u64 {
-        self.ne.iter().product()
+        self.ne.iter().fold(1u64, |acc, &n| acc.saturating_mul(n))
     }
 }
 

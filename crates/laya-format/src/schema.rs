@@ -308,12 +308,15 @@ impl TensorRef<'_> {
 
     /// Number of rows (product of `ne[1..]`; 1 for a vector).
     pub fn n_rows(&self) -> usize {
-        self.ne.iter().skip(1).product::<u64>() as usize
+        self.ne
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &n| a.saturating_mul(n)) as usize
     }
 
     /// Total elements.
     pub fn n_elements(&self) -> usize {
-        self.ne.iter().product::<u64>() as usize
+        self.ne.iter().fold(1u64, |a, &n| a.saturating_mul(n)) as usize
     }
 
     /// Bytes of one row.

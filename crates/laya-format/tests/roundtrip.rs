@@ -211,3 +211,27 @@ fn container_without_tensors() {
     assert!(f.tensors.is_empty());
     assert_eq!(f.get("k"), Some(&Value::String("v".into())));
 }
+
+#[test]
+fn summary_lists_hparams_tensors_and_checksum() {
+    let (meta, tensors) = random_model(&TinyConfig::small(), 4, GgmlType::Q4_1);
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let s = LayaFile::parse(&bytes).unwrap().summary();
+    println!("{s}");
+    for needle in [
+        "laya-test-4",
+        "context length   16",
+        "table mapping, 46 codepoints",
+        "lexicon          24 words",
+        "[fullwidth_ascii, lowercase_ascii]",
+        "(verified)",
+        "blk.0.ffn_down.weight",
+        "Q4_1",
+    ] {
+        assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
+    }
+    assert_eq!(
+        s.lines().filter(|l| l.starts_with("  ")).count(),
+        tensors.len() + 1
+    );
+}
