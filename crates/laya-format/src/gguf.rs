@@ -41,8 +41,14 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type, in id order.
-    pub const ALL: [GgmlType; 6] =
-        [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
+    pub const ALL: [GgmlType; 6] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::BF16,
+    ];
 
     /// The ggml type id stored in the file.
     pub fn id(self) -> u32 {
@@ -100,7 +106,7 @@ impl GgmlType {
     /// Bytes taken by `n` consecutive elements (one row along `ne[0]`); `None` when `n` is not a
     /// whole number of blocks or the size overflows.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.block_bytes())
@@ -369,7 +375,7 @@ pub struct TensorInfo {
 impl TensorInfo {
     /// Total number of elements.
     pub fn n_elements(&self) -> u64 {
-        self.ne.iter().product()
+        self.ne.iter().fold(1u64, |acc, &n| acc.saturating_mul(n))
     }
 }
 
@@ -390,7 +396,7 @@ impl TensorInfo {
 /// assert_eq!(file.tensor_data(&file.tensors[0]), &bytes[bytes.len() - 8..]);
 /// # Ok::<(), laya_format::FormatError>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GgufFile<'a> {
     pub version: u32,
     pub alignment: u64,
@@ -401,6 +407,20 @@ pub struct GgufFile<'a> {
     /// Absolute offset of each value's first byte, parallel to `kv`.
     value_offsets: Vec<u64>,
     bytes: &'a [u8],
+}
+
+impl fmt::Debug for GgufFile<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The file bytes are left out: they can be hundreds of megabytes.
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("kv", &self.kv)
+            .field("tensors", &self.tensors)
+            .field("data_offset", &self.data_offset)
+            .field("file_len", &self.bytes.len())
+            .finish()
+    }
 }
 
 impl<'a> GgufFile<'a> {
@@ -432,8 +452,10 @@ impl<'a> GgufFile<'a> {
             }
             let what = format!("value of key '{key}'");
             let type_id = r.u32(&what)?;
-            let ty = ValueType::from_id(type_id)
-                .ok_or(FormatError::BadValueType { what: what.clone(), id: type_id })?;
+            let ty = ValueType::from_id(type_id).ok_or(FormatError::BadValueType {
+                what: what.clone(),
+                id: type_id,
+            })?;
             value_offsets.push(r.pos as u64);
             let value = r.value(ty, &what, 0)?;
             kv.push((key, value));
@@ -476,11 +498,17 @@ impl<'a> GgufFile<'a> {
             }
             let type_id = r.u32(&what)?;
             let rel_offset = r.u64(&what)?;
-            let ty = GgmlType::from_id(type_id)
-                .ok_or_else(|| FormatError::UnknownTensorType { name: name.clone(), id: type_id })?;
+            let ty = GgmlType::from_id(type_id).ok_or_else(|| FormatError::UnknownTensorType {
+                name: name.clone(),
+                id: type_id,
+            })?;
             let size = tensor_size(&name, &ne, ty)?;
             if rel_offset % alignment != 0 {
-                return Err(FormatError::Misaligned { name, offset: rel_offset, alignment });
+                return Err(FormatError::Misaligned {
+                    name,
+                    offset: rel_offset,
+                    alignment,
+                });
             }
             if !seen_tensors.insert(name.clone()) {
                 return Err(FormatError::DuplicateTensor(name));
@@ -498,28 +526,38 @@ impl<'a> GgufFile<'a> {
         let data_len = file_len.saturating_sub(data_offset);
 
         // Check the padding before the data section; a file with no tensors may end inside it.
-        check_zero(bytes, table_end, data_offset.min(file_len), "padding before the tensor data")?;
+        check_zero(
+            bytes,
+            table_end,
+            data_offset.min(file_len),
+            "padding before the tensor data",
+        )?;
         if !raw.is_empty() && data_offset > file_len {
-            return Err(FormatError::Truncated { what: "tensor data section".into(), offset: data_offset });
+            return Err(FormatError::Truncated {
+                what: "tensor data section".into(),
+                offset: data_offset,
+            });
         }
 
         let mut tensors = Vec::with_capacity(raw.len());
         for (name, ne, ty, rel, size) in raw {
-            let end = rel.checked_add(size);
-            match end {
+            // A tensor past the end is what a cut-short download looks like.
+            match rel.checked_add(size) {
                 Some(end) if end <= data_len => {}
                 _ => {
-                    return Err(FormatError::BadOffset {
-                        name,
-                        offset: rel,
-                        size,
-                        reason: format!(
-                            "it ends past the end of the tensor data section ({data_len} bytes)"
-                        ),
+                    return Err(FormatError::Truncated {
+                        what: format!("data of tensor '{name}' ({size} bytes)"),
+                        offset: data_offset.saturating_add(rel),
                     })
                 }
             }
-            tensors.push(TensorInfo { name, ne, ty, offset: data_offset + rel, size });
+            tensors.push(TensorInfo {
+                name,
+                ne,
+                ty,
+                offset: data_offset + rel,
+                size,
+            });
         }
 
         // Overlaps, gaps and trailing bytes: sort by position and walk.
@@ -557,7 +595,15 @@ impl<'a> GgufFile<'a> {
             check_zero(bytes, cursor, file_len, "padding after the last tensor")?;
         }
 
-        Ok(GgufFile { version, alignment, kv, tensors, data_offset, value_offsets, bytes })
+        Ok(GgufFile {
+            version,
+            alignment,
+            kv,
+            tensors,
+            data_offset,
+            value_offsets,
+            bytes,
+        })
     }
 
     /// The value of `key`, if present.
@@ -595,15 +641,21 @@ impl<'a> GgufFile<'a> {
 
 /// Bytes of a tensor of type `ty` and shape `ne`, with the shape rules of §1–§2 checked.
 pub(crate) fn tensor_size(name: &str, ne: &[u64], ty: GgmlType) -> Result<u64, FormatError> {
-    let bad = |reason: String| FormatError::BadTensor { name: name.to_string(), reason };
+    let bad = |reason: String| FormatError::BadTensor {
+        name: name.to_string(),
+        reason,
+    };
     if ne.is_empty() || ne.len() > 4 {
-        return Err(bad(format!("{} dimensions; Laya tensors have 1 to 4", ne.len())));
+        return Err(bad(format!(
+            "{} dimensions; Laya tensors have 1 to 4",
+            ne.len()
+        )));
     }
     if let Some(d) = ne.iter().position(|&n| n == 0) {
         return Err(bad(format!("dimension {d} is zero")));
     }
     let bs = ty.block_size() as u64;
-    if ne[0] % bs != 0 {
+    if !ne[0].is_multiple_of(bs) {
         return Err(bad(format!(
             "ne[0] = {} is not a multiple of {bs}, the block size of {}",
             ne[0],
@@ -615,8 +667,13 @@ pub(crate) fn tensor_size(name: &str, ne: &[u64], ty: GgmlType) -> Result<u64, F
         value: u64::MAX,
         limit: u64::MAX,
     };
-    let row = (ne[0] / bs).checked_mul(ty.block_bytes() as u64).ok_or_else(too_large)?;
-    ne[1..].iter().try_fold(row, |acc, &n| acc.checked_mul(n)).ok_or_else(too_large)
+    let row = (ne[0] / bs)
+        .checked_mul(ty.block_bytes() as u64)
+        .ok_or_else(too_large)?;
+    ne[1..]
+        .iter()
+        .try_fold(row, |acc, &n| acc.checked_mul(n))
+        .ok_or_else(too_large)
 }
 
 pub(crate) fn align_up(x: u64, alignment: u64) -> Option<u64> {
@@ -651,12 +708,19 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], FormatError> {
         let bytes: &'a [u8] = self.bytes;
-        match self.pos.checked_add(n).and_then(|end| bytes.get(self.pos..end)) {
+        match self
+            .pos
+            .checked_add(n)
+            .and_then(|end| bytes.get(self.pos..end))
+        {
             Some(s) => {
                 self.pos += n;
                 Ok(s)
             }
-            None => Err(FormatError::Truncated { what: what.to_string(), offset: self.pos as u64 }),
+            None => Err(FormatError::Truncated {
+                what: what.to_string(),
+                offset: self.pos as u64,
+            }),
         }
     }
 
@@ -698,15 +762,29 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a string, building the description only on error (a lexicon has many strings).
-    fn string_lazy(&mut self, max_len: u64, what: &dyn Fn() -> String) -> Result<String, FormatError> {
+    fn string_lazy(
+        &mut self,
+        max_len: u64,
+        what: &dyn Fn() -> String,
+    ) -> Result<String, FormatError> {
         let start = self.pos as u64;
-        let truncated = || FormatError::Truncated { what: what(), offset: start };
-        let len_bytes = self.bytes.get(self.pos..self.pos.saturating_add(8)).ok_or_else(truncated)?;
+        let truncated = || FormatError::Truncated {
+            what: what(),
+            offset: start,
+        };
+        let len_bytes = self
+            .bytes
+            .get(self.pos..self.pos.saturating_add(8))
+            .ok_or_else(truncated)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(len_bytes);
         let len = u64::from_le_bytes(a);
         if len > max_len {
-            return Err(FormatError::TooLarge { what: format!("length of {}", what()), value: len, limit: max_len });
+            return Err(FormatError::TooLarge {
+                what: format!("length of {}", what()),
+                value: len,
+                limit: max_len,
+            });
         }
         if len > (self.remaining() - 8) as u64 {
             return Err(truncated());
@@ -717,7 +795,10 @@ impl<'a> Reader<'a> {
         self.pos = end;
         match std::str::from_utf8(raw) {
             Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(FormatError::BadUtf8 { what: what(), offset: start }),
+            Err(_) => Err(FormatError::BadUtf8 {
+                what: what(),
+                offset: start,
+            }),
         }
     }
 
@@ -767,8 +848,10 @@ impl<'a> Reader<'a> {
             });
         }
         let elem_id = self.u32(what)?;
-        let elem = ValueType::from_id(elem_id)
-            .ok_or_else(|| FormatError::BadValueType { what: format!("element of {what}"), id: elem_id })?;
+        let elem = ValueType::from_id(elem_id).ok_or_else(|| FormatError::BadValueType {
+            what: format!("element of {what}"),
+            id: elem_id,
+        })?;
         let count = self.u64(what)?;
         let n = self.bounded_count(count, elem.min_size(), what)?;
 

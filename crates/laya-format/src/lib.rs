@@ -33,7 +33,13 @@ pub mod writer;
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
 pub use schema::{
-    check_lexicon, checksum, checksum_report, keys, Activation, ChecksumReport, HParams, LayaFile, LayerTensors,
-    Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef, FORMAT_VERSION, LAYA_ALIGNMENT,
+    check_lexicon, checksum, checksum_report, keys, Activation, ChecksumReport, HParams, LayaFile,
+    LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
+    FORMAT_VERSION, LAYA_ALIGNMENT,
 };
+/// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use writer::{model_keys, patch_checksum, write_model, GgufWriter, TensorData};

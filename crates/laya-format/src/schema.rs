@@ -2,12 +2,12 @@
 //! (§5), the checksum (§6) and the tensor table (§7).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::FormatError;
-use crate::gguf::{GgmlType, GgufFile, TensorInfo, Value};
+use crate::gguf::{Array, GgmlType, GgufFile, TensorInfo, Value};
 
 /// The `laya.format_version` this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -244,7 +244,9 @@ pub struct HParams {
 impl HParams {
     /// `dh = d / H`.
     pub fn head_dim(&self) -> u32 {
-        self.embedding_length.checked_div(self.head_count).unwrap_or(0)
+        self.embedding_length
+            .checked_div(self.head_count)
+            .unwrap_or(0)
     }
 }
 
@@ -276,7 +278,7 @@ impl ModelMeta {
 }
 
 /// A validated tensor borrowing its bytes from the file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct TensorRef<'a> {
     pub name: String,
     pub ty: GgmlType,
@@ -287,6 +289,17 @@ pub struct TensorRef<'a> {
     pub data: &'a [u8],
 }
 
+impl fmt::Debug for TensorRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("name", &self.name)
+            .field("ty", &self.ty)
+            .field("ne", &self.ne)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
 impl TensorRef<'_> {
     /// Elements per row (`ne[0]`).
     pub fn row_len(&self) -> usize {
@@ -295,12 +308,15 @@ impl TensorRef<'_> {
 
     /// Number of rows (product of `ne[1..]`; 1 for a vector).
     pub fn n_rows(&self) -> usize {
-        self.ne.iter().skip(1).product::<u64>() as usize
+        self.ne
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &n| a.saturating_mul(n)) as usize
     }
 
     /// Total elements.
     pub fn n_elements(&self) -> usize {
-        self.ne.iter().product::<u64>() as usize
+        self.ne.iter().fold(1u64, |a, &n| a.saturating_mul(n)) as usize
     }
 
     /// Bytes of one row.
@@ -311,7 +327,8 @@ impl TensorRef<'_> {
     /// The bytes of row `i`, if it exists.
     pub fn row(&self, i: usize) -> Option<&[u8]> {
         let rb = self.row_bytes();
-        self.data.get(i.checked_mul(rb)?..i.checked_add(1)?.checked_mul(rb)?)
+        self.data
+            .get(i.checked_mul(rb)?..i.checked_add(1)?.checked_mul(rb)?)
     }
 
     /// All values decoded to f32 (row-major along `ne[0]`).
@@ -432,8 +449,14 @@ pub fn checksum_report(bytes: &[u8]) -> Result<ChecksumReport, FormatError> {
 
 fn checksum_report_of(file: &GgufFile<'_>) -> Result<ChecksumReport, FormatError> {
     let slot = checksum_slot(file)?;
-    let stored = file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0);
-    Ok(ChecksumReport { stored, computed: checksum_at(file.bytes(), slot) })
+    let stored = file
+        .get(keys::CHECKSUM)
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Ok(ChecksumReport {
+        stored,
+        computed: checksum_at(file.bytes(), slot),
+    })
 }
 
 /// Offset of the 8 value bytes of `laya.checksum`.
@@ -469,11 +492,17 @@ struct Keys<'f, 'a> {
 
 impl Keys<'_, '_> {
     fn req(&self, key: &str) -> Result<&Value, FormatError> {
-        self.file.get(key).ok_or_else(|| FormatError::MissingKey(key.to_string()))
+        self.file
+            .get(key)
+            .ok_or_else(|| FormatError::MissingKey(key.to_string()))
     }
 
     fn wrong(key: &str, expected: &str, v: &Value) -> FormatError {
-        FormatError::WrongKeyType { key: key.into(), expected: expected.into(), found: v.type_name() }
+        FormatError::WrongKeyType {
+            key: key.into(),
+            expected: expected.into(),
+            found: v.type_name(),
+        }
     }
 
     fn u32(&self, key: &str) -> Result<u32, FormatError> {
@@ -494,23 +523,31 @@ impl Keys<'_, '_> {
     fn opt_str(&self, key: &str) -> Result<Option<&str>, FormatError> {
         match self.file.get(key) {
             None => Ok(None),
-            Some(v) => v.as_str().map(Some).ok_or_else(|| Self::wrong(key, "string", v)),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| Self::wrong(key, "string", v)),
         }
     }
 
     fn u32s(&self, key: &str) -> Result<&[u32], FormatError> {
         let v = self.req(key)?;
-        v.as_u32_array().ok_or_else(|| Self::wrong(key, "u32 array", v))
+        v.as_u32_array()
+            .ok_or_else(|| Self::wrong(key, "u32 array", v))
     }
 
     fn strings(&self, key: &str) -> Result<&[String], FormatError> {
         let v = self.req(key)?;
-        v.as_string_array().ok_or_else(|| Self::wrong(key, "string array", v))
+        v.as_string_array()
+            .ok_or_else(|| Self::wrong(key, "string array", v))
     }
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> FormatError {
-    FormatError::InvalidValue { key: key.to_string(), reason: reason.into() }
+    FormatError::InvalidValue {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
 fn range_u32(k: &Keys<'_, '_>, key: &str, lo: u32, hi: u32) -> Result<u32, FormatError> {
@@ -527,14 +564,20 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
 
     let alignment = k.u32(keys::ALIGNMENT)?;
     if !alignment.is_power_of_two() || !(8..=4096).contains(&alignment) {
-        return Err(invalid(keys::ALIGNMENT, format!("{alignment} is not a power of two in 8..=4096")));
+        return Err(invalid(
+            keys::ALIGNMENT,
+            format!("{alignment} is not a power of two in 8..=4096"),
+        ));
     }
     let name = k.str(keys::NAME)?.to_string();
 
     let context_length = range_u32(&k, keys::CONTEXT_LENGTH, 1, 256)?;
     let embedding_length = range_u32(&k, keys::EMBEDDING_LENGTH, 32, 4096)?;
     if embedding_length % 32 != 0 {
-        return Err(invalid(keys::EMBEDDING_LENGTH, format!("{embedding_length} is not a multiple of 32")));
+        return Err(invalid(
+            keys::EMBEDDING_LENGTH,
+            format!("{embedding_length} is not a multiple of 32"),
+        ));
     }
     let block_count = range_u32(&k, keys::BLOCK_COUNT, 1, 64)?;
     let head_count = range_u32(&k, keys::HEAD_COUNT, 1, embedding_length)?;
@@ -546,13 +589,19 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
     }
     let layer_norm_epsilon = k.f32(keys::LAYER_NORM_EPSILON)?;
     if !(layer_norm_epsilon.is_finite() && layer_norm_epsilon > 0.0) {
-        return Err(invalid(keys::LAYER_NORM_EPSILON, format!("{layer_norm_epsilon} is not finite and > 0")));
+        return Err(invalid(
+            keys::LAYER_NORM_EPSILON,
+            format!("{layer_norm_epsilon} is not finite and > 0"),
+        ));
     }
     let ffn = k.u32s(keys::FEED_FORWARD_LENGTH)?;
     if ffn.len() != block_count as usize {
         return Err(invalid(
             keys::FEED_FORWARD_LENGTH,
-            format!("has {} entries but laya.block_count = {block_count}", ffn.len()),
+            format!(
+                "has {} entries but laya.block_count = {block_count}",
+                ffn.len()
+            ),
         ));
     }
     if let Some((l, f)) = ffn.iter().enumerate().find(|(_, &f)| f == 0 || f % 32 != 0) {
@@ -563,11 +612,18 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
     }
     let activation_name = k.str(keys::ACTIVATION)?;
     let activation = Activation::from_name(activation_name).ok_or_else(|| {
-        invalid(keys::ACTIVATION, format!("'{activation_name}' is not gelu_tanh or relu"))
+        invalid(
+            keys::ACTIVATION,
+            format!("'{activation_name}' is not gelu_tanh or relu"),
+        )
     })?;
     let pos_name = k.str(keys::POSITION_SCHEME)?;
-    let position_scheme = PositionScheme::from_name(pos_name)
-        .ok_or_else(|| invalid(keys::POSITION_SCHEME, format!("'{pos_name}' is not learned_absolute")))?;
+    let position_scheme = PositionScheme::from_name(pos_name).ok_or_else(|| {
+        invalid(
+            keys::POSITION_SCHEME,
+            format!("'{pos_name}' is not learned_absolute"),
+        )
+    })?;
 
     let embedding_rows = k.u32(keys::EMBEDDING_ROWS)?;
     let mapping_name = k.str(keys::EMBEDDING_MAPPING)?;
@@ -615,7 +671,10 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
             Mapping::Table(cps.to_vec())
         }
         other => {
-            return Err(invalid(keys::EMBEDDING_MAPPING, format!("'{other}' is not direct or table")));
+            return Err(invalid(
+                keys::EMBEDDING_MAPPING,
+                format!("'{other}' is not direct or table"),
+            ));
         }
     };
     let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
@@ -626,7 +685,11 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
     if frequencies.len() != words.len() {
         return Err(invalid(
             keys::LEXICON_FREQUENCIES,
-            format!("has {} entries but the lexicon has {} words", frequencies.len(), words.len()),
+            format!(
+                "has {} entries but the lexicon has {} words",
+                frequencies.len(),
+                words.len()
+            ),
         ));
     }
     let normalization = k
@@ -664,7 +727,8 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
     let meta = ModelMeta {
         name,
         hparams,
-        words: words.to_vec(),
+        // Filled by the caller, which moves the (possibly large) lexicon out of the container.
+        words: Vec::new(),
         frequencies: frequencies.to_vec(),
         normalization,
         provenance,
@@ -672,10 +736,21 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
     Ok((meta, alignment))
 }
 
+/// Moves a string array out of the container (already validated by `parse_meta`).
+fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Vec<String> {
+    match file.kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
+        _ => Vec::new(),
+    }
+}
+
 /// The rules of `laya.lexicon.words`.
 pub fn check_lexicon(words: &[String]) -> Result<(), FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {
-        return Err(invalid(keys::LEXICON_WORDS, format!("has {} words; 1..={MAX_WORDS} allowed", words.len())));
+        return Err(invalid(
+            keys::LEXICON_WORDS,
+            format!("has {} words; 1..={MAX_WORDS} allowed", words.len()),
+        ));
     }
     let mut seen: HashMap<&str, usize> = HashMap::with_capacity(words.len());
     for (index, w) in words.iter().enumerate() {
@@ -685,10 +760,15 @@ pub fn check_lexicon(words: &[String]) -> Result<(), FormatError> {
         }
         let n = w.chars().count();
         if n > MAX_WORD_CHARS {
-            return Err(err(format!("{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed")));
+            return Err(err(format!(
+                "{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed"
+            )));
         }
         if let Some(c) = w.chars().find(|c| c.is_whitespace() || c.is_control()) {
-            return Err(err(format!("{w:?} contains whitespace or control character U+{:04X}", c as u32)));
+            return Err(err(format!(
+                "{w:?} contains whitespace or control character U+{:04X}",
+                c as u32
+            )));
         }
         if let Some(first) = seen.insert(w.as_str(), index) {
             return Err(err(format!("{w:?} duplicates laya.lexicon.words[{first}]")));
@@ -697,8 +777,14 @@ pub fn check_lexicon(words: &[String]) -> Result<(), FormatError> {
     Ok(())
 }
 
-const MATRIX_TYPES: &[GgmlType] =
-    &[GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1];
+const MATRIX_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+];
 const FLOAT_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 const F32_ONLY: &[GgmlType] = &[GgmlType::F32];
 
@@ -737,7 +823,13 @@ const BLOCK_TENSORS: [&str; 16] = [
 fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
     let d = u64::from(h.embedding_length);
     let dr = format!("laya.embedding_length = {d}");
-    let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec { name, ne, allowed, finite, rule };
+    let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec {
+        name,
+        ne,
+        allowed,
+        finite,
+        rule,
+    };
     let mut out = vec![
         spec(
             "token_embd.weight".into(),
@@ -761,7 +853,13 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
             let name = format!("blk.{l}.{suffix}");
             let s = match suffix {
                 "ffn_up.weight" => spec(name, vec![d, f], MATRIX_TYPES, false, fr.clone()),
-                "ffn_up.bias" => spec(name, vec![f], F32_ONLY, true, format!("laya.feed_forward_length[{l}] = {f}")),
+                "ffn_up.bias" => spec(
+                    name,
+                    vec![f],
+                    F32_ONLY,
+                    true,
+                    format!("laya.feed_forward_length[{l}] = {f}"),
+                ),
                 "ffn_down.weight" => spec(name, vec![f, d], MATRIX_TYPES, false, fr.clone()),
                 s if s.ends_with("norm.weight") || s.ends_with(".bias") => {
                     spec(name, vec![d], F32_ONLY, true, dr.clone())
@@ -773,10 +871,34 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
     }
     let c = u64::from(h.replace_classes);
     out.extend([
-        spec("output_norm.weight".into(), vec![d], F32_ONLY, true, dr.clone()),
-        spec("output_norm.bias".into(), vec![d], F32_ONLY, true, dr.clone()),
-        spec("output.weight".into(), vec![d, v], MATRIX_TYPES, false, format!("{dr} and the lexicon size {v}")),
-        spec("output.bias".into(), vec![v], F32_ONLY, true, format!("the lexicon size {v}")),
+        spec(
+            "output_norm.weight".into(),
+            vec![d],
+            F32_ONLY,
+            true,
+            dr.clone(),
+        ),
+        spec(
+            "output_norm.bias".into(),
+            vec![d],
+            F32_ONLY,
+            true,
+            dr.clone(),
+        ),
+        spec(
+            "output.weight".into(),
+            vec![d, v],
+            MATRIX_TYPES,
+            false,
+            format!("{dr} and the lexicon size {v}"),
+        ),
+        spec(
+            "output.bias".into(),
+            vec![v],
+            F32_ONLY,
+            true,
+            format!("the lexicon size {v}"),
+        ),
         spec(
             "replace.weight".into(),
             vec![d, c],
@@ -784,7 +906,13 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
             false,
             format!("{dr} and laya.replace_classes = {c}"),
         ),
-        spec("replace.bias".into(), vec![c], F32_ONLY, true, format!("laya.replace_classes = {c}")),
+        spec(
+            "replace.bias".into(),
+            vec![c],
+            F32_ONLY,
+            true,
+            format!("laya.replace_classes = {c}"),
+        ),
     ]);
     out
 }
@@ -794,12 +922,19 @@ fn check_finite(name: &str, ty: GgmlType, data: &[u8]) -> Result<(), FormatError
         GgmlType::F32 => data
             .chunks_exact(4)
             .position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
-        GgmlType::F16 => data.chunks_exact(2).position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
-        GgmlType::BF16 => data.chunks_exact(2).position(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
+        GgmlType::F16 => data
+            .chunks_exact(2)
+            .position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
+        GgmlType::BF16 => data
+            .chunks_exact(2)
+            .position(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
         _ => None,
     };
     match bad {
-        Some(index) => Err(FormatError::NonFinite { name: name.to_string(), index }),
+        Some(index) => Err(FormatError::NonFinite {
+            name: name.to_string(),
+            index,
+        }),
         None => Ok(()),
     }
 }
@@ -808,31 +943,48 @@ impl<'a> LayaFile<'a> {
     /// Parses and validates a model file against every rule of docs/format.md: container, then
     /// architecture, checksum, format version, keys, lexicon and tensors.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        let file = GgufFile::parse(bytes)?;
+        let mut file = GgufFile::parse(bytes)?;
 
         let k = Keys { file: &file };
         let arch = k.str(keys::ARCHITECTURE)?;
         if arch != "laya" {
-            return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
+            return Err(invalid(
+                keys::ARCHITECTURE,
+                format!("'{arch}' is not a Laya model (expected \"laya\")"),
+            ));
         }
         // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
         let report = checksum_report_of(&file)?;
         if !report.is_ok() {
-            return Err(FormatError::ChecksumMismatch { stored: report.stored, computed: report.computed });
+            return Err(FormatError::ChecksumMismatch {
+                stored: report.stored,
+                computed: report.computed,
+            });
         }
         let version = k.u32(keys::FORMAT_VERSION)?;
         if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION });
+            return Err(FormatError::UnsupportedFormatVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
-        if let Some((k, _)) = file.kv.iter().find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str())) {
+        if let Some((k, _)) = file
+            .kv
+            .iter()
+            .find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str()))
+        {
             return Err(FormatError::UnknownKey(k.clone()));
         }
-        let (meta, alignment) = parse_meta(&file)?;
+        let (mut meta, alignment) = parse_meta(&file)?;
+        meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
 
         let specs = tensor_specs(&meta.hparams, meta.words.len() as u64);
-        let by_name: HashMap<&str, &TensorSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        let by_name: HashMap<&str, &TensorSpec> =
+            specs.iter().map(|s| (s.name.as_str(), s)).collect();
         for t in &file.tensors {
-            let spec = by_name.get(t.name.as_str()).ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
+            let spec = by_name
+                .get(t.name.as_str())
+                .ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
             if !spec.allowed.contains(&t.ty) {
                 return Err(FormatError::UnsupportedTensorType {
                     name: t.name.clone(),
@@ -852,14 +1004,25 @@ impl<'a> LayaFile<'a> {
                 check_finite(&t.name, t.ty, file.tensor_data(t))?;
             }
         }
-        let present: HashMap<&str, &TensorInfo> = file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
-        if let Some(missing) = specs.iter().find(|s| !present.contains_key(s.name.as_str())) {
+        let present: HashMap<&str, &TensorInfo> =
+            file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        if let Some(missing) = specs
+            .iter()
+            .find(|s| !present.contains_key(s.name.as_str()))
+        {
             return Err(FormatError::MissingTensor(missing.name.clone()));
         }
 
         let get = |name: &str| -> Result<TensorRef<'a>, FormatError> {
-            let t = present.get(name).ok_or_else(|| FormatError::MissingTensor(name.to_string()))?;
-            Ok(TensorRef { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: file.tensor_data(t) })
+            let t = present
+                .get(name)
+                .ok_or_else(|| FormatError::MissingTensor(name.to_string()))?;
+            Ok(TensorRef {
+                name: t.name.clone(),
+                ty: t.ty,
+                ne: t.ne.clone(),
+                data: file.tensor_data(t),
+            })
         };
         let mut layers = Vec::with_capacity(meta.hparams.block_count as usize);
         for l in 0..meta.hparams.block_count {
@@ -923,11 +1086,25 @@ impl<'a> LayaFile<'a> {
         let h = &m.hparams;
         let mut s = String::new();
         let _ = writeln!(s, "model            {}", m.name);
-        let _ = writeln!(s, "format version   {FORMAT_VERSION} (GGUF v3, alignment {})", self.alignment);
+        let _ = writeln!(
+            s,
+            "format version   {FORMAT_VERSION} (GGUF v3, alignment {})",
+            self.alignment
+        );
         let _ = writeln!(s, "file size        {} bytes", self.file_len);
         let _ = writeln!(s, "context length   {}", h.context_length);
-        let _ = writeln!(s, "embedding        {} (heads {}, head dim {})", h.embedding_length, h.head_count, h.head_dim());
-        let _ = writeln!(s, "blocks           {} (ffn widths {:?})", h.block_count, h.feed_forward_length);
+        let _ = writeln!(
+            s,
+            "embedding        {} (heads {}, head dim {})",
+            h.embedding_length,
+            h.head_count,
+            h.head_dim()
+        );
+        let _ = writeln!(
+            s,
+            "blocks           {} (ffn widths {:?})",
+            h.block_count, h.feed_forward_length
+        );
         let _ = writeln!(s, "activation       {}", h.activation.name());
         let _ = writeln!(s, "layer norm eps   {}", h.layer_norm_epsilon);
         let _ = writeln!(s, "positions        {}", h.position_scheme.name());
@@ -935,7 +1112,12 @@ impl<'a> LayaFile<'a> {
             Mapping::Direct => String::new(),
             Mapping::Table(t) => format!(", {} codepoints", t.len()),
         };
-        let _ = writeln!(s, "embedding rows   {} ({} mapping{table})", h.embedding_rows, h.mapping.name());
+        let _ = writeln!(
+            s,
+            "embedding rows   {} ({} mapping{table})",
+            h.embedding_rows,
+            h.mapping.name()
+        );
         let _ = writeln!(s, "replace classes  {}", h.replace_classes);
         let _ = writeln!(s, "lexicon          {} words", m.words.len());
         let rules: Vec<&str> = m.normalization.iter().map(|r| r.name()).collect();
@@ -952,7 +1134,14 @@ impl<'a> LayaFile<'a> {
         let mut total = 0usize;
         for t in self.tensors() {
             total += t.data.len();
-            let _ = writeln!(s, "  {:<28} {:<5} {:<14} {:>10} bytes", t.name, t.ty.name(), format!("{:?}", t.ne), t.data.len());
+            let _ = writeln!(
+                s,
+                "  {:<28} {:<5} {:<14} {:>10} bytes",
+                t.name,
+                t.ty.name(),
+                format!("{:?}", t.ne),
+                t.data.len()
+            );
         }
         let _ = writeln!(s, "  total tensor data {total} bytes");
         s
