@@ -233,6 +233,27 @@ fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f3
             o += 8;
         }
     }
+    if T >= T_Q8_0 && n_pos > 1 {
+        // Quantised weights with several positions: decoding a block costs more than the FMAs
+        // it feeds, so decode each row once per 8 positions (8 accumulators + 4 weight regs).
+        while o < rows {
+            let mut p = 0;
+            while p + 8 <= n_pos {
+                tile::<T, 1, 8>(a, x, o, p, bias, y);
+                p += 8;
+            }
+            if p + 4 <= n_pos {
+                tile::<T, 1, 4>(a, x, o, p, bias, y);
+                p += 4;
+            }
+            while p < n_pos {
+                tile::<T, 1, 1>(a, x, o, p, bias, y);
+                p += 1;
+            }
+            o += 1;
+        }
+        return;
+    }
     while o + 4 <= rows {
         let mut p = 0;
         while p + 3 <= n_pos {
