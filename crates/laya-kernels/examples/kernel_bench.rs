@@ -25,7 +25,9 @@ fn weights(ty: WType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     // Make every element/scale a small finite number so timings are not skewed by NaN/denormals.
     match ty {
-        WType::F32 => v.chunks_mut(4).for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
+        WType::F32 => v
+            .chunks_mut(4)
+            .for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
         WType::F16 | WType::BF16 => v.chunks_mut(2).for_each(|c| c[1] = 0x3C),
         _ => v.chunks_mut(ty.block_bytes()).for_each(|b| {
             b[0] = 0x00;
@@ -57,11 +59,30 @@ fn time(mut f: impl FnMut(), iters: usize) -> f64 {
 }
 
 fn main() {
-    let peak: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(115.0);
-    let levels: Vec<Kernels> = Level::ALL.into_iter().filter_map(Kernels::for_level).collect();
-    println!("detected: {}   (peak for %: {peak} GFLOP/s)", Kernels::detect().level());
-    println!("{:<8} {:<5} {:>5} {:>5} {:>5} {:>10} {:>7}", "level", "type", "n_pos", "rows", "cols", "GFLOP/s", "%peak");
-    for ty in [WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0, WType::Q4_1] {
+    let peak: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(115.0);
+    let levels: Vec<Kernels> = Level::ALL
+        .into_iter()
+        .filter_map(Kernels::for_level)
+        .collect();
+    println!(
+        "detected: {}   (peak for %: {peak} GFLOP/s)",
+        Kernels::detect().level()
+    );
+    println!(
+        "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10} {:>7}",
+        "level", "type", "n_pos", "rows", "cols", "GFLOP/s", "%peak"
+    );
+    for ty in [
+        WType::F32,
+        WType::F16,
+        WType::BF16,
+        WType::Q8_0,
+        WType::Q4_0,
+        WType::Q4_1,
+    ] {
         for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512)] {
             if ty != WType::F32 && (rows, cols) != (128, 128) {
                 continue;
@@ -72,15 +93,30 @@ fn main() {
             let b = vec![0.1f32; rows];
             let mut y = vec![0.0f32; n_pos * rows];
             for k in &levels {
-                let s = time(|| k.matmul(&m, black_box(&x), n_pos, Some(&b), black_box(&mut y)), 200);
+                let s = time(
+                    || k.matmul(&m, black_box(&x), n_pos, Some(&b), black_box(&mut y)),
+                    200,
+                );
                 let gf = 2.0 * (n_pos * rows * cols) as f64 / s / 1e9;
-                println!("{:<8} {:<5} {:>5} {:>5} {:>5} {:>10.1} {:>6.0}%", k.level().to_string(), ty.name(), n_pos, rows, cols, gf, 100.0 * gf / peak);
+                println!(
+                    "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10.1} {:>6.0}%",
+                    k.level().to_string(),
+                    ty.name(),
+                    n_pos,
+                    rows,
+                    cols,
+                    gf,
+                    100.0 * gf / peak
+                );
             }
         }
     }
     println!();
     println!("output head, n_pos = 1, 20000 x 128 (weights streamed once per call):");
-    println!("{:<8} {:<5} {:>10} {:>10}", "level", "type", "GB/s", "us/call");
+    println!(
+        "{:<8} {:<5} {:>10} {:>10}",
+        "level", "type", "GB/s", "us/call"
+    );
     for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_0] {
         let (rows, cols) = (20000, 128);
         let w = weights(ty, rows, cols);
@@ -89,8 +125,17 @@ fn main() {
         let b = vec![0.1f32; rows];
         let mut y = vec![0.0f32; rows];
         for k in &levels {
-            let s = time(|| k.matmul(&m, black_box(&x), 1, Some(&b), black_box(&mut y)), 20);
-            println!("{:<8} {:<5} {:>10.1} {:>10.1}", k.level().to_string(), ty.name(), w.len() as f64 / s / 1e9, s * 1e6);
+            let s = time(
+                || k.matmul(&m, black_box(&x), 1, Some(&b), black_box(&mut y)),
+                20,
+            );
+            println!(
+                "{:<8} {:<5} {:>10.1} {:>10.1}",
+                k.level().to_string(),
+                ty.name(),
+                w.len() as f64 / s / 1e9,
+                s * 1e6
+            );
         }
     }
 }
