@@ -85,7 +85,12 @@ unsafe fn decode<const T: u8>(p: *const u8) -> [__m256; 4] {
     unsafe {
         match T {
             T_F32 => [_mm256_loadu_ps(p as *const f32), z, z, z],
-            T_F16 => [_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), z, z, z],
+            T_F16 => [
+                _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+                z,
+                z,
+                z,
+            ],
             T_BF16 => {
                 let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
                 [_mm256_castsi256_ps(_mm256_slli_epi32::<16>(h)), z, z, z]
@@ -133,7 +138,10 @@ pub(crate) fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
     let ab = _mm256_hadd_ps(a, b); // a01 a23 b01 b23 | a45 a67 b45 b67
     let cd = _mm256_hadd_ps(c, d);
     let abcd = _mm256_hadd_ps(ab, cd); // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
-    _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps::<1>(abcd))
+    _mm_add_ps(
+        _mm256_castps256_ps128(abcd),
+        _mm256_extractf128_ps::<1>(abcd),
+    )
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -201,7 +209,7 @@ fn tile<const T: u8, const R: usize, const P: usize>(
     }
     for p in 0..P {
         let yr = &mut y[(p0 + p) * rows + o0..][..R];
-        if R % 4 == 0 {
+        if R.is_multiple_of(4) {
             for g in 0..R / 4 {
                 let r = 4 * g;
                 let mut s = hsum4(acc[r][p], acc[r + 1][p], acc[r + 2][p], acc[r + 3][p]);
@@ -223,7 +231,13 @@ fn tile<const T: u8, const R: usize, const P: usize>(
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+fn matmul_t<const T: u8>(
+    a: &MatArgs,
+    x: &[f32],
+    n_pos: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
     let rows = a.rows;
     let mut o = 0;
     if n_pos == 1 {
@@ -232,6 +246,27 @@ fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f3
             tile::<T, 8, 1>(a, x, o, 0, bias, y);
             o += 8;
         }
+    }
+    if T >= T_Q8_0 && n_pos > 1 {
+        // Quantised weights with several positions: decoding a block costs more than the FMAs
+        // it feeds, so decode each row once per 8 positions (8 accumulators + 4 weight regs).
+        while o < rows {
+            let mut p = 0;
+            while p + 8 <= n_pos {
+                tile::<T, 1, 8>(a, x, o, p, bias, y);
+                p += 8;
+            }
+            if p + 4 <= n_pos {
+                tile::<T, 1, 4>(a, x, o, p, bias, y);
+                p += 4;
+            }
+            while p < n_pos {
+                tile::<T, 1, 1>(a, x, o, p, bias, y);
+                p += 1;
+            }
+            o += 1;
+        }
+        return;
     }
     while o + 4 <= rows {
         let mut p = 0;
@@ -289,7 +324,11 @@ fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
             // SAFETY: 8v + 8 <= u = o.len().
             unsafe {
                 let p = o.as_mut_ptr().add(8 * v);
-                let r = if add { _mm256_add_ps(_mm256_loadu_ps(p), wv[v]) } else { wv[v] };
+                let r = if add {
+                    _mm256_add_ps(_mm256_loadu_ps(p), wv[v])
+                } else {
+                    wv[v]
+                };
                 _mm256_storeu_ps(p, r);
             }
         }
@@ -483,7 +522,10 @@ pub(crate) fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f
 #[inline]
 pub(crate) fn exp8(x: __m256) -> __m256 {
     let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
-    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0)), _mm256_set1_ps(88.0));
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-87.0)),
+        _mm256_set1_ps(88.0),
+    );
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         _mm256_set1_ps(core::f32::consts::LOG2_E),
@@ -492,12 +534,21 @@ pub(crate) fn exp8(x: __m256) -> __m256 {
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
     let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1] {
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let r2 = _mm256_mul_ps(r, r);
     let e = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
-    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
     let v = _mm256_mul_ps(e, _mm256_castsi256_ps(pow2));
     _mm256_andnot_ps(under, v)
 }

@@ -77,7 +77,10 @@ unsafe fn decode<const T: u8>(p: *const u8) -> [__m512; 2] {
                 let d = _mm512_set1_ps(f16_at(p));
                 let qs = _mm_loadu_si128(p.add(off) as *const __m128i);
                 let mask = _mm_set1_epi8(0x0F);
-                let parts = [_mm_and_si128(qs, mask), _mm_and_si128(_mm_srli_epi16::<4>(qs), mask)];
+                let parts = [
+                    _mm_and_si128(qs, mask),
+                    _mm_and_si128(_mm_srli_epi16::<4>(qs), mask),
+                ];
                 if T == T_Q4_0 {
                     let eight = _mm512_set1_epi32(8);
                     parts.map(|v| {
@@ -157,7 +160,7 @@ fn tile<const T: u8, const R: usize, const P: usize>(
     }
     for p in 0..P {
         let yr = &mut y[(p0 + p) * rows + o0..][..R];
-        if R % 4 == 0 {
+        if R.is_multiple_of(4) {
             for g in 0..R / 4 {
                 let r = 4 * g;
                 let f = |k: usize| fold(acc[r + k][p]);
@@ -180,7 +183,13 @@ fn tile<const T: u8, const R: usize, const P: usize>(
 }
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+fn matmul_t<const T: u8>(
+    a: &MatArgs,
+    x: &[f32],
+    n_pos: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
     let rows = a.rows;
     let mut o = 0;
     if n_pos == 1 {
@@ -244,7 +253,11 @@ fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
             // SAFETY: 16v + 16 <= u = o.len().
             unsafe {
                 let p = o.as_mut_ptr().add(16 * v);
-                let r = if add { _mm512_add_ps(_mm512_loadu_ps(p), wv[v]) } else { wv[v] };
+                let r = if add {
+                    _mm512_add_ps(_mm512_loadu_ps(p), wv[v])
+                } else {
+                    wv[v]
+                };
                 _mm512_storeu_ps(p, r);
             }
         }

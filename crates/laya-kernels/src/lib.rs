@@ -38,13 +38,18 @@
 
 use std::fmt;
 
-mod scalar;
+// Index loops in the tiers mirror the register tiles (acc[r][p], wv[v]); iterator chains would
+// obscure them.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[allow(clippy::needless_range_loop)]
 mod avx2;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[allow(clippy::needless_range_loop)]
 mod avx512;
 #[cfg(target_arch = "aarch64")]
+#[allow(clippy::needless_range_loop)]
 mod neon;
+mod scalar;
 
 /// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
 pub const QK: usize = 32;
@@ -75,8 +80,14 @@ pub enum WType {
 
 impl WType {
     /// All types, in ggml id order.
-    pub const ALL: [WType; 6] =
-        [WType::F32, WType::F16, WType::Q4_0, WType::Q4_1, WType::Q8_0, WType::BF16];
+    pub const ALL: [WType; 6] = [
+        WType::F32,
+        WType::F16,
+        WType::Q4_0,
+        WType::Q4_1,
+        WType::Q8_0,
+        WType::BF16,
+    ];
 
     /// Values per block: 1 for float types, 32 for quantised ones.
     pub const fn block_size(self) -> usize {
@@ -194,13 +205,22 @@ impl fmt::Display for KernelError {
                 "{ty} weights need a column count that is a multiple of {QK}, got {cols} \
                  (re-quantise the tensor or store it as F16/F32)"
             ),
-            KernelError::DataLength { ty, rows, cols, expected, actual } => write!(
+            KernelError::DataLength {
+                ty,
+                rows,
+                cols,
+                expected,
+                actual,
+            } => write!(
                 f,
                 "a {rows}x{cols} {ty} matrix needs {expected} bytes but {actual} were given \
                  (the tensor data is truncated or its shape/type is wrong)"
             ),
             KernelError::SizeOverflow { rows, cols } => {
-                write!(f, "a {rows}x{cols} matrix is too large to address on this machine")
+                write!(
+                    f,
+                    "a {rows}x{cols} matrix is too large to address on this machine"
+                )
             }
         }
     }
@@ -237,7 +257,7 @@ impl<'a> Matrix<'a> {
     ///                  Err(KernelError::ColsNotBlockMultiple { .. })));
     /// ```
     pub fn new(ty: WType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
-        if cols % ty.block_size() != 0 {
+        if !cols.is_multiple_of(ty.block_size()) {
             return Err(KernelError::ColsNotBlockMultiple { ty, cols });
         }
         let expected = cols
@@ -245,9 +265,20 @@ impl<'a> Matrix<'a> {
             .and_then(|b| (b / ty.block_size()).checked_mul(rows))
             .ok_or(KernelError::SizeOverflow { rows, cols })?;
         if data.len() != expected {
-            return Err(KernelError::DataLength { ty, rows, cols, expected, actual: data.len() });
+            return Err(KernelError::DataLength {
+                ty,
+                rows,
+                cols,
+                expected,
+                actual: data.len(),
+            });
         }
-        Ok(Matrix { ty, rows, cols, data })
+        Ok(Matrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
     }
 
     /// Bytes of one row.
@@ -257,7 +288,11 @@ impl<'a> Matrix<'a> {
 
     /// The bytes of row `r`. Panics if `r >= rows` or the data is too short.
     pub fn row(&self, r: usize) -> &'a [u8] {
-        assert!(r < self.rows, "row {r} out of range for a matrix of {} rows", self.rows);
+        assert!(
+            r < self.rows,
+            "row {r} out of range for a matrix of {} rows",
+            self.rows
+        );
         let rb = self.row_bytes();
         &self.data[r * rb..(r + 1) * rb]
     }
@@ -266,13 +301,15 @@ impl<'a> Matrix<'a> {
     /// together with the exact data slice. Panics (never UB) on an inconsistent hand-built value.
     fn checked(&self) -> (usize, &'a [u8]) {
         assert!(
-            self.cols % self.ty.block_size() == 0,
+            self.cols.is_multiple_of(self.ty.block_size()),
             "{} matrix with {} columns (not a multiple of {QK})",
             self.ty,
             self.cols
         );
         let rb = self.row_bytes();
-        let len = rb.checked_mul(self.rows).expect("matrix byte size overflows usize");
+        let len = rb
+            .checked_mul(self.rows)
+            .expect("matrix byte size overflows usize");
         (rb, &self.data[..len])
     }
 }
@@ -369,7 +406,9 @@ impl Kernels {
 
     /// The portable scalar reference tier.
     pub fn scalar() -> Kernels {
-        Kernels { level: Level::Scalar }
+        Kernels {
+            level: Level::Scalar,
+        }
     }
 
     /// The given level, or `None` if the CPU (or this build's target architecture) lacks it.
@@ -411,7 +450,13 @@ impl Kernels {
             debug_assert_eq!(b.len(), w.rows, "matmul: bias length is not rows");
             &b[..w.rows]
         });
-        let a = MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data };
+        let a = MatArgs {
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            rb,
+            data,
+        };
         dispatch!(self, matmul(&a, x, n_pos, bias, y))
     }
 
@@ -462,7 +507,10 @@ impl Kernels {
     /// ```
     pub fn layer_norm(&self, x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
         let n = x.len();
-        debug_assert!(w.len() == n && b.len() == n && out.len() == n, "layer_norm: lengths differ");
+        debug_assert!(
+            w.len() == n && b.len() == n && out.len() == n,
+            "layer_norm: lengths differ"
+        );
         let (w, b, out) = (&w[..n], &b[..n], &mut out[..n]);
         dispatch!(self, layer_norm(x, w, b, eps, out))
     }

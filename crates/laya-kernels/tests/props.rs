@@ -4,6 +4,9 @@
 //! Levels the CPU lacks are skipped with a printed note (run `cargo test -p laya-kernels --
 //! --nocapture` to see it); AVX-512 in particular is exercised only on an AVX-512 machine.
 
+#![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= tol)` also fails on NaN, on purpose
+#![allow(clippy::type_complexity)]
+
 use laya_kernels::{KernelError, Kernels, Level, Matrix, WType};
 use proptest::prelude::*;
 use std::sync::Once;
@@ -17,7 +20,9 @@ fn simd_levels() -> Vec<Kernels> {
     NOTE.call_once(|| {
         for l in Level::ALL {
             if !l.is_available() {
-                eprintln!("note: level {l} not available on this CPU/target; its tests are skipped");
+                eprintln!(
+                    "note: level {l} not available on this CPU/target; its tests are skipped"
+                );
             }
         }
     });
@@ -81,8 +86,12 @@ fn make_weights(ty: WType, rows: usize, cols: usize, offset: usize, rng: &mut Rn
     for _ in 0..rows {
         match ty {
             WType::F32 => (0..cols).for_each(|_| v.extend_from_slice(&rng.f().to_le_bytes())),
-            WType::F16 => (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits())),
-            WType::BF16 => (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits())),
+            WType::F16 => {
+                (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits()))
+            }
+            WType::BF16 => {
+                (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits()))
+            }
             WType::Q8_0 | WType::Q4_0 | WType::Q4_1 => {
                 for _ in 0..cols / 32 {
                     push16(&mut v, rng.scale_f16());
@@ -147,7 +156,14 @@ fn ref_dequant(ty: WType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
 }
 
 /// Reference product in f64, and per output the error scale `|b| + sum |w||x|`.
-fn ref_matmul(w: &[f64], rows: usize, cols: usize, x: &[f32], n_pos: usize, bias: Option<&[f32]>) -> (Vec<f64>, Vec<f64>) {
+fn ref_matmul(
+    w: &[f64],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n_pos: usize,
+    bias: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>) {
     let mut y = vec![0.0; n_pos * rows];
     let mut s = vec![0.0; n_pos * rows];
     for p in 0..n_pos {
@@ -185,7 +201,15 @@ fn wtype_strategy() -> impl Strategy<Value = WType> {
 }
 
 /// Runs matmul on every level and checks scalar vs f64 and SIMD vs scalar.
-fn check_matmul(ty: WType, rows: usize, cols: usize, n_pos: usize, with_bias: bool, offset: usize, seed: u64) -> Result<(), String> {
+fn check_matmul(
+    ty: WType,
+    rows: usize,
+    cols: usize,
+    n_pos: usize,
+    with_bias: bool,
+    offset: usize,
+    seed: u64,
+) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let buf = make_weights(ty, rows, cols, offset, &mut rng);
     let data = &buf[offset..];
@@ -289,7 +313,16 @@ fn matmul_shape_grid() {
             for n_pos in [1, 2, 3, 4, 5, 16, 17] {
                 for rows in [1, 3, 4, 5, 8, 9, 13, 70] {
                     seed += 1;
-                    check_matmul(ty, rows, cols, n_pos, seed % 2 == 0, (seed % 4) as usize, seed).unwrap();
+                    check_matmul(
+                        ty,
+                        rows,
+                        cols,
+                        n_pos,
+                        seed % 2 == 0,
+                        (seed % 4) as usize,
+                        seed,
+                    )
+                    .unwrap();
                 }
             }
         }
@@ -324,7 +357,7 @@ fn matmul_zero_positions_and_zero_cols() {
 fn known_blocks_decode() {
     let half_ = 0x3800u16.to_le_bytes(); // f16 0.5
     let one = 0x3C00u16.to_le_bytes(); // f16 1.0
-    // Q8_0: d = 0.5, qs = -128, 127, 0, ...
+                                       // Q8_0: d = 0.5, qs = -128, 127, 0, ...
     let mut q8 = half_.to_vec();
     q8.extend([0x80, 0x7F]);
     q8.extend([0u8; 30]);
@@ -367,20 +400,34 @@ fn known_blocks_decode() {
 fn matrix_new_validates() {
     assert_eq!(
         Matrix::new(WType::Q8_0, 2, 40, &[0; 68]).unwrap_err(),
-        KernelError::ColsNotBlockMultiple { ty: WType::Q8_0, cols: 40 }
+        KernelError::ColsNotBlockMultiple {
+            ty: WType::Q8_0,
+            cols: 40
+        }
     );
     assert!(matches!(
         Matrix::new(WType::Q4_1, 2, 64, &[0; 79]),
-        Err(KernelError::DataLength { expected: 80, actual: 79, .. })
+        Err(KernelError::DataLength {
+            expected: 80,
+            actual: 79,
+            ..
+        })
     ));
-    assert!(matches!(Matrix::new(WType::F32, usize::MAX, 8, &[]), Err(KernelError::SizeOverflow { .. })));
+    assert!(matches!(
+        Matrix::new(WType::F32, usize::MAX, 8, &[]),
+        Err(KernelError::SizeOverflow { .. })
+    ));
     assert!(Matrix::new(WType::BF16, 3, 5, &[0; 30]).is_ok());
     for ty in WType::ALL {
         assert_eq!(WType::from_ggml(ty.ggml_id()), Some(ty));
         assert!(!ty.name().is_empty());
     }
     assert_eq!(WType::from_ggml(6), None);
-    let msg = KernelError::ColsNotBlockMultiple { ty: WType::Q4_0, cols: 40 }.to_string();
+    let msg = KernelError::ColsNotBlockMultiple {
+        ty: WType::Q4_0,
+        cols: 40,
+    }
+    .to_string();
     assert!(msg.contains("multiple of 32"), "{msg}");
 }
 
@@ -389,13 +436,23 @@ fn matrix_new_validates() {
 fn inconsistent_matrix_panics_on_every_level() {
     for k in all_levels() {
         let data = [0u8; 64];
-        let bad = Matrix { ty: WType::F32, rows: 5, cols: 4, data: &data }; // needs 80 bytes
+        let bad = Matrix {
+            ty: WType::F32,
+            rows: 5,
+            cols: 4,
+            data: &data,
+        }; // needs 80 bytes
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 5];
             k.matmul(&bad, &[0.0; 4], 1, None, &mut y);
         });
         assert!(r.is_err(), "{}: short data accepted", k.level());
-        let bad_q = Matrix { ty: WType::Q8_0, rows: 1, cols: 40, data: &data };
+        let bad_q = Matrix {
+            ty: WType::Q8_0,
+            rows: 1,
+            cols: 40,
+            data: &data,
+        };
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 1];
             k.matmul(&bad_q, &[0.0; 40], 1, None, &mut y);
@@ -534,7 +591,11 @@ fn softmax_extremes() {
         let mut v = [1000.0f32, 1000.0, -1000.0, 0.0];
         k.softmax(&mut v);
         assert_eq!(v[2], 0.0);
-        assert!((v[0] - 0.5).abs() < 1e-6 && (v[1] - 0.5).abs() < 1e-6, "{} {v:?}", k.level());
+        assert!(
+            (v[0] - 0.5).abs() < 1e-6 && (v[1] - 0.5).abs() < 1e-6,
+            "{} {v:?}",
+            k.level()
+        );
         let mut one = [f32::MIN];
         k.softmax(&mut one);
         assert_eq!(one, [1.0]);

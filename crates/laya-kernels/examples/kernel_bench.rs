@@ -1,0 +1,141 @@
+//! Micro benchmark for the matmul kernels (no criterion; prints a table).
+//!
+//! ```text
+//! cargo run --release -p laya-kernels --example kernel_bench [peak_gflops]
+//! ```
+//!
+//! `peak_gflops` (default 115, a Zen 3 core at ~3.6 GHz: 2 FMA/cycle x 8 lanes x 2 flops) is only
+//! used to print the fraction of peak. Results are the best of several timed batches, so they
+//! reflect the kernel rather than scheduling noise; on a shared machine expect some variance.
+
+use laya_kernels::{Kernels, Level, Matrix, WType};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+fn weights(ty: WType, rows: usize, cols: usize) -> Vec<u8> {
+    let n = rows * ty.row_bytes(cols);
+    let mut s = 0x1234_5678u32;
+    let mut v: Vec<u8> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 24) as u8
+        })
+        .collect();
+    // Make every element/scale a small finite number so timings are not skewed by NaN/denormals.
+    match ty {
+        WType::F32 => v
+            .chunks_mut(4)
+            .for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
+        WType::F16 | WType::BF16 => v.chunks_mut(2).for_each(|c| c[1] = 0x3C),
+        _ => v.chunks_mut(ty.block_bytes()).for_each(|b| {
+            b[0] = 0x00;
+            b[1] = 0x20;
+            if ty == WType::Q4_1 {
+                b[2] = 0x00;
+                b[3] = 0x20;
+            }
+        }),
+    }
+    v
+}
+
+/// Best seconds per call over several batches of `iters` calls.
+fn time(mut f: impl FnMut(), iters: usize) -> f64 {
+    for _ in 0..iters.min(50) {
+        f();
+    }
+    let mut best = f64::INFINITY;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(400) {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        best = best.min(t.elapsed().as_secs_f64() / iters as f64);
+    }
+    best
+}
+
+fn main() {
+    let peak: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(115.0);
+    let levels: Vec<Kernels> = Level::ALL
+        .into_iter()
+        .filter_map(Kernels::for_level)
+        .collect();
+    println!(
+        "detected: {}   (peak for %: {peak} GFLOP/s)",
+        Kernels::detect().level()
+    );
+    println!(
+        "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10} {:>7}",
+        "level", "type", "n_pos", "rows", "cols", "GFLOP/s", "%peak"
+    );
+    for ty in [
+        WType::F32,
+        WType::F16,
+        WType::BF16,
+        WType::Q8_0,
+        WType::Q4_0,
+        WType::Q4_1,
+    ] {
+        for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512)] {
+            if ty != WType::F32 && (rows, cols) != (128, 128) {
+                continue;
+            }
+            let w = weights(ty, rows, cols);
+            let m = Matrix::new(ty, rows, cols, &w).unwrap();
+            let x = vec![0.5f32; n_pos * cols];
+            let b = vec![0.1f32; rows];
+            let mut y = vec![0.0f32; n_pos * rows];
+            for k in &levels {
+                let s = time(
+                    || k.matmul(&m, black_box(&x), n_pos, Some(&b), black_box(&mut y)),
+                    200,
+                );
+                let gf = 2.0 * (n_pos * rows * cols) as f64 / s / 1e9;
+                println!(
+                    "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10.1} {:>6.0}%",
+                    k.level().to_string(),
+                    ty.name(),
+                    n_pos,
+                    rows,
+                    cols,
+                    gf,
+                    100.0 * gf / peak
+                );
+            }
+        }
+    }
+    println!();
+    println!("output head, n_pos = 1, 20000 x 128 (weights streamed once per call):");
+    println!(
+        "{:<8} {:<5} {:>10} {:>10}",
+        "level", "type", "GB/s", "us/call"
+    );
+    for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_0] {
+        let (rows, cols) = (20000, 128);
+        let w = weights(ty, rows, cols);
+        let m = Matrix::new(ty, rows, cols, &w).unwrap();
+        let x = vec![0.5f32; cols];
+        let b = vec![0.1f32; rows];
+        let mut y = vec![0.0f32; rows];
+        for k in &levels {
+            let s = time(
+                || k.matmul(&m, black_box(&x), 1, Some(&b), black_box(&mut y)),
+                20,
+            );
+            println!(
+                "{:<8} {:<5} {:>10.1} {:>10.1}",
+                k.level().to_string(),
+                ty.name(),
+                w.len() as f64 / s / 1e9,
+                s * 1e6
+            );
+        }
+    }
+}
