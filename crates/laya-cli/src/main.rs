@@ -1,1 +1,73 @@
-fn main() {}
+//! `laya`: the command line of the Laya typing decision engine.
+//!
+//! Every subcommand prints one clear line and exits non-zero on a user error; no panics and
+//! no backtraces for mistakes like a missing file or a corrupt model.
+
+mod bench;
+mod default_model;
+mod inspect;
+mod predict;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use laya_runtime::Model;
+
+#[derive(Parser)]
+#[command(name = "laya", version, about = "On-device typing decision engine: which words to show next")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Predict candidates for a context (a table), or for JSON lines on stdin (--jsonl).
+    Predict(predict::Args),
+    /// Show a model file: hyper-parameters, tensors, lexicon, checksum verdict.
+    Inspect(inspect::Args),
+    /// Time single predictions: p50/p99, cold start, allocations, per-stage breakdown.
+    Bench(bench::Args),
+}
+
+/// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// The model named by `--model`, or the one embedded in this binary.
+pub fn load_model(path: Option<&std::path::Path>) -> Result<Arc<Model>, CliError> {
+    match path {
+        Some(p) => Ok(Model::load(p)?),
+        None => match default_model::bytes() {
+            Some(bytes) => Ok(Model::from_static(bytes)
+                .map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?),
+            None => Err(CliError(
+                "no model is embedded in this build yet; pass --model FILE \
+                 (models are made with `laya train`, see docs/training.md)"
+                    .into(),
+            )),
+        },
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Predict(a) => predict::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError(msg)) => {
+            eprintln!("laya: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,32 @@
-//! laya-runtime
+//! Laya's inference engine: loads a `.laya` model (docs/format.md) by memory map, validates
+//! all of it, and ranks candidate words for the text before the cursor in microseconds,
+//! with zero heap allocations per prediction.
+//!
+//! * [`Model`]: the immutable, validated model; share it between threads with `Arc`.
+//! * [`Session`]: one thread's scratch buffers; `predict` returns borrowed [`Candidate`]s.
+//!
+//! ```no_run
+//! let model = laya_runtime::Model::load("model.laya")?;
+//! let mut session = laya_runtime::Session::new(model);
+//! session.warm_up();
+//! let top = session.predict("今天天气", 5);
+//! for c in top.iter() {
+//!     println!("{}\treplace={}\tp={:.3}", c.word, c.replace, c.p);
+//! }
+//! # Ok::<(), laya_runtime::LoadError>(())
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod lexicon;
+mod model;
+mod session;
+mod stages;
+mod storage;
+
+pub use error::LoadError;
+pub use laya_kernels::{Kernels, Level};
+pub use model::{Config, Model, ModelInfo};
+pub use session::{Candidate, Predictions, Session, DEFAULT_MAX_K};
+pub use stages::{Stage, StageTimes};

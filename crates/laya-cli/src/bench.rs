@@ -1,0 +1,306 @@
+//! `laya bench` (EVAL.md §3): latency of single predictions on real typing contexts, cold
+//! start measured from a fresh process, allocations per prediction counted by the binary's
+//! own allocator, and the per-stage breakdown.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use laya_runtime::{Model, Session, Stage};
+use serde::Serialize;
+
+use crate::CliError;
+
+/// One core of the reference machine peaks at about 115 GFLOP/s fp32 (2 FMA units x 8 lanes x
+/// 2 flops x ~3.6 GHz); pass --peak-gflops for other hardware.
+const DEFAULT_PEAK_GFLOPS: f64 = 115.0;
+
+/// Sentences typed character by character to make realistic contexts (mixed Chinese and
+/// English, short and longer than the 16-character window).
+const SAMPLE_TEXT: &[&str] = &[
+    "今天天气很好，我们一起去公园散步吧。",
+    "明天上午十点在会议室开会，请准时参加。",
+    "这家酒店的服务非常好，房间也很干净。",
+    "中国人民银行决定下调存款准备金率。",
+    "I will see you at the station tomorrow morning.",
+    "Thanks for the update, let me know when it ships.",
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model file (default: the embedded model).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Timed predictions (after warm-up).
+    #[arg(long, default_value_t = 3000)]
+    iterations: usize,
+    /// Threads predicting at once, each with its own session on the shared model.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Fresh processes started to measure cold start.
+    #[arg(long, default_value_t = 10)]
+    cold_runs: usize,
+    /// Peak fp32 GFLOP/s of one core, for the fraction-of-peak figure.
+    #[arg(long, default_value_t = DEFAULT_PEAK_GFLOPS)]
+    peak_gflops: f64,
+    /// Take contexts from the lines of this file instead of the built-in sample.
+    #[arg(long)]
+    text: Option<PathBuf>,
+    /// Internal: load, predict once, report, exit (used to time cold start).
+    #[arg(long, hide = true)]
+    cold_probe: bool,
+}
+
+#[derive(Serialize)]
+struct StageRow {
+    stage: &'static str,
+    mean_us: f64,
+    share: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    file_bytes: usize,
+    vocab: usize,
+    kernel_level: String,
+    threads: usize,
+    predictions: usize,
+    p50_us: f64,
+    p99_us: f64,
+    mean_us: f64,
+    cold_start_ms: f64,
+    load_ms: f64,
+    allocations_per_prediction: f64,
+    macs_per_prediction: u64,
+    gflops_at_p50: f64,
+    peak_gflops: f64,
+    peak_fraction: f64,
+    peak_rss_kb: u64,
+    predictions_per_second: f64,
+    stages: Vec<StageRow>,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct Probe {
+    first_prediction_us: f64,
+    peak_rss_kb: u64,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    if args.cold_probe {
+        return probe(&args);
+    }
+    if args.iterations == 0 || args.threads == 0 {
+        return Err(CliError("--iterations and --threads must be at least 1".into()));
+    }
+    let contexts = contexts(&args)?;
+    let t0 = Instant::now();
+    let model = crate::load_model(args.model.as_deref())?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+
+    let cold = cold_start(&args)?;
+
+    // Allocation count over the whole timed loop on this thread, after warm-up.
+    let mut session = Session::new(Arc::clone(&model));
+    session.warm_up();
+    let mut lat = Vec::with_capacity(args.iterations);
+    let mut sink = 0.0f32;
+    let info = allocation_counter::measure(|| {
+        for i in 0..args.iterations {
+            let ctx = &contexts[i % contexts.len()];
+            let t = Instant::now();
+            let p = session.predict(ctx, 5);
+            sink += p.get(0).map_or(0.0, |c| c.p);
+            lat.push(t.elapsed().as_nanos() as f64 / 1e3);
+        }
+    });
+    std::hint::black_box(sink);
+
+    let (p50, p99, mean, pps) = if args.threads == 1 {
+        let (p50, p99, mean) = percentiles(&mut lat);
+        (p50, p99, mean, 1e6 / mean)
+    } else {
+        threaded(&model, &contexts, args.iterations, args.threads)
+    };
+
+    session.set_profiling(true);
+    for i in 0..args.iterations.min(2000) {
+        session.predict(&contexts[i % contexts.len()], 5);
+    }
+    let times = session.stage_times().clone();
+    let total: f64 = Stage::ALL.iter().map(|&s| times.mean_us(s)).sum();
+    let stages = Stage::ALL
+        .iter()
+        .map(|&s| StageRow { stage: s.name(), mean_us: times.mean_us(s), share: times.mean_us(s) / total.max(1e-9) })
+        .collect();
+
+    let macs = model.macs_per_prediction();
+    let gflops = 2.0 * macs as f64 / (p50 * 1e3);
+    let report = Report {
+        model: model.info().name.clone(),
+        file_bytes: model.info().file_len,
+        vocab: model.lexicon_len(),
+        kernel_level: model.kernel_level().to_string(),
+        threads: args.threads,
+        predictions: args.iterations,
+        p50_us: p50,
+        p99_us: p99,
+        mean_us: mean,
+        cold_start_ms: cold.0,
+        load_ms,
+        allocations_per_prediction: info.count_total as f64 / args.iterations as f64,
+        macs_per_prediction: macs,
+        gflops_at_p50: gflops,
+        peak_gflops: args.peak_gflops,
+        peak_fraction: gflops / args.peak_gflops,
+        peak_rss_kb: cold.1,
+        predictions_per_second: pps,
+        stages,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+fn print_report(r: &Report) {
+    println!("model        {} ({} words, {:.2} MB, kernels {})", r.model, r.vocab, r.file_bytes as f64 / 1e6, r.kernel_level);
+    println!("predictions  {} on {} thread(s), batch 1", r.predictions, r.threads);
+    println!();
+    println!("| metric                      | value |");
+    println!("|-----------------------------|-------|");
+    println!("| p50 latency                 | {:.1} µs |", r.p50_us);
+    println!("| p99 latency                 | {:.1} µs |", r.p99_us);
+    println!("| mean latency                | {:.1} µs |", r.mean_us);
+    println!("| predictions / second        | {:.0} |", r.predictions_per_second);
+    println!("| cold start (process → first prediction) | {:.2} ms |", r.cold_start_ms);
+    println!("| load in this process        | {:.2} ms |", r.load_ms);
+    println!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
+    println!("| allocations per prediction  | {} |", r.allocations_per_prediction);
+    println!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s peak ({} MACs) |",
+        r.gflops_at_p50, 100.0 * r.peak_fraction, r.peak_gflops, r.macs_per_prediction);
+    println!();
+    println!("| stage        | mean µs | share |");
+    println!("|--------------|---------|-------|");
+    for s in &r.stages {
+        println!("| {:<12} | {:>7.2} | {:>4.1}% |", s.stage, s.mean_us, 100.0 * s.share);
+    }
+}
+
+fn contexts(args: &Args) -> Result<Vec<String>, CliError> {
+    let lines: Vec<String> = match &args.text {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(200)
+            .map(str::to_string)
+            .collect(),
+        None => SAMPLE_TEXT.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut out = Vec::new();
+    for line in &lines {
+        let chars: Vec<char> = line.chars().collect();
+        for i in 0..=chars.len() {
+            out.push(chars[..i].iter().collect());
+        }
+    }
+    if out.is_empty() {
+        return Err(CliError("no contexts: the text file has no non-empty lines".into()));
+    }
+    Ok(out)
+}
+
+fn percentiles(lat: &mut [f64]) -> (f64, f64, f64) {
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    let mean = lat.iter().sum::<f64>() / lat.len() as f64;
+    (at(0.5), at(0.99), mean)
+}
+
+fn threaded(model: &Arc<Model>, contexts: &[String], iterations: usize, threads: usize) -> (f64, f64, f64, f64) {
+    let start = Instant::now();
+    let all: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let model = Arc::clone(model);
+                s.spawn(move || {
+                    let mut session = Session::new(model);
+                    session.warm_up();
+                    let mut lat = Vec::with_capacity(iterations);
+                    for i in 0..iterations {
+                        let t0 = Instant::now();
+                        std::hint::black_box(session.predict(&contexts[(i + t * 7) % contexts.len()], 5).len());
+                        lat.push(t0.elapsed().as_nanos() as f64 / 1e3);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat: Vec<f64> = all.into_iter().flatten().collect();
+    let n = lat.len() as f64;
+    let (p50, p99, mean) = percentiles(&mut lat);
+    (p50, p99, mean, n / secs)
+}
+
+/// Starts this binary `cold_runs` times with `--cold-probe` and times process start to the
+/// first prediction's answer; returns (median ms, peak RSS in kB of the probe).
+fn cold_start(args: &Args) -> Result<(f64, u64), CliError> {
+    let exe = std::env::current_exe()?;
+    let mut times = Vec::new();
+    let mut rss = 0;
+    for _ in 0..args.cold_runs.max(1) {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["bench", "--cold-probe"]);
+        if let Some(m) = &args.model {
+            cmd.arg("--model").arg(m);
+        }
+        let t0 = Instant::now();
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            BufReader::new(out).read_line(&mut line)?;
+        }
+        let elapsed = t0.elapsed().as_secs_f64() * 1e3;
+        let status = child.wait()?;
+        let probe: Probe = serde_json::from_str(line.trim())
+            .map_err(|_| CliError(format!("cold-start probe failed ({status})")))?;
+        times.push(elapsed);
+        rss = rss.max(probe.peak_rss_kb);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok((times[times.len() / 2], rss))
+}
+
+fn probe(args: &Args) -> Result<(), CliError> {
+    let t0 = Instant::now();
+    let model = crate::load_model(args.model.as_deref())?;
+    let mut session = Session::new(model);
+    std::hint::black_box(session.predict("今天天气", 5).len());
+    let us = t0.elapsed().as_secs_f64() * 1e6;
+    println!("{}", serde_json::to_string(&Probe { first_prediction_us: us, peak_rss_kb: peak_rss_kb() })?);
+    Ok(())
+}
+
+/// VmHWM from /proc (Linux); 0 elsewhere.
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,119 @@
+//! `laya predict`: one context as a table, or the EVAL.md §1 JSON-lines contract.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use laya_runtime::Session;
+use serde::Serialize;
+
+use crate::CliError;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The text before the cursor (omit with --jsonl).
+    context: Option<String>,
+    /// Read {"context": "..."} JSON lines from stdin, write one JSON line each.
+    #[arg(long)]
+    jsonl: bool,
+    /// Model file (default: the model embedded in this binary).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Number of candidates.
+    #[arg(long, default_value_t = 5)]
+    top: usize,
+    /// Print the single result as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Out<'a> {
+    candidates: Vec<OutCandidate<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutCandidate<'a> {
+    word: &'a str,
+    replace: usize,
+    p: f32,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let model = crate::load_model(args.model.as_deref())?;
+    let mut session = Session::with_max_k(model, args.top.max(1));
+    if args.jsonl {
+        if args.context.is_some() {
+            return Err(CliError("give either a context argument or --jsonl, not both".into()));
+        }
+        return jsonl(&mut session, args.top);
+    }
+    let Some(context) = args.context else {
+        return Err(CliError("missing context: `laya predict \"今天天气\"` or `laya predict --jsonl`".into()));
+    };
+    let preds = session.predict(&context, args.top);
+    if args.json {
+        println!("{}", serde_json::to_string(&to_out(&preds))?);
+        return Ok(());
+    }
+    println!("{:>4}  {:<20} {:>7}  {:>8}", "rank", "word", "replace", "p");
+    for (i, c) in preds.iter().enumerate() {
+        println!("{:>4}  {:<20} {:>7}  {:>8.4}", i + 1, pad(c.word, 20), c.replace, c.p);
+    }
+    Ok(())
+}
+
+fn to_out<'a>(p: &laya_runtime::Predictions<'a>) -> Out<'a> {
+    Out { candidates: p.iter().map(|c| OutCandidate { word: c.word, replace: c.replace, p: c.p }).collect() }
+}
+
+/// CJK characters take two terminal columns; pad by display width so the table lines up.
+fn pad(word: &str, width: usize) -> String {
+    let w: usize = word.chars().map(|c| if (c as u32) >= 0x1100 { 2 } else { 1 }).sum();
+    format!("{word}{}", " ".repeat(width.saturating_sub(w)))
+}
+
+#[derive(serde::Deserialize)]
+struct In {
+    context: String,
+}
+
+/// EVAL.md §1: one output line per input line, in order, flushed; a bad line gets
+/// `{"error": ...}` and the stream goes on; only a failing stdin ends it with an error.
+fn jsonl(session: &mut Session, top: usize) -> Result<(), CliError> {
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut line = Vec::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        let read = input.read_until(b'\n', &mut line).map_err(|e| CliError(format!("reading stdin: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        n += 1;
+        let text = trim_newline(&line);
+        let reply = match serde_json::from_slice::<In>(text) {
+            Ok(req) => serde_json::to_string(&to_out(&session.predict(&req.context, top)))?,
+            Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
+        };
+        writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(|e| CliError(format!("writing stdout: {e}")))?;
+    }
+    Ok(())
+}
+
+fn trim_newline(b: &[u8]) -> &[u8] {
+    let b = b.strip_suffix(b"\n").unwrap_or(b);
+    b.strip_suffix(b"\r").unwrap_or(b)
+}
+
+fn describe(text: &[u8], e: &serde_json::Error) -> String {
+    if std::str::from_utf8(text).is_err() {
+        "the line is not valid UTF-8".into()
+    } else if text.iter().all(|c| c.is_ascii_whitespace()) {
+        "empty line; expected {\"context\": \"...\"}".into()
+    } else {
+        format!("expected {{\"context\": \"...\"}}: {e}")
+    }
+}

@@ -1,0 +1,45 @@
+//! Errors a user of the runtime can act on.
+
+use std::fmt;
+
+/// Why a model could not be loaded. Nothing is half-loaded: on error no [`crate::Model`] exists.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file could not be opened or mapped.
+    Io {
+        /// The path as given.
+        path: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid Laya model (see docs/format.md); the message says which rule failed.
+    Format(laya_format::FormatError),
+    /// The file is valid but describes tensors the kernels cannot run.
+    Kernel(String),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Io { path, source } => write!(f, "cannot read model file '{path}': {source}"),
+            LoadError::Format(e) => write!(f, "invalid model file: {e}"),
+            LoadError::Kernel(e) => write!(f, "model cannot run on this runtime: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LoadError::Io { source, .. } => Some(source),
+            LoadError::Format(e) => Some(e),
+            LoadError::Kernel(_) => None,
+        }
+    }
+}
+
+impl From<laya_format::FormatError> for LoadError {
+    fn from(e: laya_format::FormatError) -> Self {
+        LoadError::Format(e)
+    }
+}

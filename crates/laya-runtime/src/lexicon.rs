@@ -1,0 +1,119 @@
+//! The model's word list, laid out for the hot path: one byte buffer, offsets, lengths in
+//! scalar values, and a byte-sorted order so that "every word starting with these characters"
+//! is one contiguous range found by binary search.
+
+use std::ops::Range;
+
+pub(crate) struct Lexicon {
+    bytes: String,
+    /// `offsets[i]..offsets[i + 1]` is word `i` in `bytes`.
+    offsets: Vec<u32>,
+    /// Length of each word in Unicode scalar values (`replace` is counted in these).
+    char_lens: Vec<u16>,
+    /// Word ids in byte order. `None` when the file already stores the words sorted, which
+    /// is what Laya's writer does, so loading costs one linear check instead of a sort.
+    order: Option<Vec<u32>>,
+}
+
+impl Lexicon {
+    pub(crate) fn new(words: &[String]) -> Lexicon {
+        let total: usize = words.iter().map(|w| w.len()).sum();
+        let mut bytes = String::with_capacity(total);
+        let mut offsets = Vec::with_capacity(words.len() + 1);
+        let mut char_lens = Vec::with_capacity(words.len());
+        offsets.push(0u32);
+        for w in words {
+            bytes.push_str(w);
+            offsets.push(bytes.len() as u32);
+            char_lens.push(w.chars().count().min(u16::MAX as usize) as u16);
+        }
+        let sorted = words.windows(2).all(|p| p[0].as_bytes() < p[1].as_bytes());
+        let order = if sorted {
+            None
+        } else {
+            let mut ids: Vec<u32> = (0..words.len() as u32).collect();
+            ids.sort_by(|&a, &b| words[a as usize].as_bytes().cmp(words[b as usize].as_bytes()));
+            Some(ids)
+        };
+        Lexicon { bytes, offsets, char_lens, order }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.char_lens.len()
+    }
+
+    #[inline]
+    pub(crate) fn word(&self, id: usize) -> &str {
+        &self.bytes[self.offsets[id] as usize..self.offsets[id + 1] as usize]
+    }
+
+    #[inline]
+    pub(crate) fn char_len(&self, id: usize) -> usize {
+        self.char_lens[id] as usize
+    }
+
+    /// The word id at position `pos` of the byte-sorted order.
+    #[inline]
+    pub(crate) fn id_at(&self, pos: usize) -> usize {
+        match &self.order {
+            None => pos,
+            Some(o) => o[pos] as usize,
+        }
+    }
+
+    /// Positions (in sorted order) of every word whose bytes start with `prefix`.
+    pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
+        let n = self.len();
+        let lo = partition_point(n, |pos| self.word(self.id_at(pos)).as_bytes() < prefix);
+        let hi = lo
+            + partition_point(n - lo, |off| {
+                self.word(self.id_at(lo + off)).as_bytes().starts_with(prefix)
+            });
+        lo..hi
+    }
+}
+
+/// `slice::partition_point` over an index space, so no slice of words has to be materialised.
+fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lex(words: &[&str]) -> Lexicon {
+        Lexicon::new(&words.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    fn words_in(l: &Lexicon, prefix: &str) -> Vec<String> {
+        l.prefix_range(prefix.as_bytes()).map(|p| l.word(l.id_at(p)).to_string()).collect()
+    }
+
+    #[test]
+    fn prefix_ranges_sorted_and_unsorted() {
+        for l in [lex(&["a", "he", "hel", "hello", "help", "明", "明天", "明白"]),
+                  lex(&["明白", "hello", "a", "明天", "help", "he", "明", "hel"])] {
+            assert_eq!(words_in(&l, "hel"), ["hel", "hello", "help"]);
+            assert_eq!(words_in(&l, "明"), ["明", "明天", "明白"]);
+            assert_eq!(words_in(&l, "x"), Vec::<String>::new());
+            assert_eq!(words_in(&l, "").len(), 8);
+            assert_eq!(words_in(&l, "hello!"), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn char_lengths_count_scalar_values() {
+        let l = lex(&["明天", "😀x", "abc"]);
+        assert_eq!((l.char_len(0), l.char_len(1), l.char_len(2)), (2, 2, 3));
+    }
+}

@@ -1,0 +1,310 @@
+//! A loaded, validated, immutable model: the file's bytes plus everything the forward pass
+//! needs to find in them. Shared between threads behind an `Arc`.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, TensorRef};
+use laya_kernels::{Kernels, Level, Matrix, WType};
+
+use crate::error::LoadError;
+use crate::lexicon::Lexicon;
+use crate::storage::Storage;
+
+/// Hyper-parameters of a loaded model, as the forward pass uses them.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Context length `T` in Unicode scalar values.
+    pub context_length: usize,
+    /// Model width `d`.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// FFN width of each block (pruned blocks differ).
+    pub ffn: Vec<usize>,
+    /// LayerNorm epsilon.
+    pub eps: f32,
+    /// FFN activation.
+    pub activation: Activation,
+    /// Rows of the embedding table.
+    pub embedding_rows: u32,
+    /// How a codepoint picks its embedding row.
+    pub mapping: Mapping,
+    /// Lexicon size `V`.
+    pub vocab: usize,
+    /// Replace classes `C`.
+    pub replace_classes: usize,
+    /// Normalisation rules applied to the context.
+    pub normalization: Vec<NormRule>,
+}
+
+/// Descriptive facts about a model file, for `laya inspect` and logs.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// `general.name`.
+    pub name: String,
+    /// `laya.provenance.language`.
+    pub language: String,
+    /// `laya.provenance.training_data`.
+    pub training_data: String,
+    /// `laya.provenance.created`.
+    pub created: String,
+    /// The verified content checksum.
+    pub checksum: u64,
+    /// File size in bytes.
+    pub file_len: usize,
+    /// `mmap`, `heap` or `embedded`.
+    pub storage: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Mat {
+    pub ty: WType,
+    pub rows: usize,
+    pub cols: usize,
+    pub range: Range<usize>,
+}
+
+pub(crate) struct Layer {
+    pub attn_norm_w: Vec<f32>,
+    pub attn_norm_b: Vec<f32>,
+    pub q: Mat,
+    pub q_b: Vec<f32>,
+    pub k: Mat,
+    pub k_b: Vec<f32>,
+    pub v: Mat,
+    pub v_b: Vec<f32>,
+    pub o: Mat,
+    pub o_b: Vec<f32>,
+    pub ffn_norm_w: Vec<f32>,
+    pub ffn_norm_b: Vec<f32>,
+    pub up: Mat,
+    pub up_b: Vec<f32>,
+    pub down: Mat,
+    pub down_b: Vec<f32>,
+}
+
+/// A validated Laya model, ready to predict. Cheap to share: wrap it in an [`Arc`] and give
+/// each thread its own [`crate::Session`].
+///
+/// ```no_run
+/// let model = laya_runtime::Model::load("model.laya")?;
+/// let mut session = laya_runtime::Session::new(model);
+/// for c in session.predict("今天天气", 5).iter() {
+///     println!("{} replace={} p={:.3}", c.word, c.replace, c.p);
+/// }
+/// # Ok::<(), laya_runtime::LoadError>(())
+/// ```
+pub struct Model {
+    storage: Storage,
+    pub(crate) kernels: Kernels,
+    pub(crate) cfg: Config,
+    pub(crate) info: ModelInfo,
+    pub(crate) tok: Mat,
+    pub(crate) pos: Mat,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) out_norm_w: Vec<f32>,
+    pub(crate) out_norm_b: Vec<f32>,
+    pub(crate) output: Mat,
+    pub(crate) output_b: Vec<f32>,
+    pub(crate) replace: Mat,
+    pub(crate) replace_b: Vec<f32>,
+    pub(crate) lexicon: Lexicon,
+}
+
+impl Model {
+    /// Memory-maps and validates a model file (every check of `laya-format`, checksum
+    /// included), choosing the best kernels for this CPU.
+    pub fn load(path: impl AsRef<Path>) -> Result<Arc<Model>, LoadError> {
+        Self::load_with(path, Kernels::detect())
+    }
+
+    /// Like [`Model::load`] with an explicit kernel tier (for tests and benchmarks).
+    pub fn load_with(path: impl AsRef<Path>, kernels: Kernels) -> Result<Arc<Model>, LoadError> {
+        let path = path.as_ref();
+        let io = |source| LoadError::Io { path: path.display().to_string(), source };
+        let file = File::open(path).map_err(io)?;
+        let storage = Storage::map(&file, path).map_err(io)?;
+        Self::from_storage(storage, kernels).map(Arc::new)
+    }
+
+    /// Validates a model held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Arc<Model>, LoadError> {
+        Self::from_storage(Storage::Owned(bytes), Kernels::detect()).map(Arc::new)
+    }
+
+    /// Validates a model compiled into the program (`include_bytes!`). The bytes must be
+    /// 64-byte aligned for in-place use; if they are not, they are copied once.
+    pub fn from_static(bytes: &'static [u8]) -> Result<Arc<Model>, LoadError> {
+        let storage = if (bytes.as_ptr() as usize) % 64 == 0 {
+            Storage::Static(bytes)
+        } else {
+            Storage::Owned(bytes.to_vec())
+        };
+        Self::from_storage(storage, Kernels::detect()).map(Arc::new)
+    }
+
+    /// Like [`Model::from_bytes`] with an explicit kernel tier.
+    pub fn from_bytes_with(bytes: Vec<u8>, kernels: Kernels) -> Result<Arc<Model>, LoadError> {
+        Self::from_storage(Storage::Owned(bytes), kernels).map(Arc::new)
+    }
+
+    fn from_storage(storage: Storage, kernels: Kernels) -> Result<Model, LoadError> {
+        let bytes = storage.bytes();
+        let file = LayaFile::parse(bytes)?;
+        let base = bytes.as_ptr() as usize;
+        let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
+            let ty = wtype(t.ty);
+            let start = t.data.as_ptr() as usize - base;
+            let (cols, rows) = (t.ne[0] as usize, t.ne.get(1).copied().unwrap_or(1) as usize);
+            // Re-check through the kernel crate's own constructor so a disagreement between
+            // the two crates is an error at load, never an out-of-bounds read later.
+            Matrix::new(ty, rows, cols, t.data)
+                .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
+            Ok(Mat { ty, rows, cols, range: start..start + t.data.len() })
+        };
+        let hp = &file.meta.hparams;
+        let cfg = Config {
+            context_length: hp.context_length as usize,
+            d_model: hp.embedding_length as usize,
+            heads: hp.head_count as usize,
+            ffn: hp.feed_forward_length.iter().map(|&f| f as usize).collect(),
+            eps: hp.layer_norm_epsilon,
+            activation: hp.activation,
+            embedding_rows: hp.embedding_rows,
+            mapping: hp.mapping.clone(),
+            vocab: file.meta.words.len(),
+            replace_classes: hp.replace_classes as usize,
+            normalization: file.meta.normalization.clone(),
+        };
+        let mut layers = Vec::with_capacity(file.layers.len());
+        for l in &file.layers {
+            layers.push(Layer {
+                attn_norm_w: f32s(&l.attn_norm_w),
+                attn_norm_b: f32s(&l.attn_norm_b),
+                q: mat(&l.attn_q_w)?,
+                q_b: f32s(&l.attn_q_b),
+                k: mat(&l.attn_k_w)?,
+                k_b: f32s(&l.attn_k_b),
+                v: mat(&l.attn_v_w)?,
+                v_b: f32s(&l.attn_v_b),
+                o: mat(&l.attn_out_w)?,
+                o_b: f32s(&l.attn_out_b),
+                ffn_norm_w: f32s(&l.ffn_norm_w),
+                ffn_norm_b: f32s(&l.ffn_norm_b),
+                up: mat(&l.ffn_up_w)?,
+                up_b: f32s(&l.ffn_up_b),
+                down: mat(&l.ffn_down_w)?,
+                down_b: f32s(&l.ffn_down_b),
+            });
+        }
+        let info = ModelInfo {
+            name: file.meta.name.clone(),
+            language: file.meta.provenance.language.clone(),
+            training_data: file.meta.provenance.training_data.clone(),
+            created: file.meta.provenance.created.clone(),
+            checksum: file.checksum,
+            file_len: bytes.len(),
+            storage: storage.kind(),
+        };
+        let parts = Model {
+            kernels,
+            tok: mat(&file.token_embd)?,
+            pos: mat(&file.pos_embd)?,
+            out_norm_w: f32s(&file.output_norm_w),
+            out_norm_b: f32s(&file.output_norm_b),
+            output: mat(&file.output_w)?,
+            output_b: f32s(&file.output_b),
+            replace: mat(&file.replace_w)?,
+            replace_b: f32s(&file.replace_b),
+            lexicon: Lexicon::new(&file.meta.words),
+            layers,
+            cfg,
+            info,
+            storage: Storage::Owned(Vec::new()),
+        };
+        drop(file);
+        // The parts hold byte ranges, not references, so the storage can move in now.
+        Ok(Model { storage, ..parts })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Name, provenance, checksum and storage of the model.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// The kernel tier chosen at load.
+    pub fn kernel_level(&self) -> Level {
+        self.kernels.level()
+    }
+
+    /// Number of words in the lexicon.
+    pub fn lexicon_len(&self) -> usize {
+        self.lexicon.len()
+    }
+
+    /// Word `id` of the lexicon (`id < lexicon_len()`).
+    pub fn word(&self, id: usize) -> Option<&str> {
+        (id < self.lexicon.len()).then(|| self.lexicon.word(id))
+    }
+
+    /// Multiply-adds of one prediction with `n` context positions computed in every block but
+    /// the last (which computes only the last position's query, attention and FFN). Used to
+    /// report the fraction of the CPU's peak arithmetic a prediction reaches.
+    pub fn macs_per_prediction(&self) -> u64 {
+        let (t, d) = (self.cfg.context_length as u64, self.cfg.d_model as u64);
+        let nl = self.layers.len() as u64;
+        let mut macs = 0u64;
+        for (i, f) in self.cfg.ffn.iter().enumerate() {
+            let f = *f as u64;
+            let full = i as u64 + 1 < nl;
+            let positions = if full { t } else { 1 };
+            macs += 2 * t * d * d; // k, v
+            macs += 2 * positions * d * d; // q, output projection
+            macs += positions * 2 * t * d; // scores and weighted values
+            macs += positions * 2 * d * f; // ffn up + down
+        }
+        macs += d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
+        macs
+    }
+
+    /// Reads one byte of every page so a freshly mapped file is resident before the first
+    /// keystroke (part of [`crate::Session::warm_up`]).
+    pub fn prefault(&self) {
+        let bytes = self.storage.bytes();
+        let mut acc = 0u8;
+        for i in (0..bytes.len()).step_by(4096) {
+            acc ^= bytes[i];
+        }
+        std::hint::black_box(acc);
+    }
+
+    #[inline]
+    pub(crate) fn matrix(&self, m: &Mat) -> Matrix<'_> {
+        Matrix { ty: m.ty, rows: m.rows, cols: m.cols, data: &self.storage.bytes()[m.range.clone()] }
+    }
+}
+
+fn wtype(t: GgmlType) -> WType {
+    match t {
+        GgmlType::F32 => WType::F32,
+        GgmlType::F16 => WType::F16,
+        GgmlType::BF16 => WType::BF16,
+        GgmlType::Q8_0 => WType::Q8_0,
+        GgmlType::Q4_0 => WType::Q4_0,
+        GgmlType::Q4_1 => WType::Q4_1,
+    }
+}
+
+/// Norms and biases are small F32 vectors (format.md §7); copying them once at load keeps the
+/// runtime free of unaligned-cast `unsafe` and costs a few kilobytes.
+fn f32s(t: &TensorRef) -> Vec<f32> {
+    t.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}

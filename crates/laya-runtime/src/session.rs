@@ -1,0 +1,412 @@
+//! One thread's view of a model: the scratch buffers of the forward pass, allocated once, and
+//! the ranking of candidates. `predict` reads top to bottom like the model description in
+//! docs/format.md §3 and allocates nothing.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use laya_format::Activation;
+
+use crate::model::Model;
+use crate::stages::{Stage, StageTimes};
+
+/// Largest `k` a session returns unless created with [`Session::with_max_k`].
+pub const DEFAULT_MAX_K: usize = 64;
+
+/// One candidate word.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate<'a> {
+    /// The word, borrowed from the model's lexicon.
+    pub word: &'a str,
+    /// How many trailing characters of the context this word completes (0 = next word).
+    pub replace: usize,
+    /// Probability among all admissible (word, replace) pairs.
+    pub p: f32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hit {
+    id: u32,
+    replace: u32,
+    score: f32,
+}
+
+struct Scratch {
+    cps: Vec<u32>,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    tmp: Vec<f32>,
+    ffn: Vec<f32>,
+    scores: Vec<f32>,
+    z: Vec<f32>,
+    logits: Vec<f32>,
+    rlogits: Vec<f32>,
+    suffix: Vec<u8>,
+    hits: Vec<Hit>,
+}
+
+/// A prediction context for one thread: owns every buffer a prediction needs, so predicting
+/// allocates nothing. Create one per thread from a shared `Arc<Model>`.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// let model = laya_runtime::Model::load("model.laya")?;
+/// let handles: Vec<_> = (0..4).map(|_| {
+///     let model = Arc::clone(&model);
+///     std::thread::spawn(move || {
+///         let mut s = laya_runtime::Session::new(model);
+///         s.predict("hel", 5).iter().map(|c| c.word.to_string()).collect::<Vec<_>>()
+///     })
+/// }).collect();
+/// for h in handles { println!("{:?}", h.join().unwrap()); }
+/// # Ok::<(), laya_runtime::LoadError>(())
+/// ```
+pub struct Session {
+    model: Arc<Model>,
+    s: Scratch,
+    max_k: usize,
+    profiling: bool,
+    times: StageTimes,
+}
+
+/// The candidates of one prediction, borrowed from the session until the next call.
+pub struct Predictions<'a> {
+    model: &'a Model,
+    hits: &'a [Hit],
+}
+
+impl<'a> Predictions<'a> {
+    /// Number of candidates (at most the `k` asked for).
+    pub fn len(&self) -> usize {
+        self.hits.len()
+    }
+    /// True when the model offered nothing (only when `k == 0`).
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+    /// Candidate `i`, best first.
+    pub fn get(&self, i: usize) -> Option<Candidate<'a>> {
+        self.hits.get(i).map(|h| Candidate {
+            word: self.model.lexicon.word(h.id as usize),
+            replace: h.replace as usize,
+            p: h.score,
+        })
+    }
+    /// All candidates, best first.
+    pub fn iter(&self) -> impl Iterator<Item = Candidate<'a>> + '_ {
+        (0..self.hits.len()).filter_map(move |i| self.get(i))
+    }
+}
+
+impl Session {
+    /// A session returning at most [`DEFAULT_MAX_K`] candidates per prediction.
+    pub fn new(model: Arc<Model>) -> Session {
+        Self::with_max_k(model, DEFAULT_MAX_K)
+    }
+
+    /// A session returning at most `max_k` candidates per prediction; larger `k` is clamped.
+    pub fn with_max_k(model: Arc<Model>, max_k: usize) -> Session {
+        let c = &model.cfg;
+        let (t, d) = (c.context_length, c.d_model);
+        let fmax = c.ffn.iter().copied().max().unwrap_or(0);
+        let td = t * d;
+        let s = Scratch {
+            cps: vec![0; t],
+            x: vec![0.0; td],
+            h: vec![0.0; td],
+            q: vec![0.0; td],
+            k: vec![0.0; td],
+            v: vec![0.0; td],
+            att: vec![0.0; td],
+            tmp: vec![0.0; td],
+            ffn: vec![0.0; t * fmax],
+            scores: vec![0.0; t],
+            z: vec![0.0; d],
+            logits: vec![0.0; c.vocab],
+            rlogits: vec![0.0; c.replace_classes],
+            suffix: Vec::with_capacity(4 * c.replace_classes),
+            hits: Vec::with_capacity(max_k.min(c.vocab * c.replace_classes).max(1)),
+        };
+        Session { model, s, max_k, profiling: false, times: StageTimes::default() }
+    }
+
+    /// The model this session predicts with.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Switches to another model, keeping buffers when they are large enough. Used by the
+    /// hot-swap engine; allocates only when the new model is bigger.
+    pub fn set_model(&mut self, model: Arc<Model>) {
+        let same_shape = {
+            let (a, b) = (&self.model.cfg, &model.cfg);
+            a.context_length == b.context_length
+                && a.d_model == b.d_model
+                && a.ffn.iter().max() == b.ffn.iter().max()
+                && a.vocab == b.vocab
+                && a.replace_classes == b.replace_classes
+        };
+        if same_shape {
+            self.model = model;
+        } else {
+            *self = Session::with_max_k(model, self.max_k);
+        }
+    }
+
+    /// Turns the per-stage timer on or off (off by default: a timer costs two clock reads per
+    /// stage). Timings accumulate in [`Session::stage_times`].
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
+    }
+
+    /// Accumulated per-stage time since the last [`Session::reset_stage_times`].
+    pub fn stage_times(&self) -> &StageTimes {
+        &self.times
+    }
+
+    /// Clears the accumulated stage times.
+    pub fn reset_stage_times(&mut self) {
+        self.times = StageTimes::default();
+    }
+
+    /// Touches every page of the model and runs a few predictions so that the first real
+    /// keystroke pays neither page faults nor cold caches.
+    pub fn warm_up(&mut self) {
+        self.model.prefault();
+        for ctx in ["", "a", "今天", "hello wor", "😀"] {
+            self.predict(ctx, 5);
+        }
+    }
+
+    /// Ranks the `k` most likely candidates after `context` (the text before the cursor).
+    /// Any string works: empty, long, control characters, NUL, emoji.
+    pub fn predict(&mut self, context: &str, k: usize) -> Predictions<'_> {
+        let k = k.min(self.max_k);
+        let mut clock = Clock::new(self.profiling);
+        let n_chars = self.forward(context, &mut clock);
+        self.rank(n_chars, k, &mut clock);
+        if self.profiling {
+            self.times.predictions += 1;
+            self.times.add(&clock.acc);
+        }
+        Predictions { model: &self.model, hits: &self.s.hits }
+    }
+
+    /// Raw outputs of the last prediction: word logits turned into probabilities `P(w)` and
+    /// replace-class probabilities `P(i)`. For parity tests and tools.
+    pub fn last_distributions(&self) -> (&[f32], &[f32]) {
+        (&self.s.logits, &self.s.rlogits)
+    }
+
+    /// Runs the network on `context` and returns the raw word logits and replace logits
+    /// (before softmax). For parity tests against other implementations.
+    pub fn logits(&mut self, context: &str) -> (Vec<f32>, Vec<f32>) {
+        let mut clock = Clock::new(false);
+        self.forward_logits(context, &mut clock);
+        (self.s.logits.clone(), self.s.rlogits.clone())
+    }
+
+    /// Fills `logits`/`rlogits` with softmaxed distributions; returns the number of context
+    /// characters available for completion (capped at the context length).
+    fn forward(&mut self, context: &str, clock: &mut Clock) -> usize {
+        let n = self.forward_logits(context, clock);
+        let kern = self.model.kernels;
+        kern.softmax(&mut self.s.logits);
+        kern.softmax(&mut self.s.rlogits);
+        clock.lap(Stage::Softmax);
+        n
+    }
+
+    fn forward_logits(&mut self, context: &str, clock: &mut Clock) -> usize {
+        let Session { model, s, .. } = self;
+        let m: &Model = model;
+        let kern = m.kernels;
+        let cfg = &m.cfg;
+        let (t, d) = (cfg.context_length, cfg.d_model);
+        let heads = cfg.heads;
+        let dh = d / heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+
+        // 1. The last T scalar values, normalised, left-padded with 0.
+        let mut n = 0;
+        for c in context.chars().rev().take(t) {
+            let c = cfg.normalization.iter().fold(c, |c, r| r.apply(c));
+            s.cps[t - 1 - n] = c as u32;
+            n += 1;
+        }
+        s.cps[..t - n].fill(0);
+        clock.lap(Stage::Normalize);
+
+        // 2. Token + position embeddings.
+        let tok = m.matrix(&m.tok);
+        let pos = m.matrix(&m.pos);
+        for p in 0..t {
+            let row = cfg.mapping.row(s.cps[p], cfg.embedding_rows) as usize;
+            let xp = &mut s.x[p * d..(p + 1) * d];
+            kern.dequant_row(&tok, row, xp);
+            kern.add_row(&pos, p, xp);
+        }
+        clock.lap(Stage::Embed);
+
+        // 3. Pre-norm blocks. The last block only needs the last position's output.
+        let nl = m.layers.len();
+        for (li, l) in m.layers.iter().enumerate() {
+            let first = if li + 1 == nl { t - 1 } else { 0 };
+            let np = t - first;
+            let f = l.up.rows;
+
+            for p in 0..t {
+                let r = p * d..(p + 1) * d;
+                kern.layer_norm(&s.x[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.h[r]);
+            }
+            clock.lap(Stage::AttnNorm);
+
+            kern.matmul(&m.matrix(&l.k), &s.h, t, Some(&l.k_b), &mut s.k);
+            kern.matmul(&m.matrix(&l.v), &s.h, t, Some(&l.v_b), &mut s.v);
+            kern.matmul(&m.matrix(&l.q), &s.h[first * d..], np, Some(&l.q_b), &mut s.q[first * d..]);
+            clock.lap(Stage::Qkv);
+
+            for p in first..t {
+                for hd in 0..heads {
+                    let cols = hd * dh..(hd + 1) * dh;
+                    let qv = &s.q[p * d + cols.start..p * d + cols.end];
+                    for j in 0..t {
+                        s.scores[j] = kern.dot(qv, &s.k[j * d + cols.start..j * d + cols.end]) * scale;
+                    }
+                    kern.softmax(&mut s.scores);
+                    let out = &mut s.att[p * d + cols.start..p * d + cols.end];
+                    out.fill(0.0);
+                    for j in 0..t {
+                        kern.axpy(s.scores[j], &s.v[j * d + cols.start..j * d + cols.end], out);
+                    }
+                }
+            }
+            clock.lap(Stage::Attention);
+
+            kern.matmul(&m.matrix(&l.o), &s.att[first * d..], np, Some(&l.o_b), &mut s.tmp[..np * d]);
+            kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
+            clock.lap(Stage::AttnOut);
+
+            for p in first..t {
+                let r = p * d..(p + 1) * d;
+                kern.layer_norm(&s.x[r.clone()], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.h[r]);
+            }
+            clock.lap(Stage::FfnNorm);
+
+            let hidden = &mut s.ffn[..np * f];
+            kern.matmul(&m.matrix(&l.up), &s.h[first * d..], np, Some(&l.up_b), hidden);
+            clock.lap(Stage::FfnUp);
+            match cfg.activation {
+                Activation::GeluTanh => kern.gelu_tanh(hidden),
+                Activation::Relu => kern.relu(hidden),
+            }
+            clock.lap(Stage::Activation);
+            kern.matmul(&m.matrix(&l.down), hidden, np, Some(&l.down_b), &mut s.tmp[..np * d]);
+            kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
+            clock.lap(Stage::FfnDown);
+        }
+
+        // 4. Final norm of the last position, then the two heads.
+        kern.layer_norm(&s.x[(t - 1) * d..], &m.out_norm_w, &m.out_norm_b, cfg.eps, &mut s.z);
+        clock.lap(Stage::OutputNorm);
+        kern.matmul(&m.matrix(&m.output), &s.z, 1, Some(&m.output_b), &mut s.logits);
+        clock.lap(Stage::WordHead);
+        kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
+        clock.lap(Stage::ReplaceHead);
+        n
+    }
+
+    /// Top-k admissible (word, replace) pairs by P(w)·P(i), normalised over all admissible
+    /// pairs (docs/format.md §3 step 6).
+    fn rank(&mut self, n_chars: usize, k: usize, clock: &mut Clock) {
+        let Session { model, s, .. } = self;
+        let m: &Model = model;
+        let t = m.cfg.context_length;
+        let pw = &s.logits;
+        let pi = &s.rlogits;
+        let hits = &mut s.hits;
+        hits.clear();
+        if k == 0 {
+            clock.lap(Stage::Rank);
+            return;
+        }
+
+        // i = 0: every word is admissible, and P(w) sums to 1.
+        let mut total = pi[0];
+        for (id, &p) in pw.iter().enumerate() {
+            push_top(hits, k, Hit { id: id as u32, replace: 0, score: p * pi[0] });
+        }
+        // i >= 1: words that start with the last i characters and are longer than i.
+        let max_i = (pi.len() - 1).min(n_chars);
+        for i in 1..=max_i {
+            s.suffix.clear();
+            for &cp in &s.cps[t - i..t] {
+                let c = char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER);
+                let mut buf = [0u8; 4];
+                s.suffix.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+            let range = m.lexicon.prefix_range(&s.suffix);
+            let mut mass = 0.0f32;
+            for posn in range {
+                let id = m.lexicon.id_at(posn);
+                if m.lexicon.char_len(id) <= i {
+                    continue;
+                }
+                let p = pw[id];
+                mass += p;
+                push_top(hits, k, Hit { id: id as u32, replace: i as u32, score: p * pi[i] });
+            }
+            total += mass * pi[i];
+        }
+        if total > 0.0 && total.is_finite() {
+            for h in hits.iter_mut() {
+                h.score /= total;
+            }
+        }
+        clock.lap(Stage::Rank);
+    }
+}
+
+/// Keeps `hits` sorted best-first with at most `k` entries. Ties keep the earlier hit, so
+/// results are deterministic.
+#[inline]
+fn push_top(hits: &mut Vec<Hit>, k: usize, h: Hit) {
+    if hits.len() == k {
+        match hits.last() {
+            Some(last) if h.score > last.score => {
+                hits.pop();
+            }
+            _ => return,
+        }
+    }
+    let mut at = hits.len();
+    while at > 0 && hits[at - 1].score < h.score {
+        at -= 1;
+    }
+    hits.insert(at, h);
+}
+
+/// Accumulates time per stage when profiling; costs nothing else.
+struct Clock {
+    last: Option<Instant>,
+    acc: [u64; Stage::COUNT],
+}
+
+impl Clock {
+    fn new(on: bool) -> Clock {
+        Clock { last: on.then(Instant::now), acc: [0; Stage::COUNT] }
+    }
+
+    #[inline]
+    fn lap(&mut self, stage: Stage) {
+        if let Some(last) = self.last {
+            let now = Instant::now();
+            self.acc[stage as usize] += (now - last).as_nanos() as u64;
+            self.last = Some(now);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Names of the stages of one prediction, for the latency breakdown of `laya bench`.
+
+/// One stage of a prediction, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Taking the last T characters and applying the normalisation rules.
+    Normalize,
+    /// Token and position embedding lookup (dequantising rows).
+    Embed,
+    /// LayerNorm before attention (all blocks).
+    AttnNorm,
+    /// Q, K, V projections.
+    Qkv,
+    /// Scores, softmax and weighted values.
+    Attention,
+    /// Attention output projection and residual.
+    AttnOut,
+    /// LayerNorm before the FFN.
+    FfnNorm,
+    /// FFN up projection.
+    FfnUp,
+    /// FFN activation.
+    Activation,
+    /// FFN down projection and residual.
+    FfnDown,
+    /// Final LayerNorm of the last position.
+    OutputNorm,
+    /// Word head (the lexicon-sized matrix).
+    WordHead,
+    /// Replace-class head.
+    ReplaceHead,
+    /// Softmax of both heads.
+    Softmax,
+    /// Admissible pairs and top-k.
+    Rank,
+}
+
+impl Stage {
+    /// Number of stages.
+    pub const COUNT: usize = 15;
+    /// Every stage, in order.
+    pub const ALL: [Stage; Stage::COUNT] = [
+        Stage::Normalize,
+        Stage::Embed,
+        Stage::AttnNorm,
+        Stage::Qkv,
+        Stage::Attention,
+        Stage::AttnOut,
+        Stage::FfnNorm,
+        Stage::FfnUp,
+        Stage::Activation,
+        Stage::FfnDown,
+        Stage::OutputNorm,
+        Stage::WordHead,
+        Stage::ReplaceHead,
+        Stage::Softmax,
+        Stage::Rank,
+    ];
+
+    /// Short name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Normalize => "normalize",
+            Stage::Embed => "embed",
+            Stage::AttnNorm => "attn_norm",
+            Stage::Qkv => "qkv",
+            Stage::Attention => "attention",
+            Stage::AttnOut => "attn_out",
+            Stage::FfnNorm => "ffn_norm",
+            Stage::FfnUp => "ffn_up",
+            Stage::Activation => "activation",
+            Stage::FfnDown => "ffn_down",
+            Stage::OutputNorm => "output_norm",
+            Stage::WordHead => "word_head",
+            Stage::ReplaceHead => "replace_head",
+            Stage::Softmax => "softmax",
+            Stage::Rank => "rank_topk",
+        }
+    }
+}
+
+/// Total nanoseconds per stage over `predictions` profiled predictions.
+#[derive(Debug, Clone, Default)]
+pub struct StageTimes {
+    /// Nanoseconds per stage, indexed by `Stage as usize`.
+    pub nanos: [u64; Stage::COUNT],
+    /// Predictions accumulated.
+    pub predictions: u64,
+}
+
+impl StageTimes {
+    pub(crate) fn add(&mut self, acc: &[u64; Stage::COUNT]) {
+        for (a, b) in self.nanos.iter_mut().zip(acc) {
+            *a += b;
+        }
+    }
+
+    /// Mean microseconds per prediction spent in `stage`.
+    pub fn mean_us(&self, stage: Stage) -> f64 {
+        if self.predictions == 0 {
+            return 0.0;
+        }
+        self.nanos[stage as usize] as f64 / self.predictions as f64 / 1000.0
+    }
+}

@@ -1,0 +1,106 @@
+//! Behaviour of `Session::predict` on small generated models: the contract of SPEC.md.
+
+mod common;
+
+use common::{model, CONTEXTS};
+use laya_format::testing::TinyConfig;
+use laya_format::GgmlType;
+use laya_runtime::Session;
+
+#[test]
+fn candidates_obey_the_replace_contract_on_every_kind_of_context() {
+    for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_1] {
+        let m = model(&TinyConfig::default(), 7, ty);
+        let mut s = Session::new(m);
+        for ctx in CONTEXTS {
+            let preds = s.predict(ctx, 5);
+            assert_eq!(preds.len(), 5, "{ty:?} {ctx:?}");
+            let chars: Vec<char> = ctx.chars().collect();
+            let mut last = f32::INFINITY;
+            for c in preds.iter() {
+                assert!(c.p.is_finite() && c.p >= 0.0 && c.p <= 1.0, "{c:?}");
+                assert!(c.p <= last + 1e-6, "sorted best-first");
+                last = c.p;
+                assert!(c.replace < c.word.chars().count(), "{c:?}");
+                assert!(c.replace <= chars.len(), "{c:?} for {ctx:?}");
+                if c.replace > 0 {
+                    // The context is normalised first (fullwidth → ASCII).
+                    let tail: String = chars[chars.len() - c.replace..]
+                        .iter()
+                        .map(|&ch| match ch as u32 {
+                            0xFF01..=0xFF5E => char::from_u32(ch as u32 - 0xFEE0).unwrap(),
+                            0x3000 => ' ',
+                            _ => ch,
+                        })
+                        .collect();
+                    assert!(c.word.starts_with(&tail), "{c:?} does not start with {tail:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn k_zero_and_k_larger_than_capacity() {
+    let m = model(&TinyConfig::default(), 1, GgmlType::F32);
+    let mut s = Session::with_max_k(m, 3);
+    assert!(s.predict("hel", 0).is_empty());
+    assert_eq!(s.predict("hel", 100).len(), 3);
+}
+
+#[test]
+fn probabilities_of_all_admissible_pairs_sum_to_one() {
+    let cfg = TinyConfig::default();
+    let m = model(&cfg, 3, GgmlType::F32);
+    let n = m.lexicon_len() * m.config().replace_classes;
+    let mut s = Session::with_max_k(m, n);
+    for ctx in CONTEXTS {
+        let total: f32 = s.predict(ctx, n).iter().map(|c| c.p).sum();
+        assert!((total - 1.0).abs() < 1e-3, "{ctx:?}: {total}");
+    }
+}
+
+#[test]
+fn same_context_same_answer_across_sessions_and_threads() {
+    let m = model(&TinyConfig::default(), 11, GgmlType::Q8_0);
+    let mut s = Session::new(m.clone());
+    let want: Vec<Vec<(String, usize)>> = CONTEXTS
+        .iter()
+        .map(|c| s.predict(c, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect())
+        .collect();
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            let (m, want) = (m.clone(), &want);
+            sc.spawn(move || {
+                let mut s = Session::new(m);
+                for _ in 0..20 {
+                    for (ctx, w) in CONTEXTS.iter().zip(want) {
+                        let got: Vec<(String, usize)> =
+                            s.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect();
+                        assert_eq!(&got, w);
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn every_kernel_tier_agrees_with_the_scalar_reference() {
+    use laya_runtime::{Kernels, Level};
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        let scalar = common::model_with(&TinyConfig::default(), 5, ty, Kernels::scalar());
+        let mut rs = Session::new(scalar);
+        for level in [Level::Avx2, Level::Avx512, Level::Neon] {
+            let Some(k) = Kernels::for_level(level) else { continue };
+            let mut s = Session::new(common::model_with(&TinyConfig::default(), 5, ty, k));
+            for ctx in CONTEXTS {
+                let (a, ar) = rs.logits(ctx);
+                let (b, br) = s.logits(ctx);
+                for (x, y) in a.iter().chain(&ar).zip(b.iter().chain(&br)) {
+                    assert!((x - y).abs() <= 1e-3 * (1.0 + x.abs()), "{ty:?} {level} {ctx:?}: {x} vs {y}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! SPEC.md: zero heap allocations per prediction, counted by a real allocator.
+
+mod common;
+
+use common::{model, CONTEXTS};
+use laya_format::testing::TinyConfig;
+use laya_format::GgmlType;
+use laya_runtime::Session;
+
+#[test]
+fn predict_allocates_nothing() {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+        let m = model(&TinyConfig::default(), 2, ty);
+        let mut s = Session::new(m);
+        s.warm_up();
+        // Sanity: the counter is live, so a zero below cannot pass vacuously.
+        let probe = allocation_counter::measure(|| {
+            std::hint::black_box(vec![1u8; 16]);
+        });
+        assert!(probe.count_total >= 1);
+        let info = allocation_counter::measure(|| {
+            for _ in 0..3 {
+                for ctx in CONTEXTS {
+                    std::hint::black_box(s.predict(ctx, 5).len());
+                }
+            }
+        });
+        assert_eq!(info.count_total, 0, "{ty:?}: {} allocations", info.count_total);
+        s.set_profiling(true);
+        let info = allocation_counter::measure(|| {
+            for ctx in CONTEXTS {
+                std::hint::black_box(s.predict(ctx, 5).len());
+            }
+        });
+        assert_eq!(info.count_total, 0, "{ty:?} with profiling");
+    }
+}
