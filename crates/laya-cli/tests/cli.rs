@@ -1,0 +1,136 @@
+//! The `laya` binary as a user and a script see it: EVAL.md contracts, errors, exit codes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use laya_format::testing::{random_model, TinyConfig};
+use laya_format::{write_model, GgmlType};
+
+fn laya() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_laya"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("laya-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn model_file(name: &str, ty: GgmlType) -> PathBuf {
+    let (meta, tensors) = random_model(&TinyConfig::default(), 3, ty);
+    let path = tmp(name);
+    std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
+    path
+}
+
+fn run_stdin(cmd: &mut Command, input: &[u8]) -> Output {
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn assert_clean_error(out: &Output) {
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("laya: error: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+}
+
+#[test]
+fn predict_prints_a_table() {
+    let m = model_file("table.laya", GgmlType::F32);
+    let out = laya().args(["predict", "--model"]).arg(&m).arg("今天天气").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("rank"));
+    assert_eq!(text.lines().count(), 6);
+}
+
+#[test]
+fn jsonl_answers_every_line_in_order_and_survives_bad_lines() {
+    let m = model_file("jsonl.laya", GgmlType::Q8_0);
+    let mut input = Vec::new();
+    input.extend_from_slice("{\"context\": \"今天天气\"}\n".as_bytes());
+    input.extend_from_slice(b"{\"context\": \"\"}\n");
+    input.extend_from_slice(b"not json\n");
+    input.extend_from_slice(b"{\"context\": \"nul\\u0000 and \\u0001 ctrl \\ud83d\\ude00\"}\n");
+    input.extend_from_slice(b"{\"ctx\": \"missing key\"}\n");
+    input.extend_from_slice(b"{\"context\": \"\xff\xfe invalid utf-8\"}\n");
+    input.extend_from_slice(b"\n");
+    input.extend_from_slice(b"{\"context\": 5}\r\n");
+    input.extend_from_slice(b"{\"context\": \"hel\"}"); // no trailing newline
+    let out = run_stdin(laya().args(["predict", "--jsonl", "--top", "3", "--model"]).arg(&m), &input);
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 9);
+    let ok = [0, 1, 3, 8];
+    for (i, l) in lines.iter().enumerate() {
+        if ok.contains(&i) {
+            let c = l["candidates"].as_array().unwrap_or_else(|| panic!("line {i}: {l}"));
+            assert_eq!(c.len(), 3);
+            for cand in c {
+                assert!(cand["word"].is_string() && cand["replace"].is_u64() && cand["p"].is_f64());
+            }
+        } else {
+            assert!(l["error"].as_str().unwrap().contains(&format!("line {}", i + 1)), "{l}");
+        }
+    }
+    assert!(lines[5]["error"].as_str().unwrap().contains("UTF-8"));
+}
+
+#[test]
+fn inspect_reports_a_valid_file_and_refuses_a_corrupt_one() {
+    let m = model_file("inspect.laya", GgmlType::Q4_1);
+    let out = laya().arg("inspect").arg(&m).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("valid Laya model") && text.contains("blk.0.ffn_up.weight"), "{text}");
+
+    let mut bytes = std::fs::read(&m).unwrap();
+    let n = bytes.len();
+    bytes[n - 100] ^= 0x10;
+    let bad = tmp("flipped.laya");
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = laya().arg("inspect").arg(&bad).output().unwrap();
+    assert_clean_error(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("MISMATCH"));
+
+    let out = laya().args(["predict", "x", "--model"]).arg(&bad).output().unwrap();
+    assert_clean_error(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"));
+}
+
+#[test]
+fn user_mistakes_get_one_line_and_a_non_zero_exit() {
+    let out = laya().args(["predict", "x", "--model", "/nonexistent/model.laya"]).output().unwrap();
+    assert_clean_error(&out);
+    let empty = tmp("empty.laya");
+    std::fs::write(&empty, b"").unwrap();
+    assert_clean_error(&laya().args(["predict", "x", "--model"]).arg(&empty).output().unwrap());
+    let text = tmp("text.laya");
+    std::fs::write(&text, b"this is not a model at all, just some text").unwrap();
+    assert_clean_error(&laya().arg("inspect").arg(&text).output().unwrap());
+    let m = model_file("both.laya", GgmlType::F32);
+    assert_clean_error(&laya().args(["predict", "x", "--jsonl", "--model"]).arg(&m).output().unwrap());
+}
+
+#[test]
+fn bench_reports_the_eval_md_keys_and_zero_allocations() {
+    let m = model_file("bench.laya", GgmlType::F16);
+    let out = laya()
+        .args(["bench", "--json", "--iterations", "200", "--cold-runs", "2", "--model"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["p50_us", "p99_us", "cold_start_ms", "allocations_per_prediction", "stages", "peak_fraction"] {
+        assert!(!v[key].is_null(), "missing {key}: {v}");
+    }
+    assert_eq!(v["allocations_per_prediction"].as_f64(), Some(0.0));
+    assert!(v["p50_us"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["stages"].as_array().unwrap().len(), laya_runtime::Stage::COUNT);
+}
