@@ -9,14 +9,17 @@
 //! **Where does the current word start?** The context ends either after a complete word
 //! (`replace = 0`) or inside the word being typed. The predictor scores several split hypotheses
 //! `i` (characters already typed of the current word): `i = 0`, `i = 1..=4` (bounded by the
-//! trailing whitespace-free run), and every word boundary the segmenter finds inside that run
-//! (so `internation` is one hypothesis with `i = 11`). For hypothesis `i` the history is the last
-//! two words of the text before the split (segmented again), the candidates are words starting
-//! with the last `i` characters and longer than `i`, and their score is
-//! `P(i | class) · P_KN(word | history)`. `P(i | class)` is a count table learnt while training
-//! from every keystroke position of every training word, conditioned on the class of the last
-//! context character (none/whitespace, space-less script such as Han, other) — it learns e.g. that
-//! after a Latin letter a word is almost never complete, after a Han character often.
+//! trailing whitespace-free run), and the starts of the last two words the segmenter finds in
+//! that run (so `internation` is one hypothesis with `i = 11`). All hypotheses are compared as joint
+//! probabilities of the same text: let `base` be the earliest split; for hypothesis `i` the text
+//! between `base` and its split is segmented into complete words `t1..tm`, and a candidate `w`
+//! (a word starting with the last `i` characters, longer than `i`) scores
+//! `P(i | class) · Π P_KN(tj | ..) · P_KN(w | last two words)`. So "明 is a complete word" pays
+//! `P(明 | 我们)` while "明 starts 明天" pays nothing extra, and an unknown typed fragment
+//! (`gr` in English) makes its hypothesis nearly impossible (probability floor 1e-9).
+//! `P(i | class)` is a count table learnt while training from every keystroke position of every
+//! training word, conditioned on the class of the last context character (none/whitespace,
+//! space-less script such as Han, other) — after a Latin letter a word is almost never complete.
 //! `p` = score / sum of the scores of all candidates generated.
 //!
 //! **Candidate generation.** Words are numbered in byte order, so words with a given prefix are a
@@ -45,6 +48,8 @@ const TOP_FOLLOW: usize = 64;
 const SCAN_ALL: usize = 256;
 /// Characters of context segmented to find the history.
 const HISTORY_WINDOW: usize = 24;
+/// Probability floor for a typed word the model has never seen.
+const UNSEEN: f64 = 1e-9;
 
 /// Errors loading or saving an n-gram model file.
 #[derive(Debug)]
@@ -422,10 +427,10 @@ impl NgramPredictor {
         }
     }
 
-    fn hypothesis(&mut self, hist: &str, prefix: &str, i: usize, p_i: f64) {
-        // History: last two words of the text before the split.
-        let start = hist.char_indices().rev().nth(HISTORY_WINDOW - 1).map_or(0, |(b, _)| b);
-        let win = &hist[start..];
+    /// The last two words of `text` (ids), `<s>` where the line starts.
+    fn history(&mut self, text: &str) -> [u32; 2] {
+        let start = text.char_indices().rev().nth(HISTORY_WINDOW - 1).map_or(0, |(b, _)| b);
+        let win = &text[start..];
         let mut ranges = std::mem::take(&mut self.ranges);
         ranges.clear();
         self.seg.word_ranges(win, &mut ranges);
@@ -440,6 +445,10 @@ impl NgramPredictor {
             }
         }
         self.ranges = ranges;
+        h
+    }
+
+    fn hypothesis(&mut self, h: [u32; 2], prefix: &str, i: usize, weight: f64) {
         let lo = self.words.partition_point(|w| w.as_str() < prefix) as u32;
         let hi = lo + self.words[lo as usize..].partition_point(|w| w.starts_with(prefix)) as u32;
         if lo == hi {
@@ -465,7 +474,7 @@ impl NgramPredictor {
         cand.dedup();
         for &w in &cand {
             if self.wlen[w as usize] as usize > i {
-                let s = p_i * self.prob(h[0], h[1], w);
+                let s = weight * self.prob(h[0], h[1], w);
                 if s > 0.0 {
                     self.scratch.push((s, w, i));
                 }
@@ -490,16 +499,37 @@ impl Predictor for NgramPredictor {
         let mut ranges = std::mem::take(&mut self.ranges);
         ranges.clear();
         self.seg.word_ranges(run, &mut ranges);
-        for r in &ranges {
+        // Only the last two words of the run can hold the start of the current word; further
+        // back would cost time for hypotheses that never win.
+        for r in ranges.iter().rev().take(2) {
             splits.push(run[r.start..].chars().count());
         }
         self.ranges = ranges;
         splits.sort_unstable();
         splits.dedup();
+        // All hypotheses are scored as the joint probability of the text after a common base
+        // (the earliest split) and the next word, so that "明 is a complete word" and "明 starts
+        // 明天" compete fairly: the former pays P(明 | history).
+        let split_at = |i: usize| run_start + if i == 0 { run.len() } else { run_chars[run_chars.len() - i] };
+        let i_max = splits.last().copied().unwrap_or(0);
+        let base = split_at(i_max);
+        let base_hist = self.history(&line[..base]);
+        let mut toks = Vec::new();
         for &i in &splits {
-            let split = run_start + if i == 0 { run.len() } else { run_chars[run_chars.len() - i] };
-            let p_i = self.p_i[class][i.min(MAX_I)];
-            self.hypothesis(&line[..split], &line[split..], i, p_i);
+            let split = split_at(i);
+            let mut h = base_hist;
+            let mut q = self.p_i[class][i.min(MAX_I)];
+            if split > base {
+                let part = &line[base..split];
+                toks.clear();
+                self.seg.word_ranges(part, &mut toks);
+                for r in &toks {
+                    let id = self.id_of(&part[r.clone()]);
+                    q *= self.prob(h[0], h[1], id).max(UNSEEN);
+                    h = [h[1], id];
+                }
+            }
+            self.hypothesis(h, &line[split..], i, q);
         }
         let total: f64 = self.scratch.iter().map(|e| e.0).sum();
         let mut scratch = std::mem::take(&mut self.scratch);
