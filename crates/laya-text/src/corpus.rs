@@ -223,7 +223,7 @@ pub fn prepare_zh(
         }
         n += 1;
         let joined = words.join(" ");
-        if heldout_every > 0 && n % heldout_every == 0 {
+        if heldout_every > 0 && n.is_multiple_of(heldout_every) {
             heldout.line(&joined)?;
         } else {
             train.line(&joined)?;

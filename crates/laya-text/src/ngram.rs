@@ -361,7 +361,7 @@ impl NgramPredictor {
         if file.words.windows(2).any(|w| w[0] >= w[1]) {
             return Err(NgramError::Invalid("words are not unique and sorted".into()));
         }
-        if file.trigrams.len() % 4 != 0 {
+        if !file.trigrams.len().is_multiple_of(4) {
             return Err(NgramError::Invalid("trigram array length is not a multiple of 4".into()));
         }
         let n = file.words.len() as u32;
