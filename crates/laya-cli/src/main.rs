@@ -5,8 +5,12 @@
 
 mod bench;
 mod default_model;
+mod eval;
 mod inspect;
+mod ngram;
 mod predict;
+mod predictors;
+mod progress;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,6 +33,10 @@ enum Command {
     Inspect(inspect::Args),
     /// Time single predictions: p50/p99, cold start, allocations, per-stage breakdown.
     Bench(bench::Args),
+    /// Simulate typing a text file with a 5-candidate bar: KSR and top-k hit rates (EVAL.md §2).
+    Eval(eval::Args),
+    /// Train the word n-gram baseline on a text file.
+    Ngram(ngram::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -62,6 +70,8 @@ fn main() -> ExitCode {
         Command::Predict(a) => predict::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Eval(a) => eval::run(a),
+        Command::Ngram(a) => ngram::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,8 +4,10 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use laya_runtime::Session;
+use laya_text::{Candidate, NgramPredictor, Predictor};
 use serde::Serialize;
 
+use crate::predictors::{load_ngram, Kind};
 use crate::CliError;
 
 #[derive(clap::Args)]
@@ -24,6 +26,33 @@ pub struct Args {
     /// Print the single result as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Which predictor answers.
+    #[arg(long, value_enum, default_value_t = Kind::Model)]
+    predictor: Kind,
+    /// The n-gram file for --predictor ngram (made by `laya ngram`).
+    #[arg(long)]
+    ngram: Option<PathBuf>,
+}
+
+/// The predictor behind `laya predict`: the engine directly (zero-allocation path), or the
+/// baseline through the harness trait.
+enum Backend {
+    Model(Session),
+    Ngram(NgramPredictor, Vec<Candidate>),
+}
+
+impl Backend {
+    fn answer(&mut self, context: &str, k: usize) -> Result<Out<'_>, CliError> {
+        match self {
+            Backend::Model(s) => Ok(to_out(&s.predict(context, k))),
+            Backend::Ngram(p, buf) => {
+                p.predict(context, k, buf).map_err(|e| CliError(e.to_string()))?;
+                Ok(Out {
+                    candidates: buf.iter().map(|c| OutCandidate { word: &c.word, replace: c.replace, p: c.p }).collect(),
+                })
+            }
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -39,24 +68,29 @@ struct OutCandidate<'a> {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let model = crate::load_model(args.model.as_deref())?;
-    let mut session = Session::with_max_k(model, args.top.max(1));
-    if args.jsonl {
-        if args.context.is_some() {
-            return Err(CliError("give either a context argument or --jsonl, not both".into()));
-        }
-        return jsonl(&mut session, args.top);
+    if args.jsonl && args.context.is_some() {
+        return Err(CliError("give either a context argument or --jsonl, not both".into()));
     }
-    let Some(context) = args.context else {
+    if !args.jsonl && args.context.is_none() {
         return Err(CliError("missing context: `laya predict \"今天天气\"` or `laya predict --jsonl`".into()));
+    }
+    let mut backend = match args.predictor {
+        Kind::Model => {
+            let model = crate::load_model(args.model.as_deref())?;
+            Backend::Model(Session::with_max_k(model, args.top.max(1)))
+        }
+        Kind::Ngram => Backend::Ngram(load_ngram(args.ngram.as_deref())?, Vec::new()),
     };
-    let preds = session.predict(&context, args.top);
+    let Some(context) = args.context else {
+        return jsonl(&mut backend, args.top);
+    };
+    let out = backend.answer(&context, args.top)?;
     if args.json {
-        println!("{}", serde_json::to_string(&to_out(&preds))?);
+        println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
     println!("{:>4}  {:<20} {:>7}  {:>8}", "rank", "word", "replace", "p");
-    for (i, c) in preds.iter().enumerate() {
+    for (i, c) in out.candidates.iter().enumerate() {
         println!("{:>4}  {:<20} {:>7}  {:>8.4}", i + 1, pad(c.word, 20), c.replace, c.p);
     }
     Ok(())
@@ -79,7 +113,7 @@ struct In {
 
 /// EVAL.md §1: one output line per input line, in order, flushed; a bad line gets
 /// `{"error": ...}` and the stream goes on; only a failing stdin ends it with an error.
-fn jsonl(session: &mut Session, top: usize) -> Result<(), CliError> {
+fn jsonl(backend: &mut Backend, top: usize) -> Result<(), CliError> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let stdout = std::io::stdout();
@@ -95,7 +129,7 @@ fn jsonl(session: &mut Session, top: usize) -> Result<(), CliError> {
         n += 1;
         let text = trim_newline(&line);
         let reply = match serde_json::from_slice::<In>(text) {
-            Ok(req) => serde_json::to_string(&to_out(&session.predict(&req.context, top)))?,
+            Ok(req) => serde_json::to_string(&backend.answer(&req.context, top)?)?,
             Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
         };
         writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(|e| CliError(format!("writing stdout: {e}")))?;

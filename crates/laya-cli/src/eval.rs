@@ -1,0 +1,78 @@
+//! `laya eval` (EVAL.md §2): simulated typing with a 5-candidate bar.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use laya_runtime::Session;
+use laya_text::{evaluate, SegmentMode, Segmenter};
+
+use crate::predictors::{self, Kind, ModelPredictor};
+use crate::CliError;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model file (default: the embedded model). Its lexicon also defines out-of-vocabulary.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Text to type, one line at a time.
+    #[arg(long)]
+    text: PathBuf,
+    /// Lines are gold-segmented: words separated by spaces.
+    #[arg(long)]
+    segmented: bool,
+    /// Only the first N lines.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print exactly one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Which predictor types.
+    #[arg(long, value_enum, default_value_t = Kind::Model)]
+    predictor: Kind,
+    /// The n-gram file for --predictor ngram.
+    #[arg(long)]
+    ngram: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let model = crate::load_model(args.model.as_deref())?;
+    let lexicon = predictors::lexicon_set(&model);
+    let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
+    let seg = Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto });
+    let bar = crate::progress::bytes_bar(total, "typing", args.json);
+    let mut progress = |n: u64| bar.inc(n);
+    let in_lex = |w: &str| lexicon.contains(w);
+    let report = match args.predictor {
+        Kind::Model => {
+            let mut p = ModelPredictor { session: Session::new(model.clone()) };
+            evaluate(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
+        }
+        Kind::Ngram => {
+            let mut p = predictors::load_ngram(args.ngram.as_deref())?;
+            evaluate(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
+        }
+    }?;
+    bar.finish_and_clear();
+    if report.words == 0 {
+        return Err(CliError(format!("{} has no words to type", args.text.display())));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let name = match args.predictor {
+            Kind::Model => format!("model {}", model.info().name),
+            Kind::Ngram => "n-gram baseline".to_string(),
+        };
+        println!("{name} on {} ({} words, {} chars, {} predictions, {:.1} s)", args.text.display(), report.words, report.chars, report.predictions, report.seconds);
+        println!();
+        println!("| ksr | top1_k0 | top5_k0 | top1_k1 | top5_k1 | oov_rate |");
+        println!("|-----|---------|---------|---------|---------|----------|");
+        println!(
+            "| {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+            report.ksr, report.top1_k0, report.top5_k0, report.top1_k1, report.top5_k1, report.oov_rate
+        );
+    }
+    Ok(())
+}

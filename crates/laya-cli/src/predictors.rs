@@ -1,0 +1,50 @@
+//! The predictors `laya predict` and `laya eval` can run: the model, or the n-gram baseline.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use laya_runtime::{Model, Session};
+use laya_text::{Candidate, NgramPredictor, PredictError, Predictor};
+
+use crate::CliError;
+
+/// Which predictor to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// The Laya model (the embedded default, or --model).
+    Model,
+    /// The word n-gram baseline (--ngram FILE, made by `laya ngram`).
+    Ngram,
+}
+
+/// The model behind the harness's `Predictor` trait (allocates only for the owned strings the
+/// harness keeps; the engine itself does not).
+pub struct ModelPredictor {
+    pub session: Session,
+}
+
+impl Predictor for ModelPredictor {
+    fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+        out.clear();
+        for c in self.session.predict(context, k).iter() {
+            out.push(Candidate { word: c.word.to_string(), replace: c.replace, p: c.p });
+        }
+        Ok(())
+    }
+}
+
+pub fn load_ngram(path: Option<&Path>) -> Result<NgramPredictor, CliError> {
+    let path: PathBuf = path
+        .map(Path::to_path_buf)
+        .ok_or_else(|| CliError("--predictor ngram needs --ngram FILE (train one with `laya ngram`)".into()))?;
+    let f = std::fs::File::open(&path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+    NgramPredictor::load(std::io::BufReader::new(f))
+        .map_err(|e| CliError(format!("{} is not a Laya n-gram file: {e}", path.display())))
+}
+
+/// The model's lexicon as a set: what counts as in-vocabulary for both predictors, since the
+/// baseline is trained with the model's lexicon as its vocabulary.
+pub fn lexicon_set(model: &Arc<Model>) -> HashSet<String> {
+    (0..model.lexicon_len()).filter_map(|i| model.word(i).map(str::to_string)).collect()
+}
