@@ -7,10 +7,12 @@ mod bench;
 mod default_model;
 mod eval;
 mod inspect;
+mod lexicon;
 mod ngram;
 mod predict;
 mod predictors;
 mod progress;
+mod simulate;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -35,8 +37,12 @@ enum Command {
     Bench(bench::Args),
     /// Simulate typing a text file with a 5-candidate bar: KSR and top-k hit rates (EVAL.md §2).
     Eval(eval::Args),
+    /// Choose a lexicon from corpus and dictionary counts; report coverage.
+    Lexicon(lexicon::Args),
     /// Train the word n-gram baseline on a text file.
     Ngram(ngram::Args),
+    /// Turn text into simulated keyboard logs (docs/logs.md).
+    Simulate(simulate::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -71,7 +77,9 @@ fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::Lexicon(a) => lexicon::run(a),
         Command::Ngram(a) => ngram::run(a),
+        Command::Simulate(a) => simulate::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

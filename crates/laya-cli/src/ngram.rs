@@ -20,6 +20,9 @@ pub struct Args {
     /// baseline ranks the same words as the model.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Restrict the vocabulary to this lexicon file (TSV from `laya lexicon`) instead of a model's.
+    #[arg(long)]
+    lexicon: Option<PathBuf>,
     /// Keep every word of the training text instead of the model's lexicon.
     #[arg(long)]
     open_vocabulary: bool,
@@ -31,6 +34,9 @@ pub struct Args {
 pub fn run(args: Args) -> Result<(), CliError> {
     let vocab: Option<HashSet<String>> = if args.open_vocabulary {
         None
+    } else if let Some(p) = &args.lexicon {
+        let f = std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?;
+        Some(laya_text::Lexicon::read_tsv(std::io::BufReader::new(f))?.word_set())
     } else {
         Some(crate::predictors::lexicon_set(&crate::load_model(args.model.as_deref())?))
     };

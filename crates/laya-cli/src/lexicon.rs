@@ -1,0 +1,75 @@
+//! `laya lexicon`: chooses the N most useful words from corpus and dictionary counts and
+//! reports token coverage.
+
+use std::collections::HashSet;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use laya_text::{build_lexicon, count_words, coverage, read_dict, Counts, LexiconOptions, SegmentMode, Segmenter};
+
+use crate::CliError;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Training text, one sentence per line.
+    #[arg(long)]
+    train: PathBuf,
+    /// The training text is gold-segmented (words separated by spaces).
+    #[arg(long)]
+    segmented: bool,
+    /// A dictionary with frequencies (jieba's dict.txt format: `word freq [tag]`), used as a prior.
+    #[arg(long)]
+    dict: Option<PathBuf>,
+    /// Weight of the dictionary prior (0 ignores it).
+    #[arg(long, default_value_t = 0.1)]
+    dict_weight: f64,
+    /// Number of words (512 … 50,000).
+    #[arg(long, default_value_t = 20_000)]
+    size: usize,
+    /// Also report coverage on these texts (raw text, segmented by Laya's segmenter).
+    #[arg(long)]
+    valid: Vec<PathBuf>,
+    /// Where to write the lexicon (TSV: word, score).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn count(path: &Path, seg: &Segmenter) -> Result<Counts, CliError> {
+    let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+    let mut c = Counts::new();
+    count_words(BufReader::new(f), seg, &mut c, &mut |_| {})?;
+    Ok(c)
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    if !(1..=1_000_000).contains(&args.size) {
+        return Err(CliError(format!("--size {} is out of range (1 … 1,000,000)", args.size)));
+    }
+    let gold = Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto });
+    let corpus = count(&args.train, &gold)?;
+    if corpus.is_empty() {
+        return Err(CliError(format!("{} has no usable words", args.train.display())));
+    }
+    let dict = match &args.dict {
+        Some(p) => read_dict(BufReader::new(
+            std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?,
+        ))?,
+        None => Counts::new(),
+    };
+    let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: args.size, dict_weight: args.dict_weight });
+    let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
+    lex.write_tsv(std::io::BufWriter::new(out))?;
+    let set: HashSet<String> = lex.word_set();
+    println!("wrote {}: {} words", args.out.display(), lex.len());
+    println!();
+    println!("| text | tokens | coverage |");
+    println!("|------|--------|----------|");
+    let c = coverage(&set, &corpus);
+    println!("| {} (train) | {} | {:.2}% |", args.train.display(), c.tokens, 100.0 * c.rate);
+    let auto = Segmenter::new(SegmentMode::Auto);
+    for v in &args.valid {
+        let c = coverage(&set, &count(v, &auto)?);
+        println!("| {} | {} | {:.2}% |", v.display(), c.tokens, 100.0 * c.rate);
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! `laya simulate`: keyboard logs (docs/logs.md) from plain or segmented text — an event at
+//! every typed prefix of every word, the shown candidates from the n-gram baseline, the typed
+//! word as the click.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+
+use laya_text::{simulate_events, write_event, SegmentMode, Segmenter};
+
+use crate::CliError;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Text to simulate, one line at a time.
+    #[arg(long)]
+    text: PathBuf,
+    /// Lines are gold-segmented (words separated by spaces).
+    #[arg(long)]
+    segmented: bool,
+    /// The baseline ranker that "showed" candidates (an n-gram file from `laya ngram`).
+    #[arg(long)]
+    ngram: PathBuf,
+    /// Candidates shown per event.
+    #[arg(long, default_value_t = 5)]
+    shown: usize,
+    /// Output keyboard log (JSON lines).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let mut ranker = crate::predictors::load_ngram(Some(&args.ngram))?;
+    let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let seg = Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto });
+    let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
+    let mut out = BufWriter::new(out);
+    let bar = crate::progress::bytes_bar(total, "typing", false);
+    let lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
+    let stats = simulate_events(lines, &seg, &mut ranker, args.shown, &mut |e| write_event(&mut out, &e), &mut |n| bar.inc(n))?;
+    out.flush()?;
+    bar.finish_and_clear();
+    if stats.events == 0 {
+        return Err(CliError(format!("{} has no words to simulate", args.text.display())));
+    }
+    println!(
+        "wrote {}: {} events from {} words on {} lines ({} with the typed word appended because the baseline did not show it)",
+        args.out.display(),
+        stats.events,
+        stats.words,
+        stats.lines,
+        stats.appended
+    );
+    Ok(())
+}
