@@ -6,6 +6,7 @@
 mod bench;
 mod default_model;
 mod inspect;
+mod install;
 mod predict;
 
 use std::process::ExitCode;
@@ -29,6 +30,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Time single predictions: p50/p99, cold start, allocations, per-stage breakdown.
     Bench(bench::Args),
+    /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
+    Install(install::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Predict(a) => predict::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Install(a) => install::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
