@@ -184,8 +184,7 @@ pub extern "C" fn laya_status_name(status: laya_status) -> *const c_char {
 /// Valid until the next failing Laya call on the same thread. Thread-safe (per thread).
 #[no_mangle]
 pub extern "C" fn laya_last_error_message() -> *const c_char {
-    catch_unwind(|| LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr()))
-        .unwrap_or(c"".as_ptr())
+    catch_unwind(|| LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr())).unwrap_or(c"".as_ptr())
 }
 
 /// Opens and fully validates a model file and returns an engine serving it in `*out_engine`.
@@ -263,7 +262,10 @@ pub unsafe extern "C" fn laya_engine_checksum(engine: *const laya_engine, out_ch
 /// # Safety
 /// `engine` is NULL or a live engine handle; `out_session` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn laya_session_new(engine: *const laya_engine, out_session: *mut *mut laya_session) -> laya_status {
+pub unsafe extern "C" fn laya_session_new(
+    engine: *const laya_engine,
+    out_session: *mut *mut laya_session,
+) -> laya_status {
     guard(|| {
         if out_session.is_null() {
             return Err(null("out_session"));
@@ -335,9 +337,8 @@ pub unsafe extern "C" fn laya_session_predict(
             // lives only for this call.
             unsafe { std::slice::from_raw_parts(utf8.cast::<u8>(), len) }
         };
-        let context = std::str::from_utf8(bytes).map_err(|e| {
-            (LAYA_ERR_INVALID_UTF8, format!("context is not valid UTF-8: {e}"))
-        })?;
+        let context = std::str::from_utf8(bytes)
+            .map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("context is not valid UTF-8: {e}")))?;
         if cap > 0 && out.is_null() {
             return Err(null("out (with cap > 0)"));
         }

@@ -70,11 +70,7 @@ fn the_c_example_compiles_runs_and_frees_everything() {
         .args(["-llaya_ffi", "-lpthread"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e}"));
-    assert!(
-        compiled.status.success(),
-        "compiling example.c failed:\n{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
+    assert!(compiled.status.success(), "compiling example.c failed:\n{}", String::from_utf8_lossy(&compiled.stderr));
 
     let mut run = if on_path("valgrind") {
         let mut c = Command::new("valgrind");

@@ -123,12 +123,7 @@ impl Engine {
         // Release pairs with the Acquire in `EngineSession::refresh`: a session that sees the
         // new generation also sees the new model in `current`.
         let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        SwapReport {
-            generation,
-            old_checksum: old.info().checksum,
-            new_checksum,
-            load_time: Duration::ZERO,
-        }
+        SwapReport { generation, old_checksum: old.info().checksum, new_checksum, load_time: Duration::ZERO }
     }
 
     /// The model serving now (a new `Arc`; holding it keeps that model alive).

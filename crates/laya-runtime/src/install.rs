@@ -174,7 +174,8 @@ pub fn install_with(
 ) -> Result<PathBuf, InstallError> {
     check_name(name)?;
     let src_name = src.display().to_string();
-    let bytes = fs::read(src).map_err(|source| InstallError::Io { step: "read the model", path: src_name.clone(), source })?;
+    let bytes =
+        fs::read(src).map_err(|source| InstallError::Io { step: "read the model", path: src_name.clone(), source })?;
     // Validate the bytes we are about to write, not the file (which could change meanwhile).
     let checksum = Model::from_bytes(bytes.clone())
         .map_err(|source| InstallError::InvalidSource { path: src_name, source })?

@@ -208,7 +208,7 @@ fn a_thousand_swaps_under_load_serve_only_complete_models() {
     let current = engine.current();
     assert_eq!(live(&mut models), 1, "models leaked");
     assert_eq!(Arc::strong_count(&current), 2, "engine + this handle");
-    let last = if (SWAPS - 1) % 2 == 0 { 1 } else { 0 };
+    let last = usize::from((SWAPS - 1).is_multiple_of(2));
     assert_eq!(current.info().checksum, fx.checksums[last]);
     drop(current);
     if cfg!(target_os = "linux") {

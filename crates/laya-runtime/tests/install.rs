@@ -67,7 +67,8 @@ fn a_crash_at_any_step_leaves_the_old_or_the_new_model() {
         })
         .unwrap_err();
         assert!(matches!(err, InstallError::Interrupted(p) if p == crash_at), "{err}");
-        let expected_points: Vec<_> = InstallPoint::ALL.iter().copied().take_while(|&p| p != crash_at).chain([crash_at]).collect();
+        let expected_points: Vec<_> =
+            InstallPoint::ALL.iter().copied().take_while(|&p| p != crash_at).chain([crash_at]).collect();
         assert_eq!(reached, expected_points);
 
         // What a restarted process finds: the target loads, as old or new, never torn.
@@ -104,7 +105,13 @@ fn the_first_install_interrupted_leaves_no_target_and_no_torn_file() {
     let s = sources(&dir);
     let live = dir.join("live");
     std::fs::create_dir_all(&live).unwrap();
-    let stop_half = &mut |p: InstallPoint| if p == InstallPoint::TempHalfWritten { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
+    let stop_half = &mut |p: InstallPoint| {
+        if p == InstallPoint::TempHalfWritten {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
     install_with(&s.new, &live, "m.laya", stop_half).unwrap_err();
     assert!(!live.join("m.laya").exists());
     assert_eq!(install(&s.new, &live, "m.laya").unwrap(), live.join("m.laya"));
