@@ -199,7 +199,8 @@ impl EngineSession {
         self.session.model()
     }
 
-    /// The underlying session, for profiling and raw outputs.
+    /// The underlying session, for profiling and raw outputs. A model set on it by hand
+    /// (`Session::set_model`) serves only until the engine's next swap.
     pub fn session(&mut self) -> &mut Session {
         &mut self.session
     }
