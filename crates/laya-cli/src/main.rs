@@ -9,6 +9,7 @@ mod eval;
 mod inspect;
 mod lexicon;
 mod ngram;
+mod install;
 mod predict;
 mod predictors;
 mod progress;
@@ -43,6 +44,8 @@ enum Command {
     Ngram(ngram::Args),
     /// Turn text into simulated keyboard logs (docs/logs.md).
     Simulate(simulate::Args),
+    /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
+    Install(install::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::Lexicon(a) => lexicon::run(a),
         Command::Ngram(a) => ngram::run(a),
         Command::Simulate(a) => simulate::run(a),
+        Command::Install(a) => install::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,8 @@
 //!
 //! * [`Model`]: the immutable, validated model; share it between threads with `Arc`.
 //! * [`Session`]: one thread's scratch buffers; `predict` returns borrowed [`Candidate`]s.
+//! * [`Engine`] / [`EngineSession`]: hot model update, a new file becomes current only after
+//!   full validation; [`install`] puts a model file in place atomically (docs/embedding.md).
 //!
 //! ```no_run
 //! let model = laya_runtime::Model::load("model.laya")?;
@@ -18,14 +20,18 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod engine;
 mod error;
+mod install;
 mod lexicon;
 mod model;
 mod session;
 mod stages;
 mod storage;
 
+pub use engine::{Engine, EngineSession, SwapReport};
 pub use error::LoadError;
+pub use install::{install, install_with, InstallError, InstallPoint};
 pub use laya_kernels::{Kernels, Level};
 pub use model::{Config, Model, ModelInfo};
 pub use session::{Candidate, Predictions, Session, DEFAULT_MAX_K};

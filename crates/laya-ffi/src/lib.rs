@@ -1,0 +1,415 @@
+//! The C ABI of Laya: opaque handles for an engine (one hot-swappable model) and per-thread
+//! sessions, predictions written into caller-owned arrays without allocating, status codes
+//! plus a thread-local error message. The C declarations are in `include/laya.h`, kept in sync
+//! with this file by `tests/header.rs`.
+//!
+//! The same functions are callable from Rust (the `rlib` crate type), which is how the tests
+//! exercise them:
+//!
+//! ```no_run
+//! use laya_ffi::*;
+//! use std::ptr;
+//! let mut engine = ptr::null_mut();
+//! // SAFETY: a NUL-terminated path and a valid out-pointer.
+//! let st = unsafe { laya_engine_open(c"model.laya".as_ptr(), &mut engine) };
+//! assert_eq!(st, LAYA_OK);
+//! let mut session = ptr::null_mut();
+//! // SAFETY: `engine` came from laya_engine_open.
+//! assert_eq!(unsafe { laya_session_new(engine, &mut session) }, LAYA_OK);
+//! let mut out = [laya_candidate::EMPTY; 5];
+//! let mut n = 0;
+//! let ctx = "今天天气";
+//! // SAFETY: `ctx` is `ctx.len()` readable bytes; `out` has room for 5 candidates.
+//! let st = unsafe { laya_session_predict(session, ctx.as_ptr().cast(), ctx.len(), 5, out.as_mut_ptr(), 5, &mut n) };
+//! assert_eq!(st, LAYA_OK);
+//! // SAFETY: both handles are live and not used afterwards.
+//! unsafe { laya_session_free(session); laya_engine_free(engine) };
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::ptr;
+
+use laya_runtime::{Engine, EngineSession, LoadError, DEFAULT_MAX_K};
+
+/// Result of every fallible call. `LAYA_OK` is 0; anything else is an error whose details are
+/// in [`laya_last_error_message`].
+pub type laya_status = i32;
+/// Success.
+pub const LAYA_OK: laya_status = 0;
+/// A required pointer argument was NULL.
+pub const LAYA_ERR_NULL_ARGUMENT: laya_status = 1;
+/// The context or a path is not valid UTF-8.
+pub const LAYA_ERR_INVALID_UTF8: laya_status = 2;
+/// A model file could not be opened or read.
+pub const LAYA_ERR_IO: laya_status = 3;
+/// A model file failed validation (corrupt, truncated, wrong version, bad checksum...).
+pub const LAYA_ERR_INVALID_MODEL: laya_status = 4;
+/// A valid model file this runtime cannot run.
+pub const LAYA_ERR_UNSUPPORTED_MODEL: laya_status = 5;
+/// A bug inside Laya was caught at the boundary (no panic crosses into C); freeing the handles
+/// involved is still safe.
+pub const LAYA_ERR_PANIC: laya_status = 6;
+
+/// One candidate word of a prediction.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct laya_candidate {
+    /// NUL-terminated UTF-8, owned by the session; valid until the next predict on that
+    /// session or its free.
+    pub word: *const c_char,
+    /// Length of `word` in bytes, without the NUL.
+    pub word_len: usize,
+    /// How many trailing characters of the context the word completes (0 = next word).
+    pub replace: u32,
+    /// Probability among all admissible (word, replace) pairs.
+    pub p: f32,
+}
+
+impl laya_candidate {
+    /// An empty candidate, for initialising output arrays.
+    pub const EMPTY: laya_candidate = laya_candidate { word: ptr::null(), word_len: 0, replace: 0, p: 0.0 };
+}
+
+/// Opaque: one served model that can be swapped; shareable between threads.
+pub struct laya_engine {
+    engine: Engine,
+}
+
+/// Opaque: one thread's prediction context on an engine.
+pub struct laya_session {
+    inner: EngineSession,
+    /// The words of the last prediction, each NUL-terminated: C wants terminated strings, the
+    /// lexicon stores them unterminated. Grows to a high-water mark, then never allocates.
+    words: Vec<u8>,
+    offsets: Vec<usize>,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
+    // Ignored when the thread is being torn down: there is nobody left to read the message.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
+}
+
+type Failure = (laya_status, String);
+
+/// Runs one entry point: maps errors to a status and the thread's message, and stops panics
+/// at the boundary (unwinding into C is undefined behaviour).
+fn guard(f: impl FnOnce() -> Result<(), Failure>) -> laya_status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => LAYA_OK,
+        Ok(Err((status, msg))) => {
+            set_error(&msg);
+            status
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_error(&format!("internal error in Laya (please report): {what}"));
+            LAYA_ERR_PANIC
+        }
+    }
+}
+
+fn null(what: &str) -> Failure {
+    (LAYA_ERR_NULL_ARGUMENT, format!("{what} is NULL"))
+}
+
+fn load_failure(e: LoadError) -> Failure {
+    let status = match e {
+        LoadError::Io { .. } => LAYA_ERR_IO,
+        LoadError::Format(_) => LAYA_ERR_INVALID_MODEL,
+        LoadError::Kernel(_) => LAYA_ERR_UNSUPPORTED_MODEL,
+    };
+    (status, e.to_string())
+}
+
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+unsafe fn path_arg(path: *const c_char) -> Result<PathBuf, Failure> {
+    if path.is_null() {
+        return Err(null("path"));
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    }
+    #[cfg(not(unix))]
+    {
+        std::str::from_utf8(bytes)
+            .map(PathBuf::from)
+            .map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("path is not valid UTF-8: {e}")))
+    }
+}
+
+/// The library version, a static NUL-terminated string. Thread-safe.
+#[no_mangle]
+pub extern "C" fn laya_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// A static, NUL-terminated name for a status code ("LAYA_OK", ...). Thread-safe.
+#[no_mangle]
+pub extern "C" fn laya_status_name(status: laya_status) -> *const c_char {
+    let name: &'static CStr = match status {
+        LAYA_OK => c"LAYA_OK",
+        LAYA_ERR_NULL_ARGUMENT => c"LAYA_ERR_NULL_ARGUMENT",
+        LAYA_ERR_INVALID_UTF8 => c"LAYA_ERR_INVALID_UTF8",
+        LAYA_ERR_IO => c"LAYA_ERR_IO",
+        LAYA_ERR_INVALID_MODEL => c"LAYA_ERR_INVALID_MODEL",
+        LAYA_ERR_UNSUPPORTED_MODEL => c"LAYA_ERR_UNSUPPORTED_MODEL",
+        LAYA_ERR_PANIC => c"LAYA_ERR_PANIC",
+        _ => c"LAYA_UNKNOWN_STATUS",
+    };
+    name.as_ptr()
+}
+
+/// The message of the most recent failed call on this thread ("" if none), NUL-terminated.
+/// Valid until the next failing Laya call on the same thread. Thread-safe (per thread).
+#[no_mangle]
+pub extern "C" fn laya_last_error_message() -> *const c_char {
+    catch_unwind(|| LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr())).unwrap_or(c"".as_ptr())
+}
+
+/// Opens and fully validates a model file and returns an engine serving it in `*out_engine`.
+///
+/// # Safety
+/// `path` is NULL or NUL-terminated; `out_engine` is NULL or valid for one pointer write.
+#[no_mangle]
+pub unsafe extern "C" fn laya_engine_open(path: *const c_char, out_engine: *mut *mut laya_engine) -> laya_status {
+    guard(|| {
+        if out_engine.is_null() {
+            return Err(null("out_engine"));
+        }
+        // SAFETY: non-NULL; the caller guarantees it is writable.
+        unsafe { *out_engine = ptr::null_mut() };
+        // SAFETY: forwarded caller contract on `path`.
+        let path = unsafe { path_arg(path) }?;
+        let engine = Engine::open(&path).map_err(load_failure)?;
+        let handle = Box::into_raw(Box::new(laya_engine { engine }));
+        // SAFETY: as above.
+        unsafe { *out_engine = handle };
+        Ok(())
+    })
+}
+
+/// Frees an engine. NULL is ignored. Sessions created from it stay valid (they share the
+/// model) and must still be freed.
+///
+/// # Safety
+/// `engine` is NULL or a live handle from [`laya_engine_open`], not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn laya_engine_free(engine: *mut laya_engine) {
+    if engine.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the handle was made by Box::into_raw in laya_engine_open and is freed once.
+        drop(unsafe { Box::from_raw(engine) });
+    }));
+}
+
+/// Validates the model file at `path` completely and, only if it passes, makes it the model
+/// every session uses from its next prediction. On error the old model keeps serving.
+///
+/// # Safety
+/// `engine` is NULL or a live engine handle; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn laya_engine_swap(engine: *const laya_engine, path: *const c_char) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract; only shared access.
+        let engine = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        // SAFETY: forwarded caller contract on `path`.
+        let path = unsafe { path_arg(path) }?;
+        engine.engine.swap_to(&path).map(drop).map_err(load_failure)
+    })
+}
+
+/// Writes the checksum of the engine's current model to `*out_checksum`.
+///
+/// # Safety
+/// `engine` is NULL or a live engine handle; `out_checksum` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_engine_checksum(engine: *const laya_engine, out_checksum: *mut u64) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract.
+        let engine = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        // SAFETY: NULL or writable by the caller's contract.
+        let out = unsafe { out_checksum.as_mut() }.ok_or_else(|| null("out_checksum"))?;
+        *out = engine.engine.current().info().checksum;
+        Ok(())
+    })
+}
+
+/// Creates a session (scratch buffers for one thread) on `engine`.
+///
+/// # Safety
+/// `engine` is NULL or a live engine handle; `out_session` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_new(
+    engine: *const laya_engine,
+    out_session: *mut *mut laya_session,
+) -> laya_status {
+    guard(|| {
+        if out_session.is_null() {
+            return Err(null("out_session"));
+        }
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { *out_session = ptr::null_mut() };
+        // SAFETY: NULL or a live handle by the caller's contract.
+        let engine = unsafe { engine.as_ref() }.ok_or_else(|| null("engine"))?;
+        let mut inner = engine.engine.session();
+        inner.warm_up();
+        let session = laya_session {
+            inner,
+            // Typical words are a few bytes; this covers most lexicons without ever growing.
+            words: Vec::with_capacity(DEFAULT_MAX_K * 32),
+            offsets: Vec::with_capacity(DEFAULT_MAX_K),
+        };
+        // SAFETY: as above.
+        unsafe { *out_session = Box::into_raw(Box::new(session)) };
+        Ok(())
+    })
+}
+
+/// Frees a session and the words of its last prediction. NULL is ignored.
+///
+/// # Safety
+/// `session` is NULL or a live handle from [`laya_session_new`], not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_free(session: *mut laya_session) {
+    if session.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: made by Box::into_raw in laya_session_new and freed once.
+        drop(unsafe { Box::from_raw(session) });
+    }));
+}
+
+/// Ranks the `min(k, cap, 64)` most likely candidates after the context `utf8[0..len]` and
+/// writes them to `out[0..*n_out]`, best first. Allocates nothing in the steady state.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call; `utf8` is
+/// NULL (only with `len == 0`) or `len` readable bytes; `out` is NULL (only with `cap == 0`)
+/// or `cap` writable candidates; `n_out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_predict(
+    session: *mut laya_session,
+    utf8: *const c_char,
+    len: usize,
+    k: usize,
+    out: *mut laya_candidate,
+    cap: usize,
+    n_out: *mut usize,
+) -> laya_status {
+    guard(|| {
+        if n_out.is_null() {
+            return Err(null("n_out"));
+        }
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { *n_out = 0 };
+        // SAFETY: NULL or a live session with exclusive access by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else if utf8.is_null() {
+            return Err(null("utf8 (with len > 0)"));
+        } else {
+            // SAFETY: non-NULL and `len` readable bytes by the caller's contract; the slice
+            // lives only for this call.
+            unsafe { std::slice::from_raw_parts(utf8.cast::<u8>(), len) }
+        };
+        let context = std::str::from_utf8(bytes)
+            .map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("context is not valid UTF-8: {e}")))?;
+        if cap > 0 && out.is_null() {
+            return Err(null("out (with cap > 0)"));
+        }
+        let want = k.min(cap);
+
+        let laya_session { inner, words, offsets } = s;
+        let preds = inner.predict(context, want);
+        words.clear();
+        offsets.clear();
+        for c in preds.iter() {
+            offsets.push(words.len());
+            words.extend_from_slice(c.word.as_bytes());
+            words.push(0);
+        }
+        let n = preds.len();
+        let out: &mut [laya_candidate] = if n == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-NULL (checked above since n <= want <= cap) and `cap >= n`
+            // writable candidates by the caller's contract.
+            unsafe { std::slice::from_raw_parts_mut(out, n) }
+        };
+        for ((slot, c), &off) in out.iter_mut().zip(preds.iter()).zip(offsets.iter()) {
+            *slot = laya_candidate {
+                // `words` is not touched again until the next predict, so the pointers stay valid.
+                word: words[off..].as_ptr().cast(),
+                word_len: c.word.len(),
+                replace: u32::try_from(c.replace).unwrap_or(u32::MAX),
+                p: c.p,
+            };
+        }
+        // SAFETY: checked non-NULL above.
+        unsafe { *n_out = n };
+        Ok(())
+    })
+}
+
+/// Writes the checksum of the model that served this session's last prediction.
+///
+/// # Safety
+/// `session` is NULL or a live session; `out_checksum` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_checksum(session: *const laya_session, out_checksum: *mut u64) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract; only shared access.
+        let s = unsafe { session.as_ref() }.ok_or_else(|| null("session"))?;
+        // SAFETY: NULL or writable by the caller's contract.
+        let out = unsafe { out_checksum.as_mut() }.ok_or_else(|| null("out_checksum"))?;
+        *out = s.inner.model().info().checksum;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        let st = guard(|| panic!("boom {}", 42));
+        assert_eq!(st, LAYA_ERR_PANIC);
+        // SAFETY: the message is NUL-terminated and owned by this thread.
+        let msg = unsafe { CStr::from_ptr(laya_last_error_message()) }.to_str().unwrap().to_string();
+        assert!(msg.contains("boom 42"), "{msg}");
+    }
+
+    #[test]
+    fn nul_in_a_message_does_not_lose_it() {
+        set_error("a\0b");
+        // SAFETY: as above.
+        let msg = unsafe { CStr::from_ptr(laya_last_error_message()) }.to_str().unwrap().to_string();
+        assert_eq!(msg, "a\\0b");
+    }
+}

@@ -1,0 +1,224 @@
+//! Fuzz-style bounded tests of the C ABI's prediction entry point: arbitrary bytes (invalid
+//! UTF-8 included) and arbitrary strings (NUL, control, astral, huge) must give either a
+//! well-formed result identical to the Rust `Session`'s, or `LAYA_ERR_INVALID_UTF8` with
+//! nothing written — never a crash.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::CStr;
+use std::path::Path;
+use std::ptr;
+use std::sync::Arc;
+
+use laya_ffi::*;
+use laya_format::testing::{random_model, TinyConfig};
+use laya_format::{write_model, GgmlType};
+use laya_runtime::{Model, Session};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+struct Handles {
+    engine: *mut laya_engine,
+    session: *mut laya_session,
+    reference: Session,
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        // SAFETY: both handles came from the open/new calls in `handles` and are freed once.
+        unsafe {
+            laya_session_free(self.session);
+            laya_engine_free(self.engine);
+        }
+    }
+}
+
+fn handles(name: &str) -> Handles {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("ffi-fuzz-{name}-{}.laya", std::process::id()));
+    let (meta, tensors) = random_model(&TinyConfig::small(), 77, GgmlType::Q8_0);
+    std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
+    let reference = Session::new(Model::load(&path).unwrap());
+    let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let (mut engine, mut session) = (ptr::null_mut(), ptr::null_mut());
+    // SAFETY: a NUL-terminated path and valid out-pointers.
+    assert_eq!(unsafe { laya_engine_open(cpath.as_ptr(), &mut engine) }, LAYA_OK);
+    // SAFETY: a live engine and a valid out-pointer.
+    assert_eq!(unsafe { laya_session_new(engine, &mut session) }, LAYA_OK);
+    let _ = std::fs::remove_file(&path); // the mapping keeps the inode alive
+    Handles { engine, session, reference }
+}
+
+/// Predicts through the C ABI and checks the result against the Rust session.
+fn check(h: &mut Handles, bytes: &[u8], k: usize) -> Result<(), TestCaseError> {
+    let mut out = [laya_candidate::EMPTY; 12];
+    let mut n = usize::MAX;
+    // SAFETY: `bytes` is `bytes.len()` readable bytes, `out` has 12 slots, `n` is writable.
+    let st = unsafe {
+        laya_session_predict(h.session, bytes.as_ptr().cast(), bytes.len(), k, out.as_mut_ptr(), out.len(), &mut n)
+    };
+    match std::str::from_utf8(bytes) {
+        Err(_) => {
+            prop_assert_eq!(st, LAYA_ERR_INVALID_UTF8);
+            prop_assert_eq!(n, 0);
+            // SAFETY: the message is a NUL-terminated string owned by this thread.
+            let msg = unsafe { CStr::from_ptr(laya_last_error_message()) }.to_str().unwrap();
+            prop_assert!(msg.contains("UTF-8"), "{}", msg);
+        }
+        Ok(ctx) => {
+            prop_assert_eq!(st, LAYA_OK);
+            let want: Vec<_> = h
+                .reference
+                .predict(ctx, k.min(out.len()))
+                .iter()
+                .map(|c| (c.word.to_string(), c.replace as u32, c.p.to_bits()))
+                .collect();
+            prop_assert_eq!(n, want.len());
+            for (c, w) in out[..n].iter().zip(&want) {
+                // SAFETY: `word` points at `word_len` bytes plus a NUL, valid until the next predict.
+                let word = unsafe { CStr::from_ptr(c.word) }.to_str().unwrap();
+                prop_assert_eq!(word.len(), c.word_len);
+                prop_assert_eq!((word.to_string(), c.replace, c.p.to_bits()), w.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn any_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64),
+        // Valid text with one byte damaged somewhere.
+        (".{0,24}", any::<prop::sample::Index>(), any::<u8>()).prop_map(|(s, i, b): (String, _, u8)| {
+            let mut v = s.into_bytes();
+            if !v.is_empty() {
+                let at = i.index(v.len());
+                v[at] = b;
+            }
+            v
+        }),
+    ]
+}
+
+fn any_text() -> impl Strategy<Value = String> {
+    let ch = prop_oneof![
+        any::<char>(),
+        Just('\0'),
+        proptest::char::range('\u{1}', '\u{1f}'),
+        proptest::char::range('\u{7f}', '\u{9f}'),
+        proptest::char::range('\u{1F300}', '\u{1FAFF}'),
+        proptest::char::range('\u{10000}', '\u{10FFFF}'),
+        proptest::char::range('a', 'z'),
+        proptest::char::range('\u{4E00}', '\u{4FFF}'),
+        proptest::char::range('\u{FF01}', '\u{FF5E}'),
+    ];
+    prop_oneof![
+        prop::collection::vec(ch.clone(), 0..40).prop_map(|v| v.into_iter().collect()),
+        // Huge contexts: only the last 16 characters matter, the rest must not hurt.
+        (prop::collection::vec(ch, 1..8), 1_000usize..50_000).prop_map(|(v, n)| v.iter().cycle().take(n).collect()),
+    ]
+}
+
+#[test]
+fn arbitrary_bytes_through_the_c_abi() {
+    let h = RefCell::new(handles("bytes"));
+    let mut runner = TestRunner::new(Config { cases: 1000, failure_persistence: None, ..Config::default() });
+    let (valid, invalid) = (Cell::new(0u32), Cell::new(0u32));
+    runner
+        .run(&(any_bytes(), 0usize..16), |(bytes, k)| {
+            let counter = if std::str::from_utf8(&bytes).is_ok() { &valid } else { &invalid };
+            counter.set(counter.get() + 1);
+            check(&mut h.borrow_mut(), &bytes, k)
+        })
+        .unwrap();
+    let (valid, invalid) = (valid.get(), invalid.get());
+    println!("ffi fuzz (bytes): cases={} valid_utf8={valid} invalid_utf8={invalid} crashes=0", valid + invalid);
+    assert!(valid > 0 && invalid > 0);
+}
+
+#[test]
+fn arbitrary_strings_through_the_c_abi() {
+    let h = RefCell::new(handles("text"));
+    let mut runner = TestRunner::new(Config { cases: 500, failure_persistence: None, ..Config::default() });
+    let cases = Cell::new(0u32);
+    runner
+        .run(&(any_text(), 0usize..16), |(text, k)| {
+            cases.set(cases.get() + 1);
+            check(&mut h.borrow_mut(), text.as_bytes(), k)
+        })
+        .unwrap();
+    let cases = cases.get();
+    println!("ffi fuzz (strings incl. NUL/control/astral/huge): cases={cases} crashes=0");
+}
+
+#[test]
+fn c_abi_predictions_allocate_nothing_in_the_steady_state() {
+    let h = handles("alloc");
+    let mut out = [laya_candidate::EMPTY; 8];
+    let mut n = 0;
+    let contexts = ["hel", "今天天气", "😀😀", "", "\0x", "a very long context beyond sixteen characters"];
+    let predict_all = |out: &mut [laya_candidate; 8], n: &mut usize| {
+        for ctx in contexts {
+            // SAFETY: live session, readable context bytes, 8 writable slots, writable count.
+            let st =
+                unsafe { laya_session_predict(h.session, ctx.as_ptr().cast(), ctx.len(), 8, out.as_mut_ptr(), 8, n) };
+            assert_eq!(st, LAYA_OK);
+        }
+    };
+    predict_all(&mut out, &mut n);
+    let info = allocation_counter::measure(|| predict_all(&mut out, &mut n));
+    assert_eq!(info.count_total, 0);
+    let probe = allocation_counter::measure(|| drop(std::hint::black_box(Arc::new(1u8))));
+    assert!(probe.count_total > 0, "the counter is live");
+}
+
+#[test]
+fn null_and_invalid_arguments_give_status_codes_and_messages() {
+    let h = handles("null");
+    let mut n = 0usize;
+    let mut out = [laya_candidate::EMPTY; 2];
+    let msg = || {
+        // SAFETY: NUL-terminated, owned by this thread.
+        unsafe { CStr::from_ptr(laya_last_error_message()) }.to_string_lossy().into_owned()
+    };
+    // SAFETY (all calls below): every pointer is NULL or valid as documented in laya.h.
+    unsafe {
+        assert_eq!(
+            laya_session_predict(ptr::null_mut(), ptr::null(), 0, 1, out.as_mut_ptr(), 2, &mut n),
+            LAYA_ERR_NULL_ARGUMENT
+        );
+        assert!(msg().contains("session"), "{}", msg());
+        assert_eq!(
+            laya_session_predict(h.session, ptr::null(), 5, 1, out.as_mut_ptr(), 2, &mut n),
+            LAYA_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            laya_session_predict(h.session, ptr::null(), 0, 1, ptr::null_mut(), 2, &mut n),
+            LAYA_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            laya_session_predict(h.session, ptr::null(), 0, 1, out.as_mut_ptr(), 2, ptr::null_mut()),
+            LAYA_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(laya_session_predict(h.session, ptr::null(), 0, 5, ptr::null_mut(), 0, &mut n), LAYA_OK);
+        assert_eq!(n, 0);
+        assert_eq!(laya_engine_open(ptr::null(), ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_engine_swap(h.engine, c"/nonexistent.laya".as_ptr()), LAYA_ERR_IO);
+        assert!(msg().contains("/nonexistent.laya"), "{}", msg());
+        let mut sum = 0u64;
+        assert_eq!(laya_engine_checksum(ptr::null(), &mut sum), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_checksum(h.session, ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
+        let mut s = ptr::null_mut();
+        assert_eq!(laya_session_new(ptr::null(), &mut s), LAYA_ERR_NULL_ARGUMENT);
+        assert!(s.is_null());
+        assert_eq!(CStr::from_ptr(laya_status_name(12345)).to_str().unwrap(), "LAYA_UNKNOWN_STATUS");
+        assert!(!CStr::from_ptr(laya_version()).to_bytes().is_empty());
+    }
+    // The message is per thread: another thread has seen no error.
+    let other = std::thread::spawn(|| {
+        // SAFETY: NUL-terminated, owned by that thread.
+        unsafe { CStr::from_ptr(laya_last_error_message()) }.to_string_lossy().into_owned()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(other, "");
+}

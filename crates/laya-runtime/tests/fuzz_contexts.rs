@@ -1,0 +1,80 @@
+//! Fuzz-style bounded test of prediction with arbitrary contexts: any `&str` (NUL, control
+//! characters, astral codepoints, unpaired-looking sequences, huge strings) must give a
+//! well-formed, deterministic answer through `Session` and through `EngineSession` — never a
+//! panic. Invalid UTF-8 cannot reach a `&str`; it is the C ABI's job (laya-ffi/tests/fuzz.rs).
+
+mod common;
+
+use std::cell::{Cell, RefCell};
+
+use common::model;
+use laya_format::testing::TinyConfig;
+use laya_format::GgmlType;
+use laya_runtime::{Engine, Session};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+fn any_char() -> impl Strategy<Value = char> {
+    prop_oneof![
+        any::<char>(),
+        Just('\0'),
+        proptest::char::range('\u{1}', '\u{1f}'),
+        proptest::char::range('\u{7f}', '\u{9f}'),
+        proptest::char::range('\u{1F300}', '\u{1FAFF}'),
+        proptest::char::range('\u{10000}', '\u{10FFFF}'),
+        proptest::char::range('\u{FF01}', '\u{FF5E}'),
+        proptest::char::range('\u{4E00}', '\u{4FFF}'),
+        proptest::char::range('a', 'z'),
+        Just(' '),
+    ]
+}
+
+fn any_context() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::collection::vec(any_char(), 0..40).prop_map(|v| v.into_iter().collect()),
+        1 => (prop::collection::vec(any_char(), 1..6), 1_000usize..100_000)
+            .prop_map(|(v, n)| v.iter().cycle().take(n).collect()),
+    ]
+}
+
+type Top = Vec<(String, usize, u32)>;
+
+#[test]
+fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
+    for ty in [GgmlType::F32, GgmlType::Q4_0] {
+        let m = model(&TinyConfig::small(), 9, ty);
+        let pairs = m.lexicon_len() * m.config().replace_classes;
+        let session = RefCell::new(Session::new(m.clone()));
+        let engine_session = RefCell::new(Engine::from_model(m).session());
+        let cases = Cell::new(0u32);
+        let mut runner = TestRunner::new(Config { cases: 400, failure_persistence: None, ..Config::default() });
+        runner
+            .run(&(any_context(), 0usize..20), |(ctx, k)| {
+                cases.set(cases.get() + 1);
+                let mut s = session.borrow_mut();
+                let first: Top =
+                    s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                prop_assert_eq!(first.len(), k.min(pairs));
+                let n_chars = ctx.chars().count();
+                let mut last = f32::INFINITY;
+                for (word, replace, bits) in &first {
+                    let p = f32::from_bits(*bits);
+                    prop_assert!(p.is_finite() && (0.0..=1.0).contains(&p), "p = {}", p);
+                    prop_assert!(p <= last);
+                    last = p;
+                    prop_assert!(*replace < word.chars().count());
+                    prop_assert!(*replace <= n_chars.min(16));
+                }
+                let again: Top =
+                    s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                prop_assert_eq!(&again, &first, "deterministic");
+                let mut e = engine_session.borrow_mut();
+                let via_engine: Top =
+                    e.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                prop_assert_eq!(&via_engine, &first, "engine session = session");
+                Ok(())
+            })
+            .unwrap();
+        println!("session fuzz ({ty:?}): cases={} panics=0", cases.get());
+    }
+}
