@@ -41,14 +41,21 @@ fn weights(ty: WType, rows: usize, cols: usize) -> Vec<u8> {
     v
 }
 
-/// Best seconds per call over several batches of `iters` calls.
-fn time(mut f: impl FnMut(), iters: usize) -> f64 {
-    for _ in 0..iters.min(50) {
+/// Best seconds per call over many short batches. On a shared machine a batch that was
+/// preempted or shared a cache with a neighbour is slower, never faster, so the minimum over
+/// batches of ~100 µs (shorter than a scheduler slice) is the stable figure.
+fn time(mut f: impl FnMut(), _iters: usize) -> f64 {
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < Duration::from_millis(20) {
         f();
+        n += 1;
     }
+    let per = t.elapsed().as_secs_f64() / n as f64;
+    let iters = ((100e-6 / per) as usize).max(1);
     let mut best = f64::INFINITY;
     let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(400) {
+    while start.elapsed() < Duration::from_millis(300) {
         let t = Instant::now();
         for _ in 0..iters {
             f();
