@@ -119,6 +119,41 @@ fn main() {
         }
     }
     println!();
+    println!("cold weights: 16 positions, cycling through 48 different matrices (~3 MB f32), as a");
+    println!("prediction does (each matrix is read once, from L3 or memory rather than L1/L2):");
+    for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_1] {
+        let (rows, cols, n_pos, copies) = (128, 128, 16, 48);
+        let ws: Vec<Vec<u8>> = (0..copies).map(|_| weights(ty, rows, cols)).collect();
+        let ms: Vec<Matrix> = ws.iter().map(|w| Matrix::new(ty, rows, cols, w).unwrap()).collect();
+        let x = vec![0.5f32; n_pos * cols];
+        let b = vec![0.1f32; rows];
+        let mut y = vec![0.0f32; n_pos * rows];
+        for k in &levels {
+            if k.level() == Level::Scalar {
+                continue;
+            }
+            let mut i = 0;
+            let s = time(
+                || {
+                    i = (i + 1) % copies;
+                    k.matmul(&ms[i], black_box(&x), n_pos, Some(&b), black_box(&mut y))
+                },
+                200,
+            );
+            let gf = 2.0 * (n_pos * rows * cols) as f64 / s / 1e9;
+            println!(
+                "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10.1} {:>6.0}%",
+                k.level().to_string(),
+                ty.name(),
+                n_pos,
+                rows,
+                cols,
+                gf,
+                100.0 * gf / peak
+            );
+        }
+    }
+    println!();
     println!("output head, n_pos = 1, 20000 x 128 (weights streamed once per call):");
     println!(
         "{:<8} {:<5} {:>10} {:>10}",

@@ -386,9 +386,16 @@ fn matmul_panel<const T: u8, const V: usize>(
             panel_tile::<T, RT, V>(a, &xt, o, k0, kc, p0, np, bias, y);
             o += RT;
         }
-        while o < rows {
+        if o + 4 <= rows {
+            panel_tile::<T, 4, V>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 4;
+        }
+        if o + 2 <= rows {
+            panel_tile::<T, 2, V>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 2;
+        }
+        if o < rows {
             panel_tile::<T, 1, V>(a, &xt, o, k0, kc, p0, np, bias, y);
-            o += 1;
         }
         k0 += kc;
     }
@@ -770,4 +777,80 @@ pub(crate) fn softmax(x: &mut [f32]) {
     });
     let inv = _mm256_set1_ps(1.0 / hsum(s));
     map_inplace(x, 0.0, |v| _mm256_mul_ps(v, inv));
+}
+
+/// Multi-head attention, one query and head at a time, with the head's scores, softmax and
+/// weighted sum of values kept in registers (see `Kernels::attention`). Requires `dh % 8 == 0`
+/// (the dispatcher routes other head sizes to the composed path).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let dh = d / heads;
+    let nv = dh / 8;
+    let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
+    let out = &mut out[..n_q * d];
+    let scores = &mut scores[..n_kv];
+    let sc = _mm256_set1_ps(scale);
+    for p in 0..n_q {
+        for h in 0..heads {
+            let c = h * dh;
+            let qv = &q[p * d + c..][..dh];
+            // Four keys at a time: four independent FMA chains, one transpose-reduce.
+            let mut j = 0;
+            while j + 4 <= n_kv {
+                let kr: [&[f32]; 4] = core::array::from_fn(|t| &k[(j + t) * d + c..][..dh]);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for i in 0..nv {
+                    let x = ld(&qv[8 * i..]);
+                    for t in 0..4 {
+                        acc[t] = _mm256_fmadd_ps(x, ld(&kr[t][8 * i..]), acc[t]);
+                    }
+                }
+                let s4 = _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), _mm256_castps256_ps128(sc));
+                let dst = &mut scores[j..j + 4];
+                // SAFETY: dst has exactly 4 elements.
+                unsafe { _mm_storeu_ps(dst.as_mut_ptr(), s4) };
+                j += 4;
+            }
+            while j < n_kv {
+                let kr = &k[j * d + c..][..dh];
+                let mut acc = _mm256_setzero_ps();
+                for i in 0..nv {
+                    acc = _mm256_fmadd_ps(ld(&qv[8 * i..]), ld(&kr[8 * i..]), acc);
+                }
+                scores[j] = hsum(acc) * scale;
+                j += 1;
+            }
+            softmax(scores);
+            // Output in groups of up to four 8-lane chunks, accumulated in registers over keys.
+            let o = &mut out[p * d + c..][..dh];
+            let mut i = 0;
+            while i < nv {
+                let g = (nv - i).min(4);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (jj, s) in scores.iter().enumerate() {
+                    let w = _mm256_set1_ps(*s);
+                    let vr = &v[jj * d + c + 8 * i..];
+                    for t in 0..g {
+                        acc[t] = _mm256_fmadd_ps(w, ld(&vr[8 * t..]), acc[t]);
+                    }
+                }
+                for t in 0..g {
+                    st(&mut o[8 * (i + t)..], acc[t]);
+                }
+                i += g;
+            }
+        }
+    }
 }
