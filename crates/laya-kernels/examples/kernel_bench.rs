@@ -124,7 +124,10 @@ fn main() {
     for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_1] {
         let (rows, cols, n_pos, copies) = (128, 128, 16, 48);
         let ws: Vec<Vec<u8>> = (0..copies).map(|_| weights(ty, rows, cols)).collect();
-        let ms: Vec<Matrix> = ws.iter().map(|w| Matrix::new(ty, rows, cols, w).unwrap()).collect();
+        let ms: Vec<Matrix> = ws
+            .iter()
+            .map(|w| Matrix::new(ty, rows, cols, w).unwrap())
+            .collect();
         let x = vec![0.5f32; n_pos * cols];
         let b = vec![0.1f32; rows];
         let mut y = vec![0.0f32; n_pos * rows];

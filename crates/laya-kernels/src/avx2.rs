@@ -248,6 +248,7 @@ const RT: usize = 6;
 /// positions `np..s` so padded lanes compute harmless zeros.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn transpose_panel(
     s: usize,
     x: &[f32],
@@ -303,8 +304,9 @@ fn panel_tile<const T: u8, const R: usize, const V: usize>(
         }
         for i in 0..kc {
             // SAFETY: (i+1)*s <= kc*s = xt.len(), and 8v + 8 <= s.
-            let xv: [__m256; V] =
-                core::array::from_fn(|v| unsafe { _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v)) });
+            let xv: [__m256; V] = core::array::from_fn(|v| unsafe {
+                _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v))
+            });
             for r in 0..R {
                 // SAFETY: 4i + 4 <= 4kc <= wr[r].len() (asserted above).
                 let w = _mm256_set1_ps(unsafe {
@@ -411,7 +413,7 @@ fn matmul_t<const T: u8>(
 ) {
     let rows = a.rows;
     // Float tails (cols not a multiple of 8) stay on the dot-product tiles below.
-    if n_pos >= 5 && a.cols % 8 == 0 {
+    if n_pos >= 5 && a.cols.is_multiple_of(8) {
         let mut p0 = 0;
         while p0 < n_pos {
             let np = (n_pos - p0).min(16);
@@ -817,7 +819,10 @@ pub(crate) fn attention(
                         acc[t] = _mm256_fmadd_ps(x, ld(&kr[t][8 * i..]), acc[t]);
                     }
                 }
-                let s4 = _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), _mm256_castps256_ps128(sc));
+                let s4 = _mm_mul_ps(
+                    hsum4(acc[0], acc[1], acc[2], acc[3]),
+                    _mm256_castps256_ps128(sc),
+                );
                 let dst = &mut scores[j..j + 4];
                 // SAFETY: dst has exactly 4 elements.
                 unsafe { _mm_storeu_ps(dst.as_mut_ptr(), s4) };

@@ -197,7 +197,16 @@ const RT: usize = 12;
 /// positions `np..16`.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-fn transpose_panel(x: &[f32], cols: usize, p0: usize, np: usize, k0: usize, kc: usize, xt: &mut [f32; KC * 16]) {
+#[allow(clippy::too_many_arguments)]
+fn transpose_panel(
+    x: &[f32],
+    cols: usize,
+    p0: usize,
+    np: usize,
+    k0: usize,
+    kc: usize,
+    xt: &mut [f32; KC * 16],
+) {
     let xt = &mut xt[..kc * 16];
     for p in 0..np {
         let xr = &x[(p0 + p) * cols + k0..][..kc];
@@ -294,7 +303,14 @@ fn panel_tile<const T: u8, const R: usize>(
 
 /// The panel path for positions `p0 .. p0 + np` (`np <= 16`), all rows.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn matmul_panel<const T: u8>(a: &MatArgs, x: &[f32], p0: usize, np: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+fn matmul_panel<const T: u8>(
+    a: &MatArgs,
+    x: &[f32],
+    p0: usize,
+    np: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
     let (rows, cols) = (a.rows, a.cols);
     let mut xt = [0.0f32; KC * 16];
     let mut k0 = 0;
@@ -332,7 +348,7 @@ fn matmul_t<const T: u8>(
 ) {
     let rows = a.rows;
     // Needs whole decode units per chunk: float types need cols % 16 == 0 here (u = 16).
-    if n_pos >= 5 && a.cols % unit(T) == 0 {
+    if n_pos >= 5 && a.cols.is_multiple_of(unit(T)) {
         let mut p0 = 0;
         while p0 < n_pos {
             let np = (n_pos - p0).min(16);

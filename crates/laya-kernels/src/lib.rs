@@ -590,13 +590,16 @@ impl Kernels {
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        assert!(heads > 0 && d % heads == 0, "attention: {heads} heads do not divide d = {d}");
+        assert!(
+            heads > 0 && d.is_multiple_of(heads),
+            "attention: {heads} heads do not divide d = {d}"
+        );
         let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
         let out = &mut out[..n_q * d];
         let scores = &mut scores[..n_kv];
         match self.level {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            Level::Avx2 | Level::Avx512 if (d / heads) % 8 == 0 => {
+            Level::Avx2 | Level::Avx512 if (d / heads).is_multiple_of(8) => {
                 // SAFETY: both levels imply AVX2+FMA+F16C, detected at construction (struct
                 // invariant).
                 unsafe { avx2::attention(q, k, v, n_q, n_kv, d, heads, scale, scores, out) }

@@ -622,14 +622,29 @@ fn detect_is_the_best_available() {
 
 /// f64 reference of `Kernels::attention`, and per output the bound `sum_j a_j |v_j|` that scales
 /// its error.
-fn ref_attention(q: &[f32], k: &[f32], v: &[f32], n_q: usize, n_kv: usize, d: usize, heads: usize, scale: f32) -> (Vec<f64>, Vec<f64>) {
+#[allow(clippy::too_many_arguments)]
+fn ref_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+) -> (Vec<f64>, Vec<f64>) {
     let dh = d / heads;
     let (mut out, mut mag) = (vec![0.0; n_q * d], vec![0.0; n_q * d]);
     for p in 0..n_q {
         for h in 0..heads {
             let c = h * dh;
             let s: Vec<f64> = (0..n_kv)
-                .map(|j| scale as f64 * (0..dh).map(|i| q[p * d + c + i] as f64 * k[j * d + c + i] as f64).sum::<f64>())
+                .map(|j| {
+                    scale as f64
+                        * (0..dh)
+                            .map(|i| q[p * d + c + i] as f64 * k[j * d + c + i] as f64)
+                            .sum::<f64>()
+                })
                 .collect();
             let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
@@ -681,5 +696,7 @@ proptest! {
 fn attention_rejects_bad_heads() {
     let mut s = [0.0f32; 1];
     let mut out = [0.0f32; 3];
-    Kernels::detect().attention(&[0.0; 3], &[0.0; 3], &[0.0; 3], 1, 1, 3, 2, 1.0, &mut s, &mut out);
+    Kernels::detect().attention(
+        &[0.0; 3], &[0.0; 3], &[0.0; 3], 1, 1, 3, 2, 1.0, &mut s, &mut out,
+    );
 }
