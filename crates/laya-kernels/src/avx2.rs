@@ -230,6 +230,179 @@ fn tile<const T: u8, const R: usize, const P: usize>(
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Position-panel matmul (n_pos >= 5): the activations are transposed into a stack panel
+// `xt[i][p]` (8 or 16 positions per column), so one weight scalar, broadcast, feeds 8 positions
+// per FMA and the accumulators hold `y[o, p..p+8]` directly: rank-1 updates, no horizontal sums,
+// and each weight (or decoded block) is read once per 16 positions.
+
+/// Columns per panel chunk: 256 x 16 floats = 16 KiB of stack, half of a Zen 3 L1D, leaving room
+/// for the weight rows streaming past. A multiple of `QK` so quantised blocks never straddle.
+const KC: usize = 256;
+
+/// Rows per register tile: `R x V` accumulators (12 for 16 positions) keep both FMA pipes busy
+/// through the 4-cycle latency.
+const RT: usize = 6;
+
+/// Copies `x[p0 + p, k0 + i]` for `p < np`, `i < kc` into `xt[i * s + p]`, zero-filling
+/// positions `np..s` so padded lanes compute harmless zeros.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn transpose_panel(
+    s: usize,
+    x: &[f32],
+    cols: usize,
+    p0: usize,
+    np: usize,
+    k0: usize,
+    kc: usize,
+    xt: &mut [f32; KC * 16],
+) {
+    let xt = &mut xt[..kc * s];
+    for p in 0..np {
+        let xr = &x[(p0 + p) * cols + k0..][..kc];
+        for (i, v) in xr.iter().enumerate() {
+            xt[i * s + p] = *v;
+        }
+    }
+    if np < s {
+        for i in 0..kc {
+            xt[i * s + np..(i + 1) * s].fill(0.0);
+        }
+    }
+}
+
+/// One `R`-row tile over one panel chunk: `acc[r][v] = sum_i W[o0 + r, k0 + i] * xt[i][8v..]`,
+/// then `y[p0 + p, o0 + r] (+)= acc` for the `np` real positions (`=` plus bias on the first
+/// chunk, `+=` on later ones).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn panel_tile<const T: u8, const R: usize, const V: usize>(
+    a: &MatArgs,
+    xt: &[f32; KC * 16],
+    o0: usize,
+    k0: usize,
+    kc: usize,
+    p0: usize,
+    np: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let s = 8 * V;
+    let xt = &xt[..kc * s];
+    let (u, ub) = (unit(T), unit_bytes(T));
+    // k0 and kc are multiples of u (KC is a multiple of 32; a float tail has u = 8 and is
+    // handled as a whole unit below only when complete).
+    let wr: [&[u8]; R] = core::array::from_fn(|r| &a.row(o0 + r)[k0 / u * ub..]);
+    let mut acc = [[_mm256_setzero_ps(); V]; R];
+    let n_full = kc / u;
+    if T == T_F32 {
+        for r in 0..R {
+            assert!(wr[r].len() >= kc * 4);
+        }
+        for i in 0..kc {
+            // SAFETY: (i+1)*s <= kc*s = xt.len(), and 8v + 8 <= s.
+            let xv: [__m256; V] = core::array::from_fn(|v| unsafe {
+                _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v))
+            });
+            for r in 0..R {
+                // SAFETY: 4i + 4 <= 4kc <= wr[r].len() (asserted above).
+                let w = _mm256_set1_ps(unsafe {
+                    core::ptr::read_unaligned(wr[r].as_ptr().add(4 * i) as *const f32)
+                });
+                for v in 0..V {
+                    acc[r][v] = _mm256_fmadd_ps(w, xv[v], acc[r][v]);
+                }
+            }
+        }
+    } else {
+        for r in 0..R {
+            assert!(wr[r].len() >= n_full * ub);
+        }
+        let mut wb = [[0.0f32; QK]; R];
+        for b in 0..n_full {
+            for r in 0..R {
+                // SAFETY: (b+1)*ub <= n_full*ub <= wr[r].len() (asserted above).
+                let wv = unsafe { decode::<T>(wr[r].as_ptr().add(b * ub)) };
+                for q in 0..u / 8 {
+                    // SAFETY: 8q + 8 <= u <= QK = wb[r].len().
+                    unsafe { _mm256_storeu_ps(wb[r].as_mut_ptr().add(8 * q), wv[q]) };
+                }
+            }
+            for j in 0..u {
+                let i = b * u + j;
+                // SAFETY: i < n_full*u <= kc, so (i+1)*s <= xt.len().
+                let xv: [__m256; V] = core::array::from_fn(|v| unsafe {
+                    _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v))
+                });
+                for r in 0..R {
+                    let w = _mm256_set1_ps(wb[r][j]);
+                    for v in 0..V {
+                        acc[r][v] = _mm256_fmadd_ps(w, xv[v], acc[r][v]);
+                    }
+                }
+            }
+        }
+    }
+    let rows = a.rows;
+    let first = k0 == 0;
+    let mut out = [[0.0f32; 16]; R];
+    for r in 0..R {
+        for v in 0..V {
+            // SAFETY: 8v + 8 <= 8V <= 16 = out[r].len().
+            unsafe { _mm256_storeu_ps(out[r].as_mut_ptr().add(8 * v), acc[r][v]) };
+        }
+    }
+    for p in 0..np {
+        let yr = &mut y[(p0 + p) * rows + o0..][..R];
+        for r in 0..R {
+            yr[r] = if first {
+                out[r][p] + bias.map_or(0.0, |b| b[o0 + r])
+            } else {
+                yr[r] + out[r][p]
+            };
+        }
+    }
+}
+
+/// The panel path for positions `p0 .. p0 + np` (`np <= 16`), all rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn matmul_panel<const T: u8, const V: usize>(
+    a: &MatArgs,
+    x: &[f32],
+    p0: usize,
+    np: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let (rows, cols) = (a.rows, a.cols);
+    let mut xt = [0.0f32; KC * 16];
+    let mut k0 = 0;
+    while k0 < cols {
+        let kc = KC.min(cols - k0);
+        transpose_panel(8 * V, x, cols, p0, np, k0, kc, &mut xt);
+        let mut o = 0;
+        while o + RT <= rows {
+            panel_tile::<T, RT, V>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += RT;
+        }
+        if o + 4 <= rows {
+            panel_tile::<T, 4, V>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 4;
+        }
+        if o + 2 <= rows {
+            panel_tile::<T, 2, V>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 2;
+        }
+        if o < rows {
+            panel_tile::<T, 1, V>(a, &xt, o, k0, kc, p0, np, bias, y);
+        }
+        k0 += kc;
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn matmul_t<const T: u8>(
     a: &MatArgs,
@@ -239,6 +412,20 @@ fn matmul_t<const T: u8>(
     y: &mut [f32],
 ) {
     let rows = a.rows;
+    // Float tails (cols not a multiple of 8) stay on the dot-product tiles below.
+    if n_pos >= 5 && a.cols.is_multiple_of(8) {
+        let mut p0 = 0;
+        while p0 < n_pos {
+            let np = (n_pos - p0).min(16);
+            if np > 8 {
+                matmul_panel::<T, 2>(a, x, p0, np, bias, y);
+            } else {
+                matmul_panel::<T, 1>(a, x, p0, np, bias, y);
+            }
+            p0 += np;
+        }
+        return;
+    }
     let mut o = 0;
     if n_pos == 1 {
         // Memory-bound (the output head): 8 independent rows give enough FMA chains in flight.
@@ -592,4 +779,83 @@ pub(crate) fn softmax(x: &mut [f32]) {
     });
     let inv = _mm256_set1_ps(1.0 / hsum(s));
     map_inplace(x, 0.0, |v| _mm256_mul_ps(v, inv));
+}
+
+/// Multi-head attention, one query and head at a time, with the head's scores, softmax and
+/// weighted sum of values kept in registers (see `Kernels::attention`). Requires `dh % 8 == 0`
+/// (the dispatcher routes other head sizes to the composed path).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let dh = d / heads;
+    let nv = dh / 8;
+    let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
+    let out = &mut out[..n_q * d];
+    let scores = &mut scores[..n_kv];
+    let sc = _mm256_set1_ps(scale);
+    for p in 0..n_q {
+        for h in 0..heads {
+            let c = h * dh;
+            let qv = &q[p * d + c..][..dh];
+            // Four keys at a time: four independent FMA chains, one transpose-reduce.
+            let mut j = 0;
+            while j + 4 <= n_kv {
+                let kr: [&[f32]; 4] = core::array::from_fn(|t| &k[(j + t) * d + c..][..dh]);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for i in 0..nv {
+                    let x = ld(&qv[8 * i..]);
+                    for t in 0..4 {
+                        acc[t] = _mm256_fmadd_ps(x, ld(&kr[t][8 * i..]), acc[t]);
+                    }
+                }
+                let s4 = _mm_mul_ps(
+                    hsum4(acc[0], acc[1], acc[2], acc[3]),
+                    _mm256_castps256_ps128(sc),
+                );
+                let dst = &mut scores[j..j + 4];
+                // SAFETY: dst has exactly 4 elements.
+                unsafe { _mm_storeu_ps(dst.as_mut_ptr(), s4) };
+                j += 4;
+            }
+            while j < n_kv {
+                let kr = &k[j * d + c..][..dh];
+                let mut acc = _mm256_setzero_ps();
+                for i in 0..nv {
+                    acc = _mm256_fmadd_ps(ld(&qv[8 * i..]), ld(&kr[8 * i..]), acc);
+                }
+                scores[j] = hsum(acc) * scale;
+                j += 1;
+            }
+            softmax(scores);
+            // Output in groups of up to four 8-lane chunks, accumulated in registers over keys.
+            let o = &mut out[p * d + c..][..dh];
+            let mut i = 0;
+            while i < nv {
+                let g = (nv - i).min(4);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (jj, s) in scores.iter().enumerate() {
+                    let w = _mm256_set1_ps(*s);
+                    let vr = &v[jj * d + c + 8 * i..];
+                    for t in 0..g {
+                        acc[t] = _mm256_fmadd_ps(w, ld(&vr[8 * t..]), acc[t]);
+                    }
+                }
+                for t in 0..g {
+                    st(&mut o[8 * (i + t)..], acc[t]);
+                }
+                i += g;
+            }
+        }
+    }
 }

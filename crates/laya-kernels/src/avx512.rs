@@ -182,6 +182,162 @@ fn tile<const T: u8, const R: usize, const P: usize>(
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Position-panel matmul (n_pos >= 5), as in `avx2.rs`: the activations are transposed into a
+// stack panel `xt[i][p]` of 16 positions (one zmm), each weight scalar is broadcast and feeds all
+// 16 positions in one FMA; accumulators hold `y[o, p..p+16]` directly.
+
+/// Columns per panel chunk (16 KiB of stack), a multiple of `QK`.
+const KC: usize = 256;
+
+/// Rows per register tile: 12 accumulators cover the FMA latency of two 512-bit pipes.
+const RT: usize = 12;
+
+/// Copies `x[p0 + p, k0 + i]` for `p < np`, `i < kc` into `xt[i * 16 + p]`, zero-filling the
+/// positions `np..16`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn transpose_panel(
+    x: &[f32],
+    cols: usize,
+    p0: usize,
+    np: usize,
+    k0: usize,
+    kc: usize,
+    xt: &mut [f32; KC * 16],
+) {
+    let xt = &mut xt[..kc * 16];
+    for p in 0..np {
+        let xr = &x[(p0 + p) * cols + k0..][..kc];
+        for (i, v) in xr.iter().enumerate() {
+            xt[i * 16 + p] = *v;
+        }
+    }
+    if np < 16 {
+        for i in 0..kc {
+            xt[i * 16 + np..(i + 1) * 16].fill(0.0);
+        }
+    }
+}
+
+/// One `R`-row tile over one panel chunk; `y (+)=` as in the AVX2 tier (`=` plus bias on the
+/// first chunk, `+=` after).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn panel_tile<const T: u8, const R: usize>(
+    a: &MatArgs,
+    xt: &[f32; KC * 16],
+    o0: usize,
+    k0: usize,
+    kc: usize,
+    p0: usize,
+    np: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let xt = &xt[..kc * 16];
+    let (u, ub) = (unit(T), unit_bytes(T));
+    // k0 is a multiple of KC, hence of u; kc is a multiple of u (checked by the caller).
+    let wr: [&[u8]; R] = core::array::from_fn(|r| &a.row(o0 + r)[k0 / u * ub..]);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let n_full = kc / u;
+    if T == T_F32 {
+        for r in 0..R {
+            assert!(wr[r].len() >= kc * 4);
+        }
+        for i in 0..kc {
+            // SAFETY: (i+1)*16 <= kc*16 = xt.len().
+            let xv = unsafe { _mm512_loadu_ps(xt.as_ptr().add(i * 16)) };
+            for r in 0..R {
+                // SAFETY: 4i + 4 <= 4kc <= wr[r].len() (asserted above).
+                let w = _mm512_set1_ps(unsafe {
+                    core::ptr::read_unaligned(wr[r].as_ptr().add(4 * i) as *const f32)
+                });
+                acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+            }
+        }
+    } else {
+        for r in 0..R {
+            assert!(wr[r].len() >= n_full * ub);
+        }
+        let mut wb = [[0.0f32; QK]; R];
+        for b in 0..n_full {
+            for r in 0..R {
+                // SAFETY: (b+1)*ub <= n_full*ub <= wr[r].len() (asserted above).
+                let wv = unsafe { decode::<T>(wr[r].as_ptr().add(b * ub)) };
+                for q in 0..u / 16 {
+                    // SAFETY: 16q + 16 <= u <= QK = wb[r].len().
+                    unsafe { _mm512_storeu_ps(wb[r].as_mut_ptr().add(16 * q), wv[q]) };
+                }
+            }
+            for j in 0..u {
+                let i = b * u + j;
+                // SAFETY: i < n_full*u <= kc, so (i+1)*16 <= xt.len().
+                let xv = unsafe { _mm512_loadu_ps(xt.as_ptr().add(i * 16)) };
+                for r in 0..R {
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wb[r][j]), xv, acc[r]);
+                }
+            }
+        }
+    }
+    let rows = a.rows;
+    let first = k0 == 0;
+    let mut out = [[0.0f32; 16]; R];
+    for r in 0..R {
+        // SAFETY: out[r] has exactly 16 elements.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+    for p in 0..np {
+        let yr = &mut y[(p0 + p) * rows + o0..][..R];
+        for r in 0..R {
+            yr[r] = if first {
+                out[r][p] + bias.map_or(0.0, |b| b[o0 + r])
+            } else {
+                yr[r] + out[r][p]
+            };
+        }
+    }
+}
+
+/// The panel path for positions `p0 .. p0 + np` (`np <= 16`), all rows.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn matmul_panel<const T: u8>(
+    a: &MatArgs,
+    x: &[f32],
+    p0: usize,
+    np: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let (rows, cols) = (a.rows, a.cols);
+    let mut xt = [0.0f32; KC * 16];
+    let mut k0 = 0;
+    while k0 < cols {
+        let kc = KC.min(cols - k0);
+        transpose_panel(x, cols, p0, np, k0, kc, &mut xt);
+        let mut o = 0;
+        while o + RT <= rows {
+            panel_tile::<T, RT>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += RT;
+        }
+        if o + 8 <= rows {
+            panel_tile::<T, 8>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 8;
+        }
+        if o + 4 <= rows {
+            panel_tile::<T, 4>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 4;
+        }
+        while o < rows {
+            panel_tile::<T, 1>(a, &xt, o, k0, kc, p0, np, bias, y);
+            o += 1;
+        }
+        k0 += kc;
+    }
+}
+
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 fn matmul_t<const T: u8>(
     a: &MatArgs,
@@ -191,6 +347,16 @@ fn matmul_t<const T: u8>(
     y: &mut [f32],
 ) {
     let rows = a.rows;
+    // Needs whole decode units per chunk: float types need cols % 16 == 0 here (u = 16).
+    if n_pos >= 5 && a.cols.is_multiple_of(unit(T)) {
+        let mut p0 = 0;
+        while p0 < n_pos {
+            let np = (n_pos - p0).min(16);
+            matmul_panel::<T>(a, x, p0, np, bias, y);
+            p0 += np;
+        }
+        return;
+    }
     let mut o = 0;
     if n_pos == 1 {
         while o + 8 <= rows {

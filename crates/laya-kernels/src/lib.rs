@@ -558,6 +558,75 @@ impl Kernels {
         dispatch!(self, softmax(x))
     }
 
+    /// Multi-head self-attention without a mask, the core of one transformer block:
+    /// for every query row `p < n_q` and head `h < heads` (head width `dh = d / heads`, columns
+    /// `h*dh .. (h+1)*dh`), `s_j = scale * dot(q[p, head], k[j, head])` for `j < n_kv`,
+    /// `a = softmax(s)`, and `out[p, head] = sum_j a_j v[j, head]`.
+    ///
+    /// `q` and `out` are `n_q x d`, `k` and `v` are `n_kv x d`, all row-major; `scores` is
+    /// scratch of at least `n_kv` values. One call replaces `n_q * heads * (2 n_kv + 1)` calls of
+    /// [`Kernels::dot`] / [`Kernels::axpy`] / [`Kernels::softmax`], and keeps the sums in
+    /// registers. Panics if `heads` is 0, does not divide `d`, or a slice is too short.
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// // One query, two keys, one head of width 2: equal scores average the values.
+    /// let (q, k, v) = ([1.0f32, 0.0], [1.0f32, 0.0, 1.0, 0.0], [2.0f32, 0.0, 4.0, 2.0]);
+    /// let (mut s, mut out) = ([0.0f32; 2], [0.0f32; 2]);
+    /// Kernels::detect().attention(&q, &k, &v, 1, 2, 2, 1, 1.0, &mut s, &mut out);
+    /// assert!((out[0] - 3.0).abs() < 1e-6 && (out[1] - 1.0).abs() < 1e-6);
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        n_q: usize,
+        n_kv: usize,
+        d: usize,
+        heads: usize,
+        scale: f32,
+        scores: &mut [f32],
+        out: &mut [f32],
+    ) {
+        assert!(
+            heads > 0 && d.is_multiple_of(heads),
+            "attention: {heads} heads do not divide d = {d}"
+        );
+        let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
+        let out = &mut out[..n_q * d];
+        let scores = &mut scores[..n_kv];
+        match self.level {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Level::Avx2 | Level::Avx512 if (d / heads).is_multiple_of(8) => {
+                // SAFETY: both levels imply AVX2+FMA+F16C, detected at construction (struct
+                // invariant).
+                unsafe { avx2::attention(q, k, v, n_q, n_kv, d, heads, scale, scores, out) }
+            }
+            Level::Scalar => scalar::attention(q, k, v, n_q, n_kv, d, heads, scale, scores, out),
+            _ => {
+                // Other tiers and head widths: composed from this tier's own primitives.
+                let dh = d / heads;
+                for p in 0..n_q {
+                    for h in 0..heads {
+                        let c = h * dh;
+                        let qv = &q[p * d + c..][..dh];
+                        for (j, s) in scores.iter_mut().enumerate() {
+                            *s = self.dot(qv, &k[j * d + c..][..dh]) * scale;
+                        }
+                        self.softmax(scores);
+                        let o = &mut out[p * d + c..][..dh];
+                        o.fill(0.0);
+                        for (j, s) in scores.iter().enumerate() {
+                            self.axpy(*s, &v[j * d + c..][..dh], o);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Dot product of `a` and `b` (which must have equal length).
     ///
     /// ```

@@ -168,3 +168,36 @@ pub(crate) fn add(x: &[f32], y: &mut [f32]) {
         *y += x;
     }
 }
+
+/// Multi-head attention over `n_kv` keys for `n_q` queries (see `Kernels::attention`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let dh = d / heads;
+    let scores = &mut scores[..n_kv];
+    for p in 0..n_q {
+        for h in 0..heads {
+            let c = h * dh;
+            let qv = &q[p * d + c..][..dh];
+            for (j, s) in scores.iter_mut().enumerate() {
+                *s = dot(qv, &k[j * d + c..][..dh]) * scale;
+            }
+            softmax(scores);
+            let o = &mut out[p * d + c..][..dh];
+            o.fill(0.0);
+            for (j, s) in scores.iter().enumerate() {
+                axpy(*s, &v[j * d + c..][..dh], o);
+            }
+        }
+    }
+}

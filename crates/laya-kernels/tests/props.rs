@@ -616,3 +616,87 @@ fn detect_is_the_best_available() {
         assert_eq!(k.level(), Level::Avx2);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+/// f64 reference of `Kernels::attention`, and per output the bound `sum_j a_j |v_j|` that scales
+/// its error.
+#[allow(clippy::too_many_arguments)]
+fn ref_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+) -> (Vec<f64>, Vec<f64>) {
+    let dh = d / heads;
+    let (mut out, mut mag) = (vec![0.0; n_q * d], vec![0.0; n_q * d]);
+    for p in 0..n_q {
+        for h in 0..heads {
+            let c = h * dh;
+            let s: Vec<f64> = (0..n_kv)
+                .map(|j| {
+                    scale as f64
+                        * (0..dh)
+                            .map(|i| q[p * d + c + i] as f64 * k[j * d + c + i] as f64)
+                            .sum::<f64>()
+                })
+                .collect();
+            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            for j in 0..n_kv {
+                let a = (s[j] - m).exp() / z;
+                for i in 0..dh {
+                    out[p * d + c + i] += a * v[j * d + c + i] as f64;
+                    mag[p * d + c + i] += a * (v[j * d + c + i] as f64).abs();
+                }
+            }
+        }
+    }
+    (out, mag)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn attention_matches_reference(
+        n_q in 1usize..=17,
+        n_kv in 1usize..=17,
+        heads in 1usize..=4,
+        dh in prop::sample::select(vec![1usize, 3, 8, 16, 24, 64]),
+        seed in any::<u64>(),
+    ) {
+        let d = heads * dh;
+        let mut rng = Rng::new(seed);
+        let (q, k, v) = (rng.vec(n_q * d, 1.5), rng.vec(n_kv * d, 1.5), rng.vec(n_kv * d, 2.0));
+        let scale = 1.0 / (dh as f32).sqrt();
+        let (want, mag) = ref_attention(&q, &k, &v, n_q, n_kv, d, heads, scale);
+        for kern in all_levels() {
+            let mut s = vec![f32::NAN; n_kv + 3];
+            let mut out = vec![f32::NAN; n_q * d];
+            kern.attention(&q, &k, &v, n_q, n_kv, d, heads, scale, &mut s, &mut out);
+            for i in 0..out.len() {
+                // Scores carry a dot-product error (<= ~dh eps * |q||k| * scale, tiny here),
+                // which softmax turns into a relative error of the weights; then the sum.
+                let tol = (2e-5 + (n_kv + dh) as f64 * 2.0 * f32::EPSILON as f64) * mag[i] * 4.0 + 1e-6;
+                prop_assert!((out[i] as f64 - want[i]).abs() <= tol,
+                    "{} attention n_q={n_q} n_kv={n_kv} heads={heads} dh={dh} at {i}: {} vs {}", kern.level(), out[i], want[i]);
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "do not divide")]
+fn attention_rejects_bad_heads() {
+    let mut s = [0.0f32; 1];
+    let mut out = [0.0f32; 3];
+    Kernels::detect().attention(
+        &[0.0; 3], &[0.0; 3], &[0.0; 3], 1, 1, 3, 2, 1.0, &mut s, &mut out,
+    );
+}

@@ -270,21 +270,18 @@ impl Session {
             kern.matmul(&m.matrix(&l.q), &s.h[first * d..], np, Some(&l.q_b), &mut s.q[first * d..]);
             clock.lap(Stage::Qkv);
 
-            for p in first..t {
-                for hd in 0..heads {
-                    let cols = hd * dh..(hd + 1) * dh;
-                    let qv = &s.q[p * d + cols.start..p * d + cols.end];
-                    for j in 0..t {
-                        s.scores[j] = kern.dot(qv, &s.k[j * d + cols.start..j * d + cols.end]) * scale;
-                    }
-                    kern.softmax(&mut s.scores);
-                    let out = &mut s.att[p * d + cols.start..p * d + cols.end];
-                    out.fill(0.0);
-                    for j in 0..t {
-                        kern.axpy(s.scores[j], &s.v[j * d + cols.start..j * d + cols.end], out);
-                    }
-                }
-            }
+            kern.attention(
+                &s.q[first * d..],
+                &s.k,
+                &s.v,
+                np,
+                t,
+                d,
+                heads,
+                scale,
+                &mut s.scores,
+                &mut s.att[first * d..],
+            );
             clock.lap(Stage::Attention);
 
             kern.matmul(&m.matrix(&l.o), &s.att[first * d..], np, Some(&l.o_b), &mut s.tmp[..np * d]);
