@@ -1,1 +1,45 @@
-//! laya-format
+//! Reader, writer and validator of the Laya model file: GGUF version 3 with the `laya.*` keys
+//! and tensor table of `docs/format.md`.
+//!
+//! * [`GgufFile`] / [`GgufWriter`]: the generic container (any keys, any supported tensors).
+//! * [`LayaFile`]: a fully validated model borrowing the (memory-mapped) bytes; [`write_model`]
+//!   produces one.
+//! * [`quant`]: scalar reference encode/decode of F32, F16, BF16, Q8_0, Q4_0, Q4_1.
+//! * [`testing`]: deterministic random models for tests.
+//!
+//! The crate never memory-maps and has no `unsafe`: it is handed `&[u8]`, and tensor data comes
+//! back as byte slices whose file offsets are multiples of `general.alignment`.
+//!
+//! ```
+//! use laya_format::{testing, write_model, GgmlType, LayaFile};
+//! let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 42, GgmlType::Q8_0);
+//! let bytes = write_model(&meta, &tensors)?;
+//! let model = LayaFile::parse(&bytes)?;
+//! assert_eq!(model.meta.words, meta.words);
+//! let row = model.meta.hparams.mapping.row('中' as u32, model.meta.hparams.embedding_rows);
+//! assert!(row < model.meta.hparams.embedding_rows);
+//! # Ok::<(), laya_format::FormatError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod gguf;
+pub mod quant;
+pub mod schema;
+pub mod testing;
+pub mod writer;
+
+pub use error::FormatError;
+pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
+pub use schema::{
+    check_lexicon, checksum, checksum_report, keys, Activation, ChecksumReport, HParams, LayaFile,
+    LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
+    FORMAT_VERSION, LAYA_ALIGNMENT,
+};
+/// The README's examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+pub use writer::{model_keys, patch_checksum, write_model, GgufWriter, TensorData};

@@ -1,0 +1,1149 @@
+//! The Laya schema on top of the GGUF container: keys (docs/format.md §4), normalisation rules
+//! (§5), the checksum (§6) and the tensor table (§7).
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::error::FormatError;
+use crate::gguf::{Array, GgmlType, GgufFile, TensorInfo, Value};
+
+/// The `laya.format_version` this crate reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The alignment Laya writes.
+pub const LAYA_ALIGNMENT: u32 = 64;
+/// Most words a lexicon may hold.
+pub const MAX_WORDS: usize = 1_000_000;
+/// Longest word, in Unicode scalar values.
+pub const MAX_WORD_CHARS: usize = 64;
+
+/// The key names of docs/format.md §4.
+pub mod keys {
+    pub const ARCHITECTURE: &str = "general.architecture";
+    pub const ALIGNMENT: &str = "general.alignment";
+    pub const NAME: &str = "general.name";
+    pub const FORMAT_VERSION: &str = "laya.format_version";
+    pub const CONTEXT_LENGTH: &str = "laya.context_length";
+    pub const EMBEDDING_LENGTH: &str = "laya.embedding_length";
+    pub const BLOCK_COUNT: &str = "laya.block_count";
+    pub const HEAD_COUNT: &str = "laya.attention.head_count";
+    pub const LAYER_NORM_EPSILON: &str = "laya.attention.layer_norm_epsilon";
+    pub const FEED_FORWARD_LENGTH: &str = "laya.feed_forward_length";
+    pub const ACTIVATION: &str = "laya.activation";
+    pub const POSITION_SCHEME: &str = "laya.position_scheme";
+    pub const EMBEDDING_ROWS: &str = "laya.embedding.rows";
+    pub const EMBEDDING_MAPPING: &str = "laya.embedding.mapping";
+    pub const EMBEDDING_CODEPOINTS: &str = "laya.embedding.codepoints";
+    pub const REPLACE_CLASSES: &str = "laya.replace_classes";
+    pub const LEXICON_WORDS: &str = "laya.lexicon.words";
+    pub const LEXICON_FREQUENCIES: &str = "laya.lexicon.frequencies";
+    pub const NORMALIZATION: &str = "laya.normalization";
+    pub const PROVENANCE_LANGUAGE: &str = "laya.provenance.language";
+    pub const PROVENANCE_TRAINING_DATA: &str = "laya.provenance.training_data";
+    pub const PROVENANCE_CREATED: &str = "laya.provenance.created";
+    pub const PROVENANCE_TOOL: &str = "laya.provenance.tool";
+    pub const CHECKSUM: &str = "laya.checksum";
+
+    /// Every `laya.*` key of format version 1; any other `laya.*` key is refused.
+    pub const LAYA_KEYS: [&str; 21] = [
+        FORMAT_VERSION,
+        CONTEXT_LENGTH,
+        EMBEDDING_LENGTH,
+        BLOCK_COUNT,
+        HEAD_COUNT,
+        LAYER_NORM_EPSILON,
+        FEED_FORWARD_LENGTH,
+        ACTIVATION,
+        POSITION_SCHEME,
+        EMBEDDING_ROWS,
+        EMBEDDING_MAPPING,
+        EMBEDDING_CODEPOINTS,
+        REPLACE_CLASSES,
+        LEXICON_WORDS,
+        LEXICON_FREQUENCIES,
+        NORMALIZATION,
+        PROVENANCE_LANGUAGE,
+        PROVENANCE_TRAINING_DATA,
+        PROVENANCE_CREATED,
+        PROVENANCE_TOOL,
+        CHECKSUM,
+    ];
+}
+
+/// The feed-forward activation (`laya.activation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))`
+    GeluTanh,
+    Relu,
+}
+
+impl Activation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Relu => "relu",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "gelu_tanh" => Some(Activation::GeluTanh),
+            "relu" => Some(Activation::Relu),
+            _ => None,
+        }
+    }
+}
+
+/// How positions are encoded (`laya.position_scheme`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionScheme {
+    /// One learned `pos_embd` row per position.
+    LearnedAbsolute,
+}
+
+impl PositionScheme {
+    pub fn name(self) -> &'static str {
+        match self {
+            PositionScheme::LearnedAbsolute => "learned_absolute",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        (s == "learned_absolute").then_some(PositionScheme::LearnedAbsolute)
+    }
+}
+
+/// Codepoint → embedding row (`laya.embedding.mapping`, docs/format.md §4).
+///
+/// ```
+/// use laya_format::Mapping;
+/// assert_eq!(Mapping::Direct.row('中' as u32, 65536), 0x4E2D);
+/// assert_eq!(Mapping::Direct.row('😀' as u32, 65536), 0xD800 + (0x1F600 - 0x10000) % 0x800);
+/// let table = Mapping::Table(vec!['a' as u32, 'b' as u32, '中' as u32]);
+/// assert_eq!(table.row(0, 5), 0); // padding
+/// assert_eq!(table.row('b' as u32, 5), 3);
+/// assert_eq!(table.row('z' as u32, 5), 1); // unknown
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mapping {
+    /// BMP values use their own row; astral values share the 2,048 surrogate rows.
+    Direct,
+    /// Sorted codepoints with their own row (`j + 2`); 0 is padding, 1 unknown.
+    Table(Vec<u32>),
+}
+
+impl Mapping {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mapping::Direct => "direct",
+            Mapping::Table(_) => "table",
+        }
+    }
+
+    /// The embedding row of scalar value `cp` in a table of `rows` rows. Allocation-free.
+    /// The result is always `< rows` (for `rows > 0`): a value the mapping would place beyond the
+    /// table, which a validated file cannot produce, falls back to the unknown row 1.
+    #[inline]
+    pub fn row(&self, cp: u32, rows: u32) -> u32 {
+        let r = match self {
+            Mapping::Direct => {
+                if cp < 0x10000 {
+                    cp
+                } else {
+                    0xD800 + (cp - 0x10000) % 0x800
+                }
+            }
+            Mapping::Table(table) => {
+                if cp == 0 {
+                    0
+                } else {
+                    match table.binary_search(&cp) {
+                        Ok(j) => j as u32 + 2,
+                        Err(_) => 1,
+                    }
+                }
+            }
+        };
+        if r < rows {
+            r
+        } else {
+            u32::from(rows > 1)
+        }
+    }
+}
+
+/// One normalisation rule (`laya.normalization`, docs/format.md §5).
+///
+/// ```
+/// use laya_format::NormRule;
+/// assert_eq!(NormRule::FullwidthAscii.apply('１'), '1');
+/// assert_eq!(NormRule::FullwidthAscii.apply('\u{3000}'), ' ');
+/// assert_eq!(NormRule::LowercaseAscii.apply('Q'), 'q');
+/// assert_eq!(NormRule::LowercaseAscii.apply('Ä'), 'Ä');
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormRule {
+    FullwidthAscii,
+    LowercaseAscii,
+}
+
+impl NormRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            NormRule::FullwidthAscii => "fullwidth_ascii",
+            NormRule::LowercaseAscii => "lowercase_ascii",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "fullwidth_ascii" => Some(NormRule::FullwidthAscii),
+            "lowercase_ascii" => Some(NormRule::LowercaseAscii),
+            _ => None,
+        }
+    }
+
+    /// Maps one scalar value (one in, one out, so character counts are preserved).
+    #[inline]
+    pub fn apply(self, c: char) -> char {
+        match self {
+            NormRule::FullwidthAscii => match c {
+                '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFF01 + 0x21).unwrap_or(c),
+                '\u{3000}' => ' ',
+                _ => c,
+            },
+            NormRule::LowercaseAscii => c.to_ascii_lowercase(),
+        }
+    }
+
+    /// Applies `rules` in order to `c`.
+    #[inline]
+    pub fn apply_all(rules: &[NormRule], c: char) -> char {
+        rules.iter().fold(c, |c, r| r.apply(c))
+    }
+}
+
+/// The hyper-parameters of the network (docs/format.md §3–§4).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HParams {
+    pub context_length: u32,
+    pub embedding_length: u32,
+    pub block_count: u32,
+    pub head_count: u32,
+    pub layer_norm_epsilon: f32,
+    pub feed_forward_length: Vec<u32>,
+    pub activation: Activation,
+    pub position_scheme: PositionScheme,
+    pub embedding_rows: u32,
+    pub mapping: Mapping,
+    pub replace_classes: u32,
+}
+
+impl HParams {
+    /// `dh = d / H`.
+    pub fn head_dim(&self) -> u32 {
+        self.embedding_length
+            .checked_div(self.head_count)
+            .unwrap_or(0)
+    }
+}
+
+/// Where a model came from (`laya.provenance.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    pub language: String,
+    pub training_data: String,
+    pub created: String,
+    pub tool: Option<String>,
+}
+
+/// Everything in a model file except the tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelMeta {
+    pub name: String,
+    pub hparams: HParams,
+    pub words: Vec<String>,
+    pub frequencies: Vec<u32>,
+    pub normalization: Vec<NormRule>,
+    pub provenance: Provenance,
+}
+
+impl ModelMeta {
+    /// `V`, the lexicon size.
+    pub fn vocab_size(&self) -> usize {
+        self.words.len()
+    }
+}
+
+/// A validated tensor borrowing its bytes from the file.
+#[derive(Clone, PartialEq)]
+pub struct TensorRef<'a> {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Element counts, `ne[0]` first (for a matrix: `[in, out]`).
+    pub ne: Vec<u64>,
+    /// Exactly the tensor's bytes; starts at an offset of the file that is a multiple of the
+    /// file's alignment.
+    pub data: &'a [u8],
+}
+
+impl fmt::Debug for TensorRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("name", &self.name)
+            .field("ty", &self.ty)
+            .field("ne", &self.ne)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+impl TensorRef<'_> {
+    /// Elements per row (`ne[0]`).
+    pub fn row_len(&self) -> usize {
+        self.ne.first().copied().unwrap_or(0) as usize
+    }
+
+    /// Number of rows (product of `ne[1..]`; 1 for a vector).
+    pub fn n_rows(&self) -> usize {
+        self.ne
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &n| a.saturating_mul(n)) as usize
+    }
+
+    /// Total elements.
+    pub fn n_elements(&self) -> usize {
+        self.ne.iter().fold(1u64, |a, &n| a.saturating_mul(n)) as usize
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.row_len()).unwrap_or(0)
+    }
+
+    /// The bytes of row `i`, if it exists.
+    pub fn row(&self, i: usize) -> Option<&[u8]> {
+        let rb = self.row_bytes();
+        self.data
+            .get(i.checked_mul(rb)?..i.checked_add(1)?.checked_mul(rb)?)
+    }
+
+    /// All values decoded to f32 (row-major along `ne[0]`).
+    pub fn to_f32(&self) -> Result<Vec<f32>, FormatError> {
+        crate::quant::dequantize(self.data, self.ty, self.n_elements())
+    }
+}
+
+/// The tensors of one block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerTensors<'a> {
+    pub attn_norm_w: TensorRef<'a>,
+    pub attn_norm_b: TensorRef<'a>,
+    pub attn_q_w: TensorRef<'a>,
+    pub attn_q_b: TensorRef<'a>,
+    pub attn_k_w: TensorRef<'a>,
+    pub attn_k_b: TensorRef<'a>,
+    pub attn_v_w: TensorRef<'a>,
+    pub attn_v_b: TensorRef<'a>,
+    pub attn_out_w: TensorRef<'a>,
+    pub attn_out_b: TensorRef<'a>,
+    pub ffn_norm_w: TensorRef<'a>,
+    pub ffn_norm_b: TensorRef<'a>,
+    pub ffn_up_w: TensorRef<'a>,
+    pub ffn_up_b: TensorRef<'a>,
+    pub ffn_down_w: TensorRef<'a>,
+    pub ffn_down_b: TensorRef<'a>,
+}
+
+impl<'a> LayerTensors<'a> {
+    /// The sixteen tensors in canonical order.
+    pub fn all(&self) -> [&TensorRef<'a>; 16] {
+        [
+            &self.attn_norm_w,
+            &self.attn_norm_b,
+            &self.attn_q_w,
+            &self.attn_q_b,
+            &self.attn_k_w,
+            &self.attn_k_b,
+            &self.attn_v_w,
+            &self.attn_v_b,
+            &self.attn_out_w,
+            &self.attn_out_b,
+            &self.ffn_norm_w,
+            &self.ffn_norm_b,
+            &self.ffn_up_w,
+            &self.ffn_up_b,
+            &self.ffn_down_w,
+            &self.ffn_down_b,
+        ]
+    }
+}
+
+/// A fully validated Laya model borrowing the file bytes.
+///
+/// ```
+/// use laya_format::{testing, write_model, GgmlType, LayaFile};
+/// let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 3, GgmlType::Q4_0);
+/// let bytes = write_model(&meta, &tensors)?;
+/// let model = LayaFile::parse(&bytes)?;
+/// assert_eq!(model.layers.len() as u32, model.meta.hparams.block_count);
+/// assert_eq!(model.output_w.ne, vec![32, model.meta.words.len() as u64]);
+/// assert!(model.summary().contains("checksum"));
+/// # Ok::<(), laya_format::FormatError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayaFile<'a> {
+    pub meta: ModelMeta,
+    pub token_embd: TensorRef<'a>,
+    pub pos_embd: TensorRef<'a>,
+    pub layers: Vec<LayerTensors<'a>>,
+    pub output_norm_w: TensorRef<'a>,
+    pub output_norm_b: TensorRef<'a>,
+    pub output_w: TensorRef<'a>,
+    pub output_b: TensorRef<'a>,
+    pub replace_w: TensorRef<'a>,
+    pub replace_b: TensorRef<'a>,
+    /// The verified `laya.checksum`.
+    pub checksum: u64,
+    pub file_len: usize,
+    /// `general.alignment`.
+    pub alignment: u32,
+}
+
+/// Stored and computed checksum of a file, for tools that report rather than refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChecksumReport {
+    pub stored: u64,
+    pub computed: u64,
+}
+
+impl ChecksumReport {
+    pub fn is_ok(&self) -> bool {
+        self.stored == self.computed
+    }
+}
+
+/// The §6 checksum of a model file: XXH3-64 of all bytes with the `laya.checksum` value read
+/// as zero. Fails when the container is malformed or has no u64 `laya.checksum` key.
+///
+/// ```
+/// use laya_format::{checksum, testing, write_model, GgmlType, LayaFile};
+/// let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 5, GgmlType::F16);
+/// let bytes = write_model(&meta, &tensors)?;
+/// assert_eq!(checksum(&bytes)?, LayaFile::parse(&bytes)?.checksum);
+/// # Ok::<(), laya_format::FormatError>(())
+/// ```
+pub fn checksum(bytes: &[u8]) -> Result<u64, FormatError> {
+    let file = GgufFile::parse(bytes)?;
+    Ok(checksum_at(bytes, checksum_slot(&file)?))
+}
+
+/// Stored and computed checksum, without failing on a mismatch (for `laya inspect`).
+pub fn checksum_report(bytes: &[u8]) -> Result<ChecksumReport, FormatError> {
+    let file = GgufFile::parse(bytes)?;
+    checksum_report_of(&file)
+}
+
+fn checksum_report_of(file: &GgufFile<'_>) -> Result<ChecksumReport, FormatError> {
+    let slot = checksum_slot(file)?;
+    let stored = file
+        .get(keys::CHECKSUM)
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Ok(ChecksumReport {
+        stored,
+        computed: checksum_at(file.bytes(), slot),
+    })
+}
+
+/// Offset of the 8 value bytes of `laya.checksum`.
+pub(crate) fn checksum_slot(file: &GgufFile<'_>) -> Result<usize, FormatError> {
+    match file.get(keys::CHECKSUM) {
+        None => Err(FormatError::MissingKey(keys::CHECKSUM.into())),
+        Some(Value::U64(_)) => file
+            .value_offset(keys::CHECKSUM)
+            .map(|o| o as usize)
+            .ok_or_else(|| FormatError::MissingKey(keys::CHECKSUM.into())),
+        Some(v) => Err(FormatError::WrongKeyType {
+            key: keys::CHECKSUM.into(),
+            expected: "u64".into(),
+            found: v.type_name(),
+        }),
+    }
+}
+
+pub(crate) fn checksum_at(bytes: &[u8], slot: usize) -> u64 {
+    let mut h = Xxh3::new();
+    let slot = slot.min(bytes.len());
+    h.update(&bytes[..slot]);
+    let after = slot.saturating_add(8).min(bytes.len());
+    h.update(&[0u8; 8][..after - slot]);
+    h.update(&bytes[after..]);
+    h.digest()
+}
+
+/// Typed access to the keys of a parsed container.
+struct Keys<'f, 'a> {
+    file: &'f GgufFile<'a>,
+}
+
+impl Keys<'_, '_> {
+    fn req(&self, key: &str) -> Result<&Value, FormatError> {
+        self.file
+            .get(key)
+            .ok_or_else(|| FormatError::MissingKey(key.to_string()))
+    }
+
+    fn wrong(key: &str, expected: &str, v: &Value) -> FormatError {
+        FormatError::WrongKeyType {
+            key: key.into(),
+            expected: expected.into(),
+            found: v.type_name(),
+        }
+    }
+
+    fn u32(&self, key: &str) -> Result<u32, FormatError> {
+        let v = self.req(key)?;
+        v.as_u32().ok_or_else(|| Self::wrong(key, "u32", v))
+    }
+
+    fn f32(&self, key: &str) -> Result<f32, FormatError> {
+        let v = self.req(key)?;
+        v.as_f32().ok_or_else(|| Self::wrong(key, "f32", v))
+    }
+
+    fn str(&self, key: &str) -> Result<&str, FormatError> {
+        let v = self.req(key)?;
+        v.as_str().ok_or_else(|| Self::wrong(key, "string", v))
+    }
+
+    fn opt_str(&self, key: &str) -> Result<Option<&str>, FormatError> {
+        match self.file.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| Self::wrong(key, "string", v)),
+        }
+    }
+
+    fn u32s(&self, key: &str) -> Result<&[u32], FormatError> {
+        let v = self.req(key)?;
+        v.as_u32_array()
+            .ok_or_else(|| Self::wrong(key, "u32 array", v))
+    }
+
+    fn strings(&self, key: &str) -> Result<&[String], FormatError> {
+        let v = self.req(key)?;
+        v.as_string_array()
+            .ok_or_else(|| Self::wrong(key, "string array", v))
+    }
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> FormatError {
+    FormatError::InvalidValue {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn range_u32(k: &Keys<'_, '_>, key: &str, lo: u32, hi: u32) -> Result<u32, FormatError> {
+    let v = k.u32(key)?;
+    if v < lo || v > hi {
+        return Err(invalid(key, format!("{v} is outside {lo}..={hi}")));
+    }
+    Ok(v)
+}
+
+/// Reads and checks every key; returns the metadata and the alignment.
+fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32), FormatError> {
+    let k = Keys { file };
+
+    let alignment = k.u32(keys::ALIGNMENT)?;
+    if !alignment.is_power_of_two() || !(8..=4096).contains(&alignment) {
+        return Err(invalid(
+            keys::ALIGNMENT,
+            format!("{alignment} is not a power of two in 8..=4096"),
+        ));
+    }
+    let name = k.str(keys::NAME)?.to_string();
+
+    let context_length = range_u32(&k, keys::CONTEXT_LENGTH, 1, 256)?;
+    let embedding_length = range_u32(&k, keys::EMBEDDING_LENGTH, 32, 4096)?;
+    if embedding_length % 32 != 0 {
+        return Err(invalid(
+            keys::EMBEDDING_LENGTH,
+            format!("{embedding_length} is not a multiple of 32"),
+        ));
+    }
+    let block_count = range_u32(&k, keys::BLOCK_COUNT, 1, 64)?;
+    let head_count = range_u32(&k, keys::HEAD_COUNT, 1, embedding_length)?;
+    if embedding_length % head_count != 0 {
+        return Err(invalid(
+            keys::HEAD_COUNT,
+            format!("{head_count} does not divide laya.embedding_length = {embedding_length}"),
+        ));
+    }
+    let layer_norm_epsilon = k.f32(keys::LAYER_NORM_EPSILON)?;
+    if !(layer_norm_epsilon.is_finite() && layer_norm_epsilon > 0.0) {
+        return Err(invalid(
+            keys::LAYER_NORM_EPSILON,
+            format!("{layer_norm_epsilon} is not finite and > 0"),
+        ));
+    }
+    let ffn = k.u32s(keys::FEED_FORWARD_LENGTH)?;
+    if ffn.len() != block_count as usize {
+        return Err(invalid(
+            keys::FEED_FORWARD_LENGTH,
+            format!(
+                "has {} entries but laya.block_count = {block_count}",
+                ffn.len()
+            ),
+        ));
+    }
+    if let Some((l, f)) = ffn.iter().enumerate().find(|(_, &f)| f == 0 || f % 32 != 0) {
+        return Err(invalid(
+            keys::FEED_FORWARD_LENGTH,
+            format!("entry {l} is {f}; widths must be positive multiples of 32"),
+        ));
+    }
+    let activation_name = k.str(keys::ACTIVATION)?;
+    let activation = Activation::from_name(activation_name).ok_or_else(|| {
+        invalid(
+            keys::ACTIVATION,
+            format!("'{activation_name}' is not gelu_tanh or relu"),
+        )
+    })?;
+    let pos_name = k.str(keys::POSITION_SCHEME)?;
+    let position_scheme = PositionScheme::from_name(pos_name).ok_or_else(|| {
+        invalid(
+            keys::POSITION_SCHEME,
+            format!("'{pos_name}' is not learned_absolute"),
+        )
+    })?;
+
+    let embedding_rows = k.u32(keys::EMBEDDING_ROWS)?;
+    let mapping_name = k.str(keys::EMBEDDING_MAPPING)?;
+    let mapping = match mapping_name {
+        "direct" => {
+            if embedding_rows != 65536 {
+                return Err(invalid(
+                    keys::EMBEDDING_ROWS,
+                    format!("{embedding_rows} rows, but the direct mapping needs 65536"),
+                ));
+            }
+            if file.get(keys::EMBEDDING_CODEPOINTS).is_some() {
+                return Err(invalid(
+                    keys::EMBEDDING_CODEPOINTS,
+                    "present, but laya.embedding.mapping is direct (only table uses it)",
+                ));
+            }
+            Mapping::Direct
+        }
+        "table" => {
+            let cps = k.u32s(keys::EMBEDDING_CODEPOINTS)?;
+            if embedding_rows < 2 || cps.len() as u64 != u64::from(embedding_rows) - 2 {
+                return Err(invalid(
+                    keys::EMBEDDING_CODEPOINTS,
+                    format!(
+                        "has {} entries but laya.embedding.rows = {embedding_rows} requires rows − 2",
+                        cps.len()
+                    ),
+                ));
+            }
+            for (j, &cp) in cps.iter().enumerate() {
+                if cp == 0 || char::from_u32(cp).is_none() {
+                    return Err(invalid(
+                        keys::EMBEDDING_CODEPOINTS,
+                        format!("entry {j} = {cp:#x} is not a non-zero Unicode scalar value"),
+                    ));
+                }
+                if j > 0 && cps[j - 1] >= cp {
+                    return Err(invalid(
+                        keys::EMBEDDING_CODEPOINTS,
+                        format!("entry {j} = {cp:#x} does not follow {:#x} in strictly increasing order", cps[j - 1]),
+                    ));
+                }
+            }
+            Mapping::Table(cps.to_vec())
+        }
+        other => {
+            return Err(invalid(
+                keys::EMBEDDING_MAPPING,
+                format!("'{other}' is not direct or table"),
+            ));
+        }
+    };
+    let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
+
+    let words = k.strings(keys::LEXICON_WORDS)?;
+    check_lexicon(words)?;
+    let frequencies = k.u32s(keys::LEXICON_FREQUENCIES)?;
+    if frequencies.len() != words.len() {
+        return Err(invalid(
+            keys::LEXICON_FREQUENCIES,
+            format!(
+                "has {} entries but the lexicon has {} words",
+                frequencies.len(),
+                words.len()
+            ),
+        ));
+    }
+    let normalization = k
+        .strings(keys::NORMALIZATION)?
+        .iter()
+        .map(|s| {
+            NormRule::from_name(s).ok_or_else(|| {
+                invalid(
+                    keys::NORMALIZATION,
+                    format!("unknown rule '{s}' (known: fullwidth_ascii, lowercase_ascii); a newer runtime may be needed"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let provenance = Provenance {
+        language: k.str(keys::PROVENANCE_LANGUAGE)?.to_string(),
+        training_data: k.str(keys::PROVENANCE_TRAINING_DATA)?.to_string(),
+        created: k.str(keys::PROVENANCE_CREATED)?.to_string(),
+        tool: k.opt_str(keys::PROVENANCE_TOOL)?.map(str::to_string),
+    };
+
+    let hparams = HParams {
+        context_length,
+        embedding_length,
+        block_count,
+        head_count,
+        layer_norm_epsilon,
+        feed_forward_length: ffn.to_vec(),
+        activation,
+        position_scheme,
+        embedding_rows,
+        mapping,
+        replace_classes,
+    };
+    let meta = ModelMeta {
+        name,
+        hparams,
+        // Filled by the caller, which moves the (possibly large) lexicon out of the container.
+        words: Vec::new(),
+        frequencies: frequencies.to_vec(),
+        normalization,
+        provenance,
+    };
+    Ok((meta, alignment))
+}
+
+/// Moves a string array out of the container (already validated by `parse_meta`).
+fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Vec<String> {
+    match file.kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
+        _ => Vec::new(),
+    }
+}
+
+/// The rules of `laya.lexicon.words`.
+pub fn check_lexicon(words: &[String]) -> Result<(), FormatError> {
+    if words.is_empty() || words.len() > MAX_WORDS {
+        return Err(invalid(
+            keys::LEXICON_WORDS,
+            format!("has {} words; 1..={MAX_WORDS} allowed", words.len()),
+        ));
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(words.len());
+    for (index, w) in words.iter().enumerate() {
+        let err = |reason: String| FormatError::Lexicon { index, reason };
+        if w.is_empty() {
+            return Err(err("the word is empty".into()));
+        }
+        let n = w.chars().count();
+        if n > MAX_WORD_CHARS {
+            return Err(err(format!(
+                "{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed"
+            )));
+        }
+        if let Some(c) = w.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(err(format!(
+                "{w:?} contains whitespace or control character U+{:04X}",
+                c as u32
+            )));
+        }
+        if let Some(first) = seen.insert(w.as_str(), index) {
+            return Err(err(format!("{w:?} duplicates laya.lexicon.words[{first}]")));
+        }
+    }
+    Ok(())
+}
+
+const MATRIX_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+];
+const FLOAT_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+const F32_ONLY: &[GgmlType] = &[GgmlType::F32];
+
+/// One row of the §7 table, instantiated for a given set of hyper-parameters.
+struct TensorSpec {
+    name: String,
+    ne: Vec<u64>,
+    allowed: &'static [GgmlType],
+    /// Norms and biases: must be finite.
+    finite: bool,
+    /// Which keys fix the shape, for messages.
+    rule: String,
+}
+
+/// Block tensor name suffixes in canonical order.
+const BLOCK_TENSORS: [&str; 16] = [
+    "attn_norm.weight",
+    "attn_norm.bias",
+    "attn_q.weight",
+    "attn_q.bias",
+    "attn_k.weight",
+    "attn_k.bias",
+    "attn_v.weight",
+    "attn_v.bias",
+    "attn_output.weight",
+    "attn_output.bias",
+    "ffn_norm.weight",
+    "ffn_norm.bias",
+    "ffn_up.weight",
+    "ffn_up.bias",
+    "ffn_down.weight",
+    "ffn_down.bias",
+];
+
+/// The tensors a model with these hyper-parameters and `v` words must have, canonical order.
+fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
+    let d = u64::from(h.embedding_length);
+    let dr = format!("laya.embedding_length = {d}");
+    let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec {
+        name,
+        ne,
+        allowed,
+        finite,
+        rule,
+    };
+    let mut out = vec![
+        spec(
+            "token_embd.weight".into(),
+            vec![d, u64::from(h.embedding_rows)],
+            MATRIX_TYPES,
+            false,
+            format!("{dr} and laya.embedding.rows = {}", h.embedding_rows),
+        ),
+        spec(
+            "pos_embd.weight".into(),
+            vec![d, u64::from(h.context_length)],
+            FLOAT_TYPES,
+            false,
+            format!("{dr} and laya.context_length = {}", h.context_length),
+        ),
+    ];
+    for (l, &f) in h.feed_forward_length.iter().enumerate() {
+        let f = u64::from(f);
+        let fr = format!("{dr} and laya.feed_forward_length[{l}] = {f}");
+        for suffix in BLOCK_TENSORS {
+            let name = format!("blk.{l}.{suffix}");
+            let s = match suffix {
+                "ffn_up.weight" => spec(name, vec![d, f], MATRIX_TYPES, false, fr.clone()),
+                "ffn_up.bias" => spec(
+                    name,
+                    vec![f],
+                    F32_ONLY,
+                    true,
+                    format!("laya.feed_forward_length[{l}] = {f}"),
+                ),
+                "ffn_down.weight" => spec(name, vec![f, d], MATRIX_TYPES, false, fr.clone()),
+                s if s.ends_with("norm.weight") || s.ends_with(".bias") => {
+                    spec(name, vec![d], F32_ONLY, true, dr.clone())
+                }
+                _ => spec(name, vec![d, d], MATRIX_TYPES, false, dr.clone()),
+            };
+            out.push(s);
+        }
+    }
+    let c = u64::from(h.replace_classes);
+    out.extend([
+        spec(
+            "output_norm.weight".into(),
+            vec![d],
+            F32_ONLY,
+            true,
+            dr.clone(),
+        ),
+        spec(
+            "output_norm.bias".into(),
+            vec![d],
+            F32_ONLY,
+            true,
+            dr.clone(),
+        ),
+        spec(
+            "output.weight".into(),
+            vec![d, v],
+            MATRIX_TYPES,
+            false,
+            format!("{dr} and the lexicon size {v}"),
+        ),
+        spec(
+            "output.bias".into(),
+            vec![v],
+            F32_ONLY,
+            true,
+            format!("the lexicon size {v}"),
+        ),
+        spec(
+            "replace.weight".into(),
+            vec![d, c],
+            FLOAT_TYPES,
+            false,
+            format!("{dr} and laya.replace_classes = {c}"),
+        ),
+        spec(
+            "replace.bias".into(),
+            vec![c],
+            F32_ONLY,
+            true,
+            format!("laya.replace_classes = {c}"),
+        ),
+    ]);
+    out
+}
+
+fn check_finite(name: &str, ty: GgmlType, data: &[u8]) -> Result<(), FormatError> {
+    let bad = match ty {
+        GgmlType::F32 => data
+            .chunks_exact(4)
+            .position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+        GgmlType::F16 => data
+            .chunks_exact(2)
+            .position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
+        GgmlType::BF16 => data
+            .chunks_exact(2)
+            .position(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
+        _ => None,
+    };
+    match bad {
+        Some(index) => Err(FormatError::NonFinite {
+            name: name.to_string(),
+            index,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl<'a> LayaFile<'a> {
+    /// Parses and validates a model file against every rule of docs/format.md: container, then
+    /// architecture, checksum, format version, keys, lexicon and tensors.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
+        let mut file = GgufFile::parse(bytes)?;
+
+        let k = Keys { file: &file };
+        let arch = k.str(keys::ARCHITECTURE)?;
+        if arch != "laya" {
+            return Err(invalid(
+                keys::ARCHITECTURE,
+                format!("'{arch}' is not a Laya model (expected \"laya\")"),
+            ));
+        }
+        // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
+        let report = checksum_report_of(&file)?;
+        if !report.is_ok() {
+            return Err(FormatError::ChecksumMismatch {
+                stored: report.stored,
+                computed: report.computed,
+            });
+        }
+        let version = k.u32(keys::FORMAT_VERSION)?;
+        if version != FORMAT_VERSION {
+            return Err(FormatError::UnsupportedFormatVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if let Some((k, _)) = file
+            .kv
+            .iter()
+            .find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str()))
+        {
+            return Err(FormatError::UnknownKey(k.clone()));
+        }
+        let (mut meta, alignment) = parse_meta(&file)?;
+        meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
+
+        let specs = tensor_specs(&meta.hparams, meta.words.len() as u64);
+        let by_name: HashMap<&str, &TensorSpec> =
+            specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        for t in &file.tensors {
+            let spec = by_name
+                .get(t.name.as_str())
+                .ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
+            if !spec.allowed.contains(&t.ty) {
+                return Err(FormatError::UnsupportedTensorType {
+                    name: t.name.clone(),
+                    ty: t.ty,
+                    allowed: spec.allowed.to_vec(),
+                });
+            }
+            if t.ne != spec.ne {
+                return Err(FormatError::BadShape {
+                    name: t.name.clone(),
+                    expected: spec.ne.clone(),
+                    found: t.ne.clone(),
+                    rule: spec.rule.clone(),
+                });
+            }
+            if spec.finite {
+                check_finite(&t.name, t.ty, file.tensor_data(t))?;
+            }
+        }
+        let present: HashMap<&str, &TensorInfo> =
+            file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        if let Some(missing) = specs
+            .iter()
+            .find(|s| !present.contains_key(s.name.as_str()))
+        {
+            return Err(FormatError::MissingTensor(missing.name.clone()));
+        }
+
+        let get = |name: &str| -> Result<TensorRef<'a>, FormatError> {
+            let t = present
+                .get(name)
+                .ok_or_else(|| FormatError::MissingTensor(name.to_string()))?;
+            Ok(TensorRef {
+                name: t.name.clone(),
+                ty: t.ty,
+                ne: t.ne.clone(),
+                data: file.tensor_data(t),
+            })
+        };
+        let mut layers = Vec::with_capacity(meta.hparams.block_count as usize);
+        for l in 0..meta.hparams.block_count {
+            let b = |s: &str| get(&format!("blk.{l}.{s}"));
+            layers.push(LayerTensors {
+                attn_norm_w: b("attn_norm.weight")?,
+                attn_norm_b: b("attn_norm.bias")?,
+                attn_q_w: b("attn_q.weight")?,
+                attn_q_b: b("attn_q.bias")?,
+                attn_k_w: b("attn_k.weight")?,
+                attn_k_b: b("attn_k.bias")?,
+                attn_v_w: b("attn_v.weight")?,
+                attn_v_b: b("attn_v.bias")?,
+                attn_out_w: b("attn_output.weight")?,
+                attn_out_b: b("attn_output.bias")?,
+                ffn_norm_w: b("ffn_norm.weight")?,
+                ffn_norm_b: b("ffn_norm.bias")?,
+                ffn_up_w: b("ffn_up.weight")?,
+                ffn_up_b: b("ffn_up.bias")?,
+                ffn_down_w: b("ffn_down.weight")?,
+                ffn_down_b: b("ffn_down.bias")?,
+            });
+        }
+        Ok(LayaFile {
+            token_embd: get("token_embd.weight")?,
+            pos_embd: get("pos_embd.weight")?,
+            layers,
+            output_norm_w: get("output_norm.weight")?,
+            output_norm_b: get("output_norm.bias")?,
+            output_w: get("output.weight")?,
+            output_b: get("output.bias")?,
+            replace_w: get("replace.weight")?,
+            replace_b: get("replace.bias")?,
+            checksum: report.stored,
+            file_len: bytes.len(),
+            alignment,
+            meta,
+        })
+    }
+
+    /// Every tensor in canonical order (embeddings, blocks, output heads).
+    pub fn tensors(&self) -> Vec<&TensorRef<'a>> {
+        let mut v = vec![&self.token_embd, &self.pos_embd];
+        for l in &self.layers {
+            v.extend(l.all());
+        }
+        v.extend([
+            &self.output_norm_w,
+            &self.output_norm_b,
+            &self.output_w,
+            &self.output_b,
+            &self.replace_w,
+            &self.replace_b,
+        ]);
+        v
+    }
+
+    /// A human-readable report: hyper-parameters, lexicon, provenance, tensor table, checksum.
+    pub fn summary(&self) -> String {
+        let m = &self.meta;
+        let h = &m.hparams;
+        let mut s = String::new();
+        let _ = writeln!(s, "model            {}", m.name);
+        let _ = writeln!(
+            s,
+            "format version   {FORMAT_VERSION} (GGUF v3, alignment {})",
+            self.alignment
+        );
+        let _ = writeln!(s, "file size        {} bytes", self.file_len);
+        let _ = writeln!(s, "context length   {}", h.context_length);
+        let _ = writeln!(
+            s,
+            "embedding        {} (heads {}, head dim {})",
+            h.embedding_length,
+            h.head_count,
+            h.head_dim()
+        );
+        let _ = writeln!(
+            s,
+            "blocks           {} (ffn widths {:?})",
+            h.block_count, h.feed_forward_length
+        );
+        let _ = writeln!(s, "activation       {}", h.activation.name());
+        let _ = writeln!(s, "layer norm eps   {}", h.layer_norm_epsilon);
+        let _ = writeln!(s, "positions        {}", h.position_scheme.name());
+        let table = match &h.mapping {
+            Mapping::Direct => String::new(),
+            Mapping::Table(t) => format!(", {} codepoints", t.len()),
+        };
+        let _ = writeln!(
+            s,
+            "embedding rows   {} ({} mapping{table})",
+            h.embedding_rows,
+            h.mapping.name()
+        );
+        let _ = writeln!(s, "replace classes  {}", h.replace_classes);
+        let _ = writeln!(s, "lexicon          {} words", m.words.len());
+        let rules: Vec<&str> = m.normalization.iter().map(|r| r.name()).collect();
+        let _ = writeln!(s, "normalization    [{}]", rules.join(", "));
+        let p = &m.provenance;
+        let _ = writeln!(s, "language         {}", p.language);
+        let _ = writeln!(s, "training data    {}", p.training_data);
+        let _ = writeln!(s, "created          {}", p.created);
+        if let Some(tool) = &p.tool {
+            let _ = writeln!(s, "tool             {tool}");
+        }
+        let _ = writeln!(s, "checksum         {:#018x} (verified)", self.checksum);
+        let _ = writeln!(s, "tensors:");
+        let mut total = 0usize;
+        for t in self.tensors() {
+            total += t.data.len();
+            let _ = writeln!(
+                s,
+                "  {:<28} {:<5} {:<14} {:>10} bytes",
+                t.name,
+                t.ty.name(),
+                format!("{:?}", t.ne),
+                t.data.len()
+            );
+        }
+        let _ = writeln!(s, "  total tensor data {total} bytes");
+        s
+    }
+}

@@ -1,0 +1,237 @@
+//! write → parse round trips: every key, every tensor, every type.
+
+mod common;
+
+use laya_format::testing::{random_model, TinyConfig};
+use laya_format::{
+    checksum, model_keys, quant, write_model, Activation, Array, GgmlType, GgufFile, GgufWriter,
+    LayaFile, Mapping, Value,
+};
+
+fn assert_round_trip(cfg: &TinyConfig, seed: u64, ty: GgmlType) {
+    let (meta, tensors) = random_model(cfg, seed, ty);
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let model = LayaFile::parse(&bytes).unwrap();
+    assert_eq!(model.meta, meta);
+    assert_eq!(model.file_len, bytes.len());
+    assert_eq!(model.alignment, 64);
+    assert_eq!(model.checksum, checksum(&bytes).unwrap());
+    assert_eq!(model.layers.len(), cfg.feed_forward_length.len());
+
+    // Every tensor comes back with the same name, type, shape and bytes, at an aligned offset.
+    let parsed = model.tensors();
+    assert_eq!(parsed.len(), tensors.len());
+    for (t, p) in tensors.iter().zip(&parsed) {
+        assert_eq!(
+            (&t.name, t.ty, &t.ne, &t.data[..]),
+            (&p.name, p.ty, &p.ne, p.data),
+            "{}",
+            t.name
+        );
+        let offset = p.data.as_ptr() as usize - bytes.as_ptr() as usize;
+        assert_eq!(offset % 64, 0, "{} at {offset}", t.name);
+        assert_eq!(
+            p.to_f32().unwrap(),
+            quant::dequantize(&t.data, t.ty, p.n_elements()).unwrap()
+        );
+    }
+    // The writer adds nothing after the last tensor.
+    let last = parsed
+        .iter()
+        .map(|p| p.data.as_ptr() as usize + p.data.len())
+        .max()
+        .unwrap();
+    assert_eq!(last - bytes.as_ptr() as usize, bytes.len());
+
+    // Every key, in the canonical order, with the patched checksum.
+    let file = GgufFile::parse(&bytes).unwrap();
+    let mut expected = model_keys(&meta);
+    expected.last_mut().unwrap().1 = Value::U64(model.checksum);
+    assert_eq!(file.kv, expected);
+    assert_eq!(file.version, 3);
+}
+
+#[test]
+fn every_type_with_table_mapping() {
+    for (i, ty) in GgmlType::ALL.into_iter().enumerate() {
+        assert_round_trip(&TinyConfig::small(), i as u64, ty);
+    }
+}
+
+#[test]
+fn pruned_blocks_relu_and_more_words() {
+    let cfg = TinyConfig {
+        embedding_length: 64,
+        head_count: 4,
+        feed_forward_length: vec![128, 32, 96],
+        table_rows: Some(300),
+        vocab: 500,
+        replace_classes: 17,
+        activation: Activation::Relu,
+        ..TinyConfig::small()
+    };
+    assert_round_trip(&cfg, 99, GgmlType::Q4_1);
+}
+
+#[test]
+fn direct_mapping() {
+    let cfg = TinyConfig {
+        table_rows: None,
+        embedding_length: 32,
+        feed_forward_length: vec![32],
+        ..TinyConfig::default()
+    };
+    assert_round_trip(&cfg, 5, GgmlType::Q4_0);
+    let (meta, _) = random_model(&cfg, 5, GgmlType::Q4_0);
+    assert_eq!(meta.hparams.mapping, Mapping::Direct);
+    assert_eq!(meta.hparams.embedding_rows, 65536);
+}
+
+#[test]
+fn no_normalisation_and_no_tool() {
+    let (mut meta, tensors) = random_model(&TinyConfig::small(), 1, GgmlType::F32);
+    meta.normalization.clear();
+    meta.provenance.tool = None;
+    let bytes = write_model(&meta, &tensors).unwrap();
+    assert_eq!(LayaFile::parse(&bytes).unwrap().meta, meta);
+}
+
+#[test]
+fn tensors_in_any_order() {
+    let (meta, mut tensors) = random_model(&TinyConfig::small(), 2, GgmlType::Q8_0);
+    tensors.reverse();
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let model = LayaFile::parse(&bytes).unwrap();
+    let by_name = |n: &str| tensors.iter().find(|t| t.name == n).unwrap().data.clone();
+    assert_eq!(model.output_w.data, &by_name("output.weight")[..]);
+    assert_eq!(
+        model.layers[0].ffn_down_w.data,
+        &by_name("blk.0.ffn_down.weight")[..]
+    );
+}
+
+#[test]
+fn generic_container_every_value_type() {
+    let kv = vec![
+        ("a.u8".to_string(), Value::U8(200)),
+        ("a.i8".into(), Value::I8(-5)),
+        ("a.u16".into(), Value::U16(65000)),
+        ("a.i16".into(), Value::I16(-30000)),
+        ("a.u32".into(), Value::U32(4_000_000_000)),
+        ("a.i32".into(), Value::I32(-2_000_000_000)),
+        ("a.f32".into(), Value::F32(-1.5e-7)),
+        ("a.bool".into(), Value::Bool(true)),
+        ("a.string".into(), Value::String("中文 😀 text".into())),
+        ("a.u64".into(), Value::U64(u64::MAX)),
+        ("a.i64".into(), Value::I64(i64::MIN)),
+        ("a.f64".into(), Value::F64(std::f64::consts::PI)),
+        ("arr.u8".into(), Value::Array(Array::U8(vec![1, 2, 3]))),
+        ("arr.i8".into(), Value::Array(Array::I8(vec![-1, 2]))),
+        ("arr.u16".into(), Value::Array(Array::U16(vec![1, 65535]))),
+        ("arr.i16".into(), Value::Array(Array::I16(vec![-1, 7]))),
+        ("arr.u32".into(), Value::Array(Array::U32(vec![]))),
+        ("arr.i32".into(), Value::Array(Array::I32(vec![i32::MIN]))),
+        ("arr.f32".into(), Value::Array(Array::F32(vec![0.5, -0.25]))),
+        (
+            "arr.bool".into(),
+            Value::Array(Array::Bool(vec![true, false])),
+        ),
+        (
+            "arr.string".into(),
+            Value::Array(Array::String(vec!["".into(), "x".into(), "東京".into()])),
+        ),
+        (
+            "arr.nested".into(),
+            Value::Array(Array::Array(vec![
+                Array::U32(vec![1, 2]),
+                Array::String(vec!["y".into()]),
+            ])),
+        ),
+        ("arr.u64".into(), Value::Array(Array::U64(vec![u64::MAX]))),
+        ("arr.i64".into(), Value::Array(Array::I64(vec![-9]))),
+        ("arr.f64".into(), Value::Array(Array::F64(vec![1e300]))),
+    ];
+    for alignment in [8u32, 32, 64, 4096] {
+        let mut w = GgufWriter::new();
+        w.set_alignment(alignment);
+        for (k, v) in &kv {
+            w.add_kv(k.clone(), v.clone());
+        }
+        let a: Vec<u8> = quant::quantize(&[0.5; 64], GgmlType::Q4_1).unwrap();
+        w.add_tensor("a", GgmlType::Q4_1, &[32, 2], a.clone())
+            .unwrap();
+        w.add_tensor("b", GgmlType::BF16, &[3], vec![1, 2, 3, 4, 5, 6])
+            .unwrap();
+        w.add_tensor("c", GgmlType::F32, &[1, 1, 1, 2], vec![7; 8])
+            .unwrap();
+        let bytes = w.to_bytes();
+        let mut out = Vec::new();
+        w.write_to(&mut out).unwrap();
+        assert_eq!(out, bytes);
+
+        let f = GgufFile::parse(&bytes).unwrap();
+        assert_eq!(f.alignment, u64::from(alignment));
+        assert_eq!(
+            &f.kv[0],
+            &("general.alignment".to_string(), Value::U32(alignment))
+        );
+        assert_eq!(&f.kv[1..], &kv[..]);
+        assert_eq!(f.data_offset % u64::from(alignment), 0);
+        let names: Vec<&str> = f.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(f.tensor_data(&f.tensors[0]), &a[..]);
+        assert_eq!(f.tensor_data(&f.tensors[1]), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(f.tensor_data(&f.tensors[2]), &[7; 8]);
+        assert_eq!(f.tensors[2].ne, vec![1, 1, 1, 2]);
+        for t in &f.tensors {
+            assert_eq!(t.offset % u64::from(alignment), 0);
+        }
+    }
+}
+
+#[test]
+fn writer_refuses_wrong_data_size_and_duplicates() {
+    let mut w = GgufWriter::new();
+    assert!(w
+        .add_tensor("a", GgmlType::Q8_0, &[32], vec![0; 33])
+        .is_err());
+    assert!(w
+        .add_tensor("a", GgmlType::Q8_0, &[16], vec![0; 17])
+        .is_err());
+    w.add_tensor("a", GgmlType::F16, &[2], vec![0; 4]).unwrap();
+    assert!(w.add_tensor("a", GgmlType::F16, &[2], vec![0; 4]).is_err());
+}
+
+#[test]
+fn container_without_tensors() {
+    let mut w = GgufWriter::new();
+    w.add_kv("k", Value::String("v".into()));
+    let bytes = w.to_bytes();
+    let f = GgufFile::parse(&bytes).unwrap();
+    assert!(f.tensors.is_empty());
+    assert_eq!(f.get("k"), Some(&Value::String("v".into())));
+}
+
+#[test]
+fn summary_lists_hparams_tensors_and_checksum() {
+    let (meta, tensors) = random_model(&TinyConfig::small(), 4, GgmlType::Q4_1);
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let s = LayaFile::parse(&bytes).unwrap().summary();
+    println!("{s}");
+    for needle in [
+        "laya-test-4",
+        "context length   16",
+        "table mapping, 46 codepoints",
+        "lexicon          24 words",
+        "[fullwidth_ascii, lowercase_ascii]",
+        "(verified)",
+        "blk.0.ffn_down.weight",
+        "Q4_1",
+    ] {
+        assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
+    }
+    assert_eq!(
+        s.lines().filter(|l| l.starts_with("  ")).count(),
+        tensors.len() + 1
+    );
+}
