@@ -1,1 +1,59 @@
-//! laya-text
+//! Text for Laya's training and evaluation.
+//!
+//! * [`normalize`](fullwidth_ascii): the character rules of docs/format.md §5.
+//! * [`Segmenter`]: words of raw text (jieba for Han, whitespace and punctuation otherwise) or of
+//!   gold-segmented text, and the text as a person types it.
+//! * Corpus preparation ([`prepare_zh`], [`prepare_en`]) for `scripts/fetch-data.sh`.
+//! * Lexicon building ([`build_lexicon`]) from corpus counts with the jieba dictionary as prior.
+//! * Keyboard logs (docs/logs.md): [`read_events`], [`write_event`], [`simulate_events`].
+//! * The n-gram baseline [`NgramPredictor`] and the EVAL.md §2 harness [`evaluate`] over any
+//!   [`Predictor`].
+//!
+//! ```
+//! use laya_text::*;
+//! let seg = Segmenter::new(SegmentMode::Segmented);
+//! let train = ["the cat sat", "the cat ran", "a dog sat"];
+//! let mut ngram = NgramPredictor::train(train.iter().map(|s| s.to_string()), &seg, None, &mut |_| {});
+//! let report = evaluate(&mut ngram, ["the cat sat".to_string()].into_iter(), &seg, &|_| true, None, &mut |_| {}).unwrap();
+//! assert!(report.ksr > 0.0);
+//! ```
+
+#![deny(missing_docs)]
+
+mod corpus;
+mod eval;
+mod lexicon;
+mod logs;
+mod ngram;
+mod normalize;
+mod segment;
+
+pub use corpus::{
+    brown_genre, parse_brown_line, parse_peoples_daily_line, prepare_en, prepare_zh, EnReport, FileStats,
+    PrepareError, ZhReport,
+};
+pub use eval::{evaluate, Candidate, EvalReport, PredictError, Predictor, BAR};
+pub use lexicon::{
+    build_lexicon, count_words, coverage, is_valid_word, read_dict, Counts, Coverage, DictError, Lexicon,
+    LexiconError, LexiconOptions, MAX_WORD_CHARS,
+};
+pub use logs::{
+    parse_event, read_events, simulate_events, write_event, Event, EventErrorKind, LogError, OnError, ReadStats,
+    Shown, SimulateError, SimulateStats, LOG_VERSION,
+};
+pub use ngram::{NgramError, NgramPredictor};
+pub use normalize::{fullwidth_ascii, fullwidth_ascii_char, lowercase_ascii_char};
+pub use segment::{is_han, is_unspaced_script, SegmentMode, Segmenter, TypedLine};
+
+/// Adapts an [`indicatif::ProgressBar`] to the `progress` callbacks of this crate (they report
+/// bytes read), so the CLI can pass `&mut laya_text::progress_bar(&bar)`.
+///
+/// ```
+/// let bar = indicatif::ProgressBar::hidden();
+/// let mut cb = laya_text::progress_bar(&bar);
+/// cb(10);
+/// assert_eq!(bar.position(), 10);
+/// ```
+pub fn progress_bar(bar: &indicatif::ProgressBar) -> impl FnMut(u64) + '_ {
+    move |n| bar.inc(n)
+}

@@ -1,0 +1,207 @@
+//! The predictor interface and the keystroke-simulation harness of EVAL.md §2.
+
+use crate::segment::Segmenter;
+use std::fmt;
+use std::time::Instant;
+
+/// One suggestion: `word` completes the last `replace` characters of the context (0 = a next
+/// word), with probability `p`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Candidate {
+    /// The suggested word.
+    pub word: String,
+    /// How many trailing context characters (scalar values) the word completes.
+    pub replace: usize,
+    /// Probability (normalised over the candidates the predictor considered).
+    pub p: f32,
+}
+
+/// A predictor failed; the message says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PredictError(pub String);
+
+impl fmt::Display for PredictError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "prediction failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for PredictError {}
+
+impl From<String> for PredictError {
+    fn from(s: String) -> Self {
+        PredictError(s)
+    }
+}
+
+/// Anything that ranks candidates for a context: the Laya runtime (adapted by the CLI), the
+/// n-gram baseline ([`crate::NgramPredictor`]), test doubles.
+///
+/// ```
+/// use laya_text::{Candidate, PredictError, Predictor};
+/// struct Always;
+/// impl Predictor for Always {
+///     fn predict(&mut self, _ctx: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+///         out.clear();
+///         out.extend(["the", "a"].iter().take(k).map(|w| Candidate { word: w.to_string(), replace: 0, p: 0.5 }));
+///         Ok(())
+///     }
+/// }
+/// let mut out = Vec::new();
+/// Always.predict("", 5, &mut out).unwrap();
+/// assert_eq!(out.len(), 2);
+/// ```
+pub trait Predictor {
+    /// Clears `out` and fills it with at most `k` candidates for `context`, best first.
+    fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError>;
+}
+
+/// Results of [`evaluate`]; serialises to exactly the keys EVAL.md §2 names.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EvalReport {
+    /// Words simulated.
+    pub words: usize,
+    /// Characters typed in full (every scalar value of every line, whitespace included).
+    pub chars: usize,
+    /// Keystroke savings rate, `1 - keystrokes / chars`.
+    pub ksr: f64,
+    /// Share of words that are the first candidate before any of their characters is typed.
+    pub top1_k0: f64,
+    /// Share of words among the first five candidates before any character is typed.
+    pub top5_k0: f64,
+    /// Over words of length ≥ 2: first candidate after their first character.
+    pub top1_k1: f64,
+    /// Over words of length ≥ 2: among the first five after their first character.
+    pub top5_k1: f64,
+    /// Share of words outside the lexicon.
+    pub oov_rate: f64,
+    /// Calls to the predictor.
+    pub predictions: usize,
+    /// Wall time of the whole run.
+    pub seconds: f64,
+}
+
+/// Candidates the simulated person looks at.
+pub const BAR: usize = 5;
+
+fn rank_of(cands: &[Candidate], word: &str, replace: usize) -> Option<usize> {
+    cands.iter().take(BAR).position(|c| c.replace == replace && c.word == word)
+}
+
+/// Runs the keystroke simulation of EVAL.md §2 over `lines` (each line on its own: the context
+/// never reaches into the previous line).
+///
+/// * `seg` splits each line into words ([`crate::SegmentMode::Segmented`] for gold text); the
+///   typed text is [`Segmenter::typed_line`], whose whitespace is typed (1 keystroke per
+///   character) and never predicted.
+/// * For each word W the harness asks for predictions at prefix lengths i = 0, 1, … as long as the
+///   simulated person has not found W yet, and always at i = 0 and (for words of length ≥ 2)
+///   i = 1, which the top-k rates need. A hit at i costs 1 keystroke (the tap) after the i typed;
+///   a word never found costs its length.
+/// * A word for which `in_lexicon` is false can never be picked (no hit), and counts as OOV.
+/// * `limit` stops after that many lines (empty lines are skipped and not counted).
+/// * `progress` is called once per line with the line's byte length + 1.
+///
+/// ```
+/// use laya_text::{evaluate, Candidate, PredictError, Predictor, Segmenter, SegmentMode};
+/// struct Nothing;
+/// impl Predictor for Nothing {
+///     fn predict(&mut self, _: &str, _: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+///         out.clear();
+///         Ok(())
+///     }
+/// }
+/// let seg = Segmenter::new(SegmentMode::Segmented);
+/// let r = evaluate(&mut Nothing, ["ab c".to_string()].into_iter(), &seg, &|_| true, None, &mut |_| {}).unwrap();
+/// assert_eq!((r.words, r.chars, r.ksr), (2, 4, 0.0));
+/// ```
+pub fn evaluate(
+    pred: &mut dyn Predictor,
+    lines: impl Iterator<Item = String>,
+    seg: &Segmenter,
+    in_lexicon: &dyn Fn(&str) -> bool,
+    limit: Option<usize>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<EvalReport, PredictError> {
+    let start = Instant::now();
+    let (mut words, mut chars, mut keystrokes, mut predictions, mut oov) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let (mut t1k0, mut t5k0, mut t1k1, mut t5k1, mut k1_words) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let mut out = Vec::with_capacity(16);
+    let mut ctx = String::new();
+    let mut n_lines = 0usize;
+    for raw in lines {
+        if limit.is_some_and(|l| n_lines >= l) {
+            break;
+        }
+        progress(raw.len() as u64 + 1);
+        let raw = raw.trim_end_matches(['\n', '\r']);
+        if raw.trim().is_empty() {
+            continue;
+        }
+        n_lines += 1;
+        let line = seg.typed_line(raw);
+        let total = line.text.chars().count();
+        chars += total;
+        let mut word_chars = 0;
+        for r in &line.words {
+            let w = &line.text[r.clone()];
+            let wc: Vec<(usize, char)> = w.char_indices().collect();
+            let n = wc.len();
+            word_chars += n;
+            words += 1;
+            let known = in_lexicon(w);
+            if !known {
+                oov += 1;
+            }
+            if n >= 2 {
+                k1_words += 1;
+            }
+            let mut found = false;
+            for i in 0..n {
+                if found && i >= 2 {
+                    break;
+                }
+                ctx.clear();
+                ctx.push_str(&line.text[..r.start]);
+                ctx.push_str(&w[..wc[i].0]);
+                out.clear();
+                pred.predict(&ctx, BAR, &mut out)?;
+                predictions += 1;
+                let rank = if known { rank_of(&out, w, i) } else { None };
+                match i {
+                    0 => {
+                        t1k0 += usize::from(rank == Some(0));
+                        t5k0 += usize::from(rank.is_some());
+                    }
+                    1 => {
+                        t1k1 += usize::from(rank == Some(0));
+                        t5k1 += usize::from(rank.is_some());
+                    }
+                    _ => {}
+                }
+                if !found && rank.is_some() {
+                    found = true;
+                    keystrokes += i + 1;
+                }
+            }
+            if !found {
+                keystrokes += n;
+            }
+        }
+        // Everything outside the words is whitespace: typed, one keystroke each.
+        keystrokes += total - word_chars;
+    }
+    let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    Ok(EvalReport {
+        words,
+        chars,
+        ksr: if chars == 0 { 0.0 } else { 1.0 - keystrokes as f64 / chars as f64 },
+        top1_k0: ratio(t1k0, words),
+        top5_k0: ratio(t5k0, words),
+        top1_k1: ratio(t1k1, k1_words),
+        top5_k1: ratio(t5k1, k1_words),
+        oov_rate: ratio(oov, words),
+        predictions,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
