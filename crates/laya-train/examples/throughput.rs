@@ -21,7 +21,7 @@ fn synthetic_events(n: usize, vocab: usize, seed: u64) -> Vec<Event> {
             // CJK-ish context over ~3,000 distinct codepoints, like Chinese text.
             let context: String = (0..len).map(|_| char::from_u32(0x4E00 + rng.below(3000) as u32).unwrap()).collect();
             let shown: Vec<Shown> = (0..5).map(|_| Shown { word: format!("w{}", rng.below(vocab)), replace: rng.below(3) as u32 }).collect();
-            Event { context, shown, clicked: Some(rng.below(5)) }
+            Event { context, shown, clicked: Some(rng.below(5)), weight: 1.0 }
         })
         .collect()
 }

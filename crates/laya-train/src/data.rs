@@ -6,27 +6,8 @@ use crate::error::Result;
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 
-// ADAPTER: these mirror `laya_text::{Event, Shown}` field for field; once wip-text is merged they
-// are replaced by a re-export (see lib.rs).
-/// One candidate that was shown to the person.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shown {
-    /// The candidate word.
-    pub word: String,
-    /// How many trailing context characters the word completes.
-    pub replace: u32,
-}
-
-/// One keystroke of a log: the context, the candidates shown and which one (if any) was tapped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    /// The text before the cursor.
-    pub context: String,
-    /// The candidate bar, in display order.
-    pub shown: Vec<Shown>,
-    /// Index into `shown` of the tapped candidate.
-    pub clicked: Option<usize>,
-}
+/// Events come from `laya-text` (keyboard logs or text simulated into events).
+pub use laya_text::{Event, Shown};
 
 /// Why events were left out of training (reported, never silent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,6 +20,8 @@ pub struct EncodeStats {
     pub bad_click: usize,
     /// Used events whose clicked word is outside the lexicon (they train the replace head only).
     pub clicked_oov: usize,
+    /// Events with a weight that is not a positive finite number.
+    pub bad_weight: usize,
 }
 
 /// Events encoded once for the whole run so that batching is just copying.
@@ -54,6 +37,8 @@ pub struct EncodedSet {
     pub clicked_word: Vec<Option<u32>>,
     /// Per sample: the replace class `min(replace, C − 1)` of the clicked candidate.
     pub replace_class: Vec<u32>,
+    /// Per sample: the event's importance (`Event::weight`).
+    pub weight: Vec<f32>,
     /// What was left out.
     pub stats: EncodeStats,
 }
@@ -85,7 +70,7 @@ pub fn word_index(cfg: &ModelConfig) -> HashMap<&str, u32> {
 /// use std::collections::HashMap;
 /// let lex: HashMap<&str, u32> = [("a", 0), ("b", 1)].into_iter().collect();
 /// let shown = |w: &str| Shown { word: w.into(), replace: 0 };
-/// let ev = Event { context: "x".into(), shown: vec![shown("b"), shown("a"), shown("zz")], clicked: Some(1) };
+/// let ev = Event { context: "x".into(), shown: vec![shown("b"), shown("a"), shown("zz")], clicked: Some(1), weight: 1.0 };
 /// assert_eq!(word_target(&ev, &lex, &TrainConfig::default()), vec![(0, 0.75), (1, 0.25)]);
 /// ```
 pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> Vec<(u32, f32)> {
@@ -132,6 +117,10 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
             set.stats.bad_click += 1;
             continue;
         };
+        if !(ev.weight.is_finite() && ev.weight > 0.0) {
+            set.stats.bad_weight += 1;
+            continue;
+        }
         encode_context_into(&ev.context, &model.normalization, &model.mapping, &mut rows);
         set.rows.extend_from_slice(&rows);
         let target = word_target(ev, &lex, train);
@@ -142,6 +131,7 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
         set.word_target.push(target);
         set.clicked_word.push(cw);
         set.replace_class.push(shown.replace.min(model.replace_classes as u32 - 1));
+        set.weight.push(ev.weight);
         set.stats.used += 1;
     }
     set
@@ -154,11 +144,16 @@ pub struct Batch {
     pub size: usize,
     /// Embedding rows, `B · T` values (row-major `[B, T]`).
     pub rows: Vec<u32>,
-    /// Dense soft word target `[B, V]` (all-zero rows for out-of-lexicon clicks).
+    /// Dense soft word target `[B, V]`, each row scaled by the event weight (all-zero rows for
+    /// out-of-lexicon clicks).
     pub word_target: Tensor,
     /// Samples with a word target.
     pub word_count: usize,
-    /// One-hot replace target `[B, C]`.
+    /// Sum of the weights of the samples with a word target (the word loss divisor).
+    pub word_weight: f32,
+    /// Sum of all sample weights (the replace loss divisor).
+    pub total_weight: f32,
+    /// Replace target `[B, C]`: the event weight at the clicked class.
     pub replace_target: Tensor,
     /// Clicked word ids (for accuracy).
     pub clicked_word: Vec<Option<u32>>,
@@ -173,22 +168,27 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
     let mut rows = Vec::with_capacity(b * t);
     let mut wt = vec![0f32; b * vocab];
     let mut rt = vec![0f32; b * classes];
-    let mut word_count = 0;
+    let (mut word_count, mut word_weight, mut total_weight) = (0, 0f32, 0f32);
     for (k, &i) in idx.iter().enumerate() {
+        let weight = set.weight[i];
         rows.extend_from_slice(&set.rows[i * t..(i + 1) * t]);
         if !set.word_target[i].is_empty() {
             word_count += 1;
+            word_weight += weight;
         }
         for &(w, p) in &set.word_target[i] {
-            wt[k * vocab + w as usize] = p;
+            wt[k * vocab + w as usize] = p * weight;
         }
-        rt[k * classes + set.replace_class[i] as usize] = 1.0;
+        rt[k * classes + set.replace_class[i] as usize] = weight;
+        total_weight += weight;
     }
     Ok(Batch {
         size: b,
         rows,
         word_target: Tensor::from_vec(wt, (b, vocab), dev)?,
         word_count,
+        word_weight,
+        total_weight,
         replace_target: Tensor::from_vec(rt, (b, classes), dev)?,
         clicked_word: idx.iter().map(|&i| set.clicked_word[i]).collect(),
         replace_class: idx.iter().map(|&i| set.replace_class[i]).collect(),

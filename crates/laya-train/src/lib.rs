@@ -20,6 +20,7 @@ pub use optim::{lr_at, AdamW, Grads};
 pub use rng::Rng;
 
 mod data;
+mod export;
 mod train;
 
 pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
@@ -28,3 +29,4 @@ pub use train::{
     LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason, TrainHooks, TrainOutcome, TrainState,
     ValidReport,
 };
+pub use export::{ExportInfo, Precision};

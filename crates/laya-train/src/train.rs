@@ -27,9 +27,12 @@ pub struct LossParts {
 /// Builds the loss tensors: `(total, word, replace)`.
 pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
     let lw = log_softmax_last(words)?;
-    let word = ((lw * &batch.word_target)?.sum_all()? * (-1.0 / batch.word_count.max(1) as f64))?;
+    // Weighted means: the targets already carry each event's weight.
+    let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
+    let word = ((lw * &batch.word_target)?.sum_all()? * (-1.0 / wdiv))?;
     let lr = log_softmax_last(replace)?;
-    let rep = ((lr * &batch.replace_target)?.sum_all()? * (-1.0 / batch.size.max(1) as f64))?;
+    let rdiv = if batch.total_weight > 0.0 { batch.total_weight as f64 } else { 1.0 };
+    let rep = ((lr * &batch.replace_target)?.sum_all()? * (-1.0 / rdiv))?;
     let total = (&word + (&rep * lambda as f64)?)?;
     Ok((total, word, rep))
 }
@@ -77,7 +80,8 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
     Ok((parts, norm))
 }
 
-/// Validation result of one pass over the validation events.
+/// Validation result of one pass over the validation events (losses weighted by `Event::weight`,
+/// accuracies unweighted).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ValidReport {
     /// Mean losses (the word loss over events with an in-lexicon click).
@@ -95,7 +99,7 @@ pub struct ValidReport {
 /// Losses and accuracies of `net` on an encoded set (no gradients).
 pub fn evaluate(net: &LayaNet, set: &EncodedSet, cfg: &TrainConfig, batch_size: usize) -> Result<ValidReport> {
     let (v, c) = (net.config().vocab(), net.config().replace_classes);
-    let (mut wsum, mut wn, mut rsum) = (0f64, 0usize, 0f64);
+    let (mut wsum, mut wn, mut rsum, mut rn) = (0f64, 0f64, 0f64, 0f64);
     let (mut top1, mut top5, mut in_lex, mut racc) = (0usize, 0usize, 0usize, 0usize);
     let idx: Vec<usize> = (0..set.len()).collect();
     for chunk in idx.chunks(batch_size.max(1)) {
@@ -103,9 +107,10 @@ pub fn evaluate(net: &LayaNet, set: &EncodedSet, cfg: &TrainConfig, batch_size: 
         let rows = Tensor::from_slice(&batch.rows, (batch.size, set.t), net.device())?;
         let (w, r) = net.forward(&rows)?;
         let (_, word, rep) = loss_tensors(&w, &r, &batch, cfg.replace_loss_weight)?;
-        wsum += word.to_scalar::<f32>()? as f64 * batch.word_count as f64;
-        wn += batch.word_count;
-        rsum += rep.to_scalar::<f32>()? as f64 * batch.size as f64;
+        wsum += word.to_scalar::<f32>()? as f64 * batch.word_weight as f64;
+        wn += batch.word_weight as f64;
+        rsum += rep.to_scalar::<f32>()? as f64 * batch.total_weight as f64;
+        rn += batch.total_weight as f64;
         let wl: Vec<Vec<f32>> = w.to_vec2()?;
         let rl: Vec<Vec<f32>> = r.to_vec2()?;
         for k in 0..batch.size {
@@ -122,8 +127,8 @@ pub fn evaluate(net: &LayaNet, set: &EncodedSet, cfg: &TrainConfig, batch_size: 
         }
     }
     let n = set.len().max(1);
-    let word = (wsum / wn.max(1) as f64) as f32;
-    let replace = (rsum / n as f64) as f32;
+    let word = (wsum / wn.max(1e-12)) as f32;
+    let replace = (rsum / rn.max(1e-12)) as f32;
     Ok(ValidReport {
         loss: LossParts { total: word + cfg.replace_loss_weight * replace, word, replace },
         top1: top1 as f32 / in_lex.max(1) as f32,
@@ -333,7 +338,7 @@ fn restore_snapshot(net: &LayaNet, snap: &[Tensor]) -> Result<()> {
 /// let mut mc = ModelConfig::standard(words, vec![1, 1], Mapping::Table(vec![]));
 /// mc.d_model = 32;
 /// mc.ffn = vec![32];
-/// let ev = |c: &str, w: &str| Event { context: c.into(), shown: vec![Shown { word: w.into(), replace: 0 }], clicked: Some(0) };
+/// let ev = |c: &str, w: &str| Event { context: c.into(), shown: vec![Shown { word: w.into(), replace: 0 }], clicked: Some(0), weight: 1.0 };
 /// let events = vec![ev("今天", "天气"), ev("天气", "不错")];
 /// let tc = TrainConfig { epochs: 2, batch_size: 2, warmup_steps: 1, ..TrainConfig::default() };
 /// let out = train(mc, tc, &events, &events, &RunOptions::default(), &mut NoHooks).unwrap();

@@ -19,6 +19,7 @@ fn ev(ctx: &str, shown: &[(&str, u32)], clicked: Option<usize>) -> Event {
         context: ctx.into(),
         shown: shown.iter().map(|&(w, r)| Shown { word: w.into(), replace: r }).collect(),
         clicked,
+        weight: 1.0,
     }
 }
 
@@ -38,6 +39,7 @@ fn memorise_events() -> Vec<Event> {
                     Shown { word: d2, replace: 0 },
                 ],
                 clicked: Some(1),
+                weight: 1.0,
             }
         })
         .collect()
@@ -138,7 +140,7 @@ fn encoding_skips_and_counts_unusable_events() {
         ev("ab", &[("oov", 12)], Some(0)),
     ];
     let set = encode_events(&events, &cfg, &TrainConfig::default());
-    assert_eq!(set.stats, EncodeStats { used: 2, no_click: 1, bad_click: 1, clicked_oov: 1 });
+    assert_eq!(set.stats, EncodeStats { used: 2, no_click: 1, bad_click: 1, clicked_oov: 1, bad_weight: 0 });
     assert_eq!(set.replace_class, vec![0, 7], "replace 12 is clamped to C-1");
     assert_eq!(set.clicked_word, vec![Some(0), None]);
 }
@@ -257,4 +259,51 @@ fn predict_logits_matches_forward_and_is_deterministic() {
     let rows = a.encode(&ctx).unwrap();
     assert_eq!(rows.dims(), &[5, 16]);
     assert_eq!(rows.dtype(), DType::U32);
+}
+
+fn info() -> ExportInfo {
+    ExportInfo { name: "laya-test".into(), language: "zh".into(), training_data: "synthetic".into(), created: "2026-01-01".into() }
+}
+
+#[test]
+fn export_round_trips_through_laya_format() {
+    let net = LayaNet::new(tiny_cfg(50, 2), 5).unwrap();
+    let ctx = ["", "abc", "一丁丂", "😀x\u{0}y"];
+    let (w0, r0) = net.predict_logits(&ctx).unwrap();
+    for (precision, tol) in [(Precision::F32, 0.0f32), (Precision::F16, 2e-2)] {
+        let bytes = net.export_bytes(&info(), precision).unwrap();
+        let file = laya_format::LayaFile::parse(&bytes).unwrap();
+        assert_eq!(file.meta.words, net.config().words);
+        assert_eq!(file.meta.hparams.feed_forward_length, vec![64, 64]);
+        assert_eq!(file.output_w.ne, vec![32, 50], "(out, in) matrix has ne = [in, out]");
+        let want_matrix = if precision == Precision::F16 { laya_format::GgmlType::F16 } else { laya_format::GgmlType::F32 };
+        assert_eq!(file.token_embd.ty, want_matrix);
+        assert_eq!(file.layers[0].attn_q_w.ty, want_matrix);
+        assert_eq!(file.layers[0].attn_q_b.ty, laya_format::GgmlType::F32);
+        assert_eq!(file.output_norm_w.ty, laya_format::GgmlType::F32);
+        let back = LayaNet::from_laya(&file).unwrap();
+        assert_eq!(back.config(), net.config());
+        let (w1, r1) = back.predict_logits(&ctx).unwrap();
+        for (a, b) in w0.iter().flatten().chain(r0.iter().flatten()).zip(w1.iter().flatten().chain(r1.iter().flatten())) {
+            assert!((a - b).abs() <= tol, "{precision:?}: {a} vs {b}");
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn encoding_agrees_with_laya_format(s in proptest::prelude::any::<String>(), table in proptest::collection::btree_set(1u32..0x2FFFF, 0..40)) {
+        let table: Vec<u32> = table.into_iter().collect();
+        let rules = [NormRule::FullwidthAscii, NormRule::LowercaseAscii];
+        let frules = [laya_format::NormRule::FullwidthAscii, laya_format::NormRule::LowercaseAscii];
+        for (ours, theirs) in [(Mapping::Direct, laya_format::Mapping::Direct), (Mapping::Table(table.clone()), laya_format::Mapping::Table(table.clone()))] {
+            let rows = encode_context(&s, 16, &rules, &ours);
+            let chars: Vec<char> = s.chars().collect();
+            let tail = &chars[chars.len().saturating_sub(16)..];
+            let mut want = vec![0u32; 16 - tail.len()];
+            want.extend(tail.iter().map(|&c| theirs.row(laya_format::NormRule::apply_all(&frules, c) as u32, ours.rows() as u32)));
+            proptest::prop_assert_eq!(rows, want);
+        }
+    }
 }
