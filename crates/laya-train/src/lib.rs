@@ -5,6 +5,7 @@
 //! embedding updates, the training loop with validation, checkpoints and resume, and export
 //! to the `.laya` file.
 
+mod ce;
 mod codec;
 mod config;
 mod error;
@@ -30,3 +31,9 @@ pub use train::{
     ValidReport,
 };
 pub use export::{ExportInfo, Precision};
+pub use ce::soft_cross_entropy;
+
+/// The README's example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -4,7 +4,8 @@
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
-use crate::model::{log_softmax_last, LayaNet, ParamKind};
+use crate::ce::soft_cross_entropy;
+use crate::model::{LayaNet, ParamKind};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
 use candle_core::{Tensor, Var};
@@ -26,13 +27,11 @@ pub struct LossParts {
 
 /// Builds the loss tensors: `(total, word, replace)`.
 pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
-    let lw = log_softmax_last(words)?;
     // Weighted means: the targets already carry each event's weight.
     let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
-    let word = ((lw * &batch.word_target)?.sum_all()? * (-1.0 / wdiv))?;
-    let lr = log_softmax_last(replace)?;
+    let word = (soft_cross_entropy(words, &batch.word_target)?.sum_all()? * (1.0 / wdiv))?;
     let rdiv = if batch.total_weight > 0.0 { batch.total_weight as f64 } else { 1.0 };
-    let rep = ((lr * &batch.replace_target)?.sum_all()? * (-1.0 / rdiv))?;
+    let rep = (soft_cross_entropy(replace, &batch.replace_target)?.sum_all()? * (1.0 / rdiv))?;
     let total = (&word + (&rep * lambda as f64)?)?;
     Ok((total, word, rep))
 }

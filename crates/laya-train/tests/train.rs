@@ -307,3 +307,20 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn fused_cross_entropy_matches_primitive_chain_and_its_gradient() {
+    let dev = candle_core::Device::Cpu;
+    let z = candle_core::Var::from_tensor(&Tensor::randn(0f32, 4.0, (5, 37), &dev).unwrap()).unwrap();
+    let t = Tensor::rand(0f32, 1.0, (5, 37), &dev).unwrap();
+    let t = (t.clone() * t.ge(0.8).unwrap().to_dtype(DType::F32).unwrap()).unwrap();
+    let fused = soft_cross_entropy(z.as_tensor(), &t).unwrap();
+    let prim = (log_softmax_last(z.as_tensor()).unwrap() * &t).unwrap().sum(1).unwrap().neg().unwrap();
+    let d = (&fused - &prim).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(d < 1e-4, "values differ by {d}");
+    let gf = fused.sum_all().unwrap().backward().unwrap();
+    let gp = prim.sum_all().unwrap().backward().unwrap();
+    let (gf, gp) = (gf.get(z.as_tensor()).unwrap(), gp.get(z.as_tensor()).unwrap());
+    let d = (gf - gp).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(d < 1e-5, "gradients differ by {d}");
+}
