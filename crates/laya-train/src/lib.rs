@@ -31,7 +31,7 @@ pub use train::{
     ValidReport,
 };
 pub use export::{ExportInfo, Precision};
-pub use ce::soft_cross_entropy;
+pub use ce::{gelu_tanh, soft_cross_entropy};
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

@@ -246,7 +246,7 @@ impl LayaNet {
             let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, eps)?.reshape((b * tq, d))?;
             let up = linear(&hf, &blk.up)?;
             let act = match cfg.activation {
-                Activation::GeluTanh => up.gelu()?,
+                Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
                 Activation::Relu => up.relu()?,
             };
             x = x1.broadcast_add(&linear(&act, &blk.down)?.reshape((b, tq, d))?)?;
