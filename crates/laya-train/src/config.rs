@@ -88,7 +88,7 @@ impl ModelConfig {
         if !(1..=256).contains(&self.context) {
             return bad(format!("context {} must be in 1..=256", self.context));
         }
-        if self.heads == 0 || self.d_model < 32 || self.d_model % 32 != 0 || self.d_model % self.heads != 0 {
+        if self.heads == 0 || self.d_model < 32 || !self.d_model.is_multiple_of(32) || !self.d_model.is_multiple_of(self.heads) {
             return bad(format!(
                 "d_model {} must be a multiple of 32 (≥ 32) and of heads {}",
                 self.d_model, self.heads

@@ -258,6 +258,7 @@ impl LayaNet {
 
     /// Word and replace logits for raw contexts (normalised and mapped exactly as the runtime
     /// does), one `Vec` per context: `(words[i][w], replace[i][c])`.
+    #[allow(clippy::type_complexity)] // the signature the runtime parity test was promised
     pub fn predict_logits(&self, contexts: &[&str]) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
         if contexts.is_empty() {
             return Ok((Vec::new(), Vec::new()));

@@ -109,7 +109,8 @@ fn click_weighted_targets_as_data() {
     let cl = TrainConfig { objective: Objective::Clicked, ..TrainConfig::default() };
     let custom = TrainConfig { click_weight: 1.0, shown_weight: 0.0, ..TrainConfig::default() };
     // (event, config, expected target)
-    let cases: Vec<(Event, &TrainConfig, Vec<(u32, f32)>)> = vec![
+    type Case<'a> = (Event, &'a TrainConfig, Vec<(u32, f32)>);
+    let cases: Vec<Case> = vec![
         (ev("x", &[("a", 0), ("b", 0), ("c", 1)], Some(0)), &cw, vec![(0, 0.6), (1, 0.2), (2, 0.2)]),
         (ev("x", &[("b", 0), ("zz", 0)], Some(0)), &cw, vec![(1, 1.0)]),
         (ev("x", &[("zz", 0), ("c", 0)], Some(1)), &cw, vec![(2, 1.0)]),
