@@ -1,1 +1,39 @@
-//! laya-train
+//! Training for the Laya typing-prediction transformer (docs/format.md §3) with candle on CPU.
+//!
+//! The pieces: [`LayaNet`] (the network), [`encode_context`] (context → rows, identical to the
+//! runtime), batching of click events into soft targets, a fused AdamW with row-sparse
+//! embedding updates, the training loop with validation, checkpoints and resume, and export
+//! to the `.laya` file.
+
+mod ce;
+mod codec;
+mod config;
+mod error;
+mod model;
+mod optim;
+mod rng;
+
+pub use codec::{encode_context, encode_context_into, normalize, Mapping, NormRule};
+pub use config::{Activation, Decay, ModelConfig, Objective, TrainConfig};
+pub use error::{Result, TrainError};
+pub use model::{layer_norm, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
+pub use optim::{lr_at, AdamW, Grads};
+pub use rng::Rng;
+
+mod data;
+mod export;
+mod train;
+
+pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
+pub use train::{
+    evaluate, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_step, EpochReport,
+    LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason, TrainHooks, TrainOutcome, TrainState,
+    ValidReport,
+};
+pub use export::{ExportInfo, Precision};
+pub use ce::{gelu_tanh, soft_cross_entropy};
+
+/// The README's example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,139 @@
+//! Training throughput on synthetic events (d 128, 3 blocks, FFN 512, lexicon 512 and 20,000).
+//!
+//! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
+//!
+//! The parent process re-runs itself once per thread count because candle reads
+//! `RAYON_NUM_THREADS` once per process.
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use candle_core::{Tensor, Var};
+use laya_train::*;
+use std::time::{Duration, Instant};
+
+fn synthetic_events(n: usize, vocab: usize, seed: u64) -> Vec<Event> {
+    let mut rng = Rng::new(seed, 9);
+    (0..n)
+        .map(|_| {
+            let len = 1 + rng.below(30);
+            // CJK-ish context over ~3,000 distinct codepoints, like Chinese text.
+            let context: String = (0..len).map(|_| char::from_u32(0x4E00 + rng.below(3000) as u32).unwrap()).collect();
+            let shown: Vec<Shown> = (0..5).map(|_| Shown { word: format!("w{}", rng.below(vocab)), replace: rng.below(3) as u32 }).collect();
+            Event { context, shown, clicked: Some(rng.below(5)), weight: 1.0 }
+        })
+        .collect()
+}
+
+struct Breakdown {
+    samples: usize,
+    forward: Duration,
+    backward: Duration,
+    optimizer: Duration,
+    total: Duration,
+}
+
+/// The same work as `train_step`, timed phase by phase.
+fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, b: &mut Breakdown) {
+    let t0 = Instant::now();
+    let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
+    let gathered = net.token_embedding().detach().index_select(&rows, 0).unwrap();
+    let leaf = Var::from_tensor(&gathered).unwrap();
+    let (w, r) = net.forward_embedded(leaf.as_tensor(), batch.size).unwrap();
+    let (total, _, _) = loss_tensors(&w, &r, batch, cfg.replace_loss_weight).unwrap();
+    let t1 = Instant::now();
+    let mut store = total.backward().unwrap();
+    let t2 = Instant::now();
+    let mut grads = Grads::default();
+    for p in net.params() {
+        grads.dense.push(if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) });
+    }
+    let g: Vec<f32> = store.remove(leaf.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let d = net.config().d_model;
+    let mut order: Vec<usize> = (0..batch.rows.len()).collect();
+    order.sort_by_key(|&i| batch.rows[i]);
+    for &i in &order {
+        let r = batch.rows[i];
+        if grads.embedding_rows.last() != Some(&r) {
+            grads.embedding_rows.push(r);
+            grads.embedding_grad.extend_from_slice(&g[i * d..(i + 1) * d]);
+        } else {
+            let base = grads.embedding_grad.len() - d;
+            for (a, &x) in grads.embedding_grad[base..].iter_mut().zip(&g[i * d..(i + 1) * d]) {
+                *a += x;
+            }
+        }
+    }
+    let norm = AdamW::grad_norm(&grads).unwrap();
+    let scale = if norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
+    opt.step(net.params(), &grads, 1e-3, scale).unwrap();
+    let t3 = Instant::now();
+    b.forward += t1 - t0;
+    b.backward += t2 - t1;
+    b.optimizer += t3 - t2;
+    b.total += t3 - t0;
+    b.samples += batch.size;
+}
+
+fn child(vocab: usize, mapping: &str, batch_size: usize) {
+    let words: Vec<String> = (0..vocab).map(|i| format!("w{i}")).collect();
+    let events = synthetic_events(batch_size * 24, vocab, 1);
+    let mapping = match mapping {
+        "direct" => Mapping::Direct,
+        _ => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), 4096, 1, &[NormRule::FullwidthAscii]),
+    };
+    let mc = ModelConfig::standard(words, vec![1; vocab], mapping);
+    let tc = TrainConfig { batch_size, ..TrainConfig::default() };
+    let net = LayaNet::new(mc.clone(), 1).unwrap();
+    let mut opt = AdamW::new(net.params(), &tc);
+    let set = encode_events(&events, &mc, &tc);
+    let batches: Vec<Batch> = (0..set.len() / batch_size)
+        .map(|k| make_batch(&set, &((k * batch_size)..((k + 1) * batch_size)).collect::<Vec<_>>(), vocab, 8, net.device()).unwrap())
+        .collect();
+    let mut b = Breakdown { samples: 0, forward: Duration::ZERO, backward: Duration::ZERO, optimizer: Duration::ZERO, total: Duration::ZERO };
+    for batch in &batches[..4] {
+        timed_step(&net, &mut opt, batch, &tc, &mut b); // warm-up
+    }
+    b = Breakdown { samples: 0, forward: Duration::ZERO, backward: Duration::ZERO, optimizer: Duration::ZERO, total: Duration::ZERO };
+    for batch in &batches[4..] {
+        timed_step(&net, &mut opt, batch, &tc, &mut b);
+    }
+    let tot = b.total.as_secs_f64();
+    println!(
+        "V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s   forward {:>4.1}%  backward {:>4.1}%  optimizer {:>4.1}%",
+        mc.rows(),
+        std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "auto".into()),
+        b.samples as f64 / tot,
+        100.0 * b.forward.as_secs_f64() / tot,
+        100.0 * b.backward.as_secs_f64() / tot,
+        100.0 * b.optimizer.as_secs_f64() / tot,
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 5 && args[1] == "--child" {
+        child(args[2].parse().unwrap(), &args[3], args[4].parse().unwrap());
+        return;
+    }
+    println!("allocator: {}", if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" });
+    let exe = std::env::current_exe().unwrap();
+    let threads: Vec<String> = std::env::var("LAYA_THREADS").unwrap_or_else(|_| "1,2".into()).split(',').map(String::from).collect();
+    let batches: Vec<String> = std::env::var("LAYA_BATCH").unwrap_or_else(|_| "128".into()).split(',').map(String::from).collect();
+    let mappings: Vec<String> = std::env::var("LAYA_MAPPING").unwrap_or_else(|_| "table".into()).split(',').map(String::from).collect();
+    for vocab in ["512", "20000"] {
+        for mapping in &mappings {
+            for bs in &batches {
+                for t in &threads {
+                    let status = std::process::Command::new(&exe)
+                        .args(["--child", vocab, mapping, bs])
+                        .env("RAYON_NUM_THREADS", t)
+                        .status()
+                        .unwrap();
+                    assert!(status.success());
+                }
+            }
+        }
+    }
+}

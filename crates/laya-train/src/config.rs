@@ -1,0 +1,244 @@
+//! Model and training configuration (every size is a setting, not a constant).
+
+use crate::codec::{Mapping, NormRule};
+use crate::error::{Result, TrainError};
+use serde::{Deserialize, Serialize};
+
+/// FFN activation (format.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// `0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))`
+    GeluTanh,
+    /// `max(x, 0)`
+    Relu,
+}
+
+/// The shape of the network and how text reaches it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// `T`: scalar values of context the model sees (16 in the shipped models).
+    pub context: usize,
+    /// `d`: embedding width (multiple of 32 and of `heads`).
+    pub d_model: usize,
+    /// `H`: attention heads.
+    pub heads: usize,
+    /// `F_l` for every block; its length is the block count `L`.
+    pub ffn: Vec<usize>,
+    /// `C`: replace classes (a click with replace `i ≥ C` is trained as class `C − 1`).
+    pub replace_classes: usize,
+    /// FFN activation.
+    pub activation: Activation,
+    /// LayerNorm epsilon.
+    pub eps: f32,
+    /// Codepoint → row mapping (decides the embedding rows `R`).
+    pub mapping: Mapping,
+    /// Normalisation rules applied to every context, in order.
+    pub normalization: Vec<NormRule>,
+    /// The lexicon: `V` distinct words, the output classes of the word head.
+    pub words: Vec<String>,
+    /// Corpus count of each word (stored in the model file; not used by training).
+    pub frequencies: Vec<u32>,
+}
+
+impl ModelConfig {
+    /// The original design (T 16, d 128, 2 heads, 3 blocks of FFN 512, 8 replace classes,
+    /// gelu_tanh, full-width normalisation) for a given lexicon and mapping.
+    ///
+    /// ```
+    /// use laya_train::{Mapping, ModelConfig};
+    /// let cfg = ModelConfig::standard(vec!["你好".into()], vec![3], Mapping::Direct);
+    /// assert_eq!((cfg.context, cfg.d_model, cfg.ffn.len()), (16, 128, 3));
+    /// cfg.validate().unwrap();
+    /// ```
+    pub fn standard(words: Vec<String>, frequencies: Vec<u32>, mapping: Mapping) -> Self {
+        ModelConfig {
+            context: 16,
+            d_model: 128,
+            heads: 2,
+            ffn: vec![512; 3],
+            replace_classes: 8,
+            activation: Activation::GeluTanh,
+            eps: 1e-5,
+            mapping,
+            normalization: vec![NormRule::FullwidthAscii],
+            words,
+            frequencies,
+        }
+    }
+
+    /// Blocks `L`.
+    pub fn layers(&self) -> usize {
+        self.ffn.len()
+    }
+
+    /// Embedding rows `R`.
+    pub fn rows(&self) -> usize {
+        self.mapping.rows()
+    }
+
+    /// Lexicon size `V`.
+    pub fn vocab(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Checks the rules of format.md §4 that a model file must obey.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        if !(1..=256).contains(&self.context) {
+            return bad(format!("context {} must be in 1..=256", self.context));
+        }
+        if self.heads == 0 || self.d_model < 32 || !self.d_model.is_multiple_of(32) || !self.d_model.is_multiple_of(self.heads) {
+            return bad(format!(
+                "d_model {} must be a multiple of 32 (≥ 32) and of heads {}",
+                self.d_model, self.heads
+            ));
+        }
+        if self.ffn.is_empty() || self.ffn.len() > 64 || self.ffn.iter().any(|&f| f == 0 || f % 32 != 0) {
+            return bad(format!("ffn widths {:?}: 1..=64 blocks, each a positive multiple of 32", self.ffn));
+        }
+        if self.replace_classes == 0 || self.replace_classes > self.context + 1 {
+            return bad(format!("replace_classes {} must be in 1..={}", self.replace_classes, self.context + 1));
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return bad(format!("eps {} must be finite and positive", self.eps));
+        }
+        if self.words.is_empty() {
+            return bad("the lexicon is empty".into());
+        }
+        if self.frequencies.len() != self.words.len() {
+            return bad(format!(
+                "{} frequencies for {} words",
+                self.frequencies.len(),
+                self.words.len()
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for w in &self.words {
+            let n = w.chars().count();
+            if n == 0 || n > 64 || w.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return bad(format!("lexicon word {w:?} must have 1..=64 characters, no whitespace or control"));
+            }
+            if !seen.insert(w.as_str()) {
+                return bad(format!("lexicon word {w:?} appears twice"));
+            }
+        }
+        if let Mapping::Table(t) = &self.mapping {
+            if t.windows(2).any(|p| p[0] >= p[1]) || t.first() == Some(&0) {
+                return bad("table mapping must be strictly increasing and must not contain codepoint 0".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the word head is trained to predict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    /// Soft target over the shown words, the clicked one weighted `click_weight`, the rest `shown_weight`.
+    ClickWeighted,
+    /// Plain cross-entropy on the clicked word (ablation).
+    Clicked,
+}
+
+/// Learning-rate decay after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decay {
+    /// Half-cosine from the peak to `min_lr_ratio · peak`.
+    Cosine,
+    /// Straight line from the peak to `min_lr_ratio · peak`.
+    Linear,
+    /// Stay at the peak.
+    Constant,
+}
+
+/// Optimisation settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Events per mini-batch.
+    pub batch_size: usize,
+    /// Maximum passes over the training events.
+    pub epochs: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Steps of linear warm-up from 0 to `lr`.
+    pub warmup_steps: usize,
+    /// Shape of the decay after warm-up (over all `epochs`).
+    pub decay: Decay,
+    /// Final learning rate as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+    /// AdamW β1.
+    pub beta1: f64,
+    /// AdamW β2.
+    pub beta2: f64,
+    /// AdamW ε.
+    pub adam_eps: f64,
+    /// Decoupled weight decay, applied to matrices only (not embeddings, norms or biases).
+    pub weight_decay: f64,
+    /// Clip the global gradient L2 norm to this value (0 disables).
+    pub grad_clip: f64,
+    /// Word-head objective.
+    pub objective: Objective,
+    /// Weight of the clicked word in the click-weighted target.
+    pub click_weight: f32,
+    /// Weight of every other shown in-lexicon word in the click-weighted target.
+    pub shown_weight: f32,
+    /// λ: total loss = word loss + λ · replace loss.
+    pub replace_loss_weight: f32,
+    /// Seed of the initialisation and of the shuffling.
+    pub seed: u64,
+    /// Report training progress every this many steps.
+    pub log_every: usize,
+    /// Stop after this many epochs without a better validation loss (0 disables).
+    pub patience: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            batch_size: 128,
+            epochs: 10,
+            lr: 2e-3,
+            warmup_steps: 200,
+            decay: Decay::Cosine,
+            min_lr_ratio: 0.05,
+            beta1: 0.9,
+            beta2: 0.999,
+            adam_eps: 1e-8,
+            weight_decay: 0.01,
+            grad_clip: 1.0,
+            objective: Objective::ClickWeighted,
+            click_weight: 3.0,
+            shown_weight: 1.0,
+            replace_loss_weight: 1.0,
+            seed: 42,
+            log_every: 50,
+            patience: 2,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        if self.batch_size == 0 {
+            return bad("batch_size must be positive".into());
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("lr {} must be positive", self.lr));
+        }
+        if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
+            return bad("beta1 and beta2 must be in [0, 1)".into());
+        }
+        if !(self.click_weight >= 0.0 && self.shown_weight >= 0.0 && self.replace_loss_weight >= 0.0) {
+            return bad("click_weight, shown_weight and replace_loss_weight must be ≥ 0".into());
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            return bad("min_lr_ratio must be in [0, 1]".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,196 @@
+//! Click events → tensors: context rows, the soft word target and the replace class.
+
+use crate::codec::encode_context_into;
+use crate::config::{ModelConfig, Objective, TrainConfig};
+use crate::error::Result;
+use candle_core::{Device, Tensor};
+use std::collections::HashMap;
+
+/// Events come from `laya-text` (keyboard logs or text simulated into events).
+pub use laya_text::{Event, Shown};
+
+/// Why events were left out of training (reported, never silent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EncodeStats {
+    /// Events turned into samples.
+    pub used: usize,
+    /// Events without a click (nothing to learn from).
+    pub no_click: usize,
+    /// Events whose `clicked` index is past the end of `shown`.
+    pub bad_click: usize,
+    /// Used events whose clicked word is outside the lexicon (they train the replace head only).
+    pub clicked_oov: usize,
+    /// Events with a weight that is not a positive finite number.
+    pub bad_weight: usize,
+}
+
+/// Events encoded once for the whole run so that batching is just copying.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedSet {
+    /// Context length `T`.
+    pub t: usize,
+    /// `n · T` embedding rows.
+    pub rows: Vec<u32>,
+    /// Per sample: `(word id, weight)` pairs summing to 1; empty when the click is out of lexicon.
+    pub word_target: Vec<Vec<(u32, f32)>>,
+    /// Per sample: the clicked word's id when it is in the lexicon.
+    pub clicked_word: Vec<Option<u32>>,
+    /// Per sample: the replace class `min(replace, C − 1)` of the clicked candidate.
+    pub replace_class: Vec<u32>,
+    /// Per sample: the event's importance (`Event::weight`).
+    pub weight: Vec<f32>,
+    /// What was left out.
+    pub stats: EncodeStats,
+}
+
+impl EncodedSet {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.replace_class.len()
+    }
+
+    /// True when no event was usable.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Word id of every lexicon word.
+pub fn word_index(cfg: &ModelConfig) -> HashMap<&str, u32> {
+    cfg.words.iter().enumerate().map(|(i, w)| (w.as_str(), i as u32)).collect()
+}
+
+/// The word-head target of one event: `(word id, weight)` pairs normalised to sum 1, sorted by id.
+/// `ClickWeighted`: the clicked word weighs `click_weight`, every other distinct shown word in the
+/// lexicon `shown_weight`. `Clicked`: the clicked word alone. Empty when the event has no valid
+/// click or the clicked word is not in the lexicon.
+///
+/// ```
+/// use laya_train::{word_target, Event, Shown, TrainConfig};
+/// use std::collections::HashMap;
+/// let lex: HashMap<&str, u32> = [("a", 0), ("b", 1)].into_iter().collect();
+/// let shown = |w: &str| Shown { word: w.into(), replace: 0 };
+/// let ev = Event { context: "x".into(), shown: vec![shown("b"), shown("a"), shown("zz")], clicked: Some(1), weight: 1.0 };
+/// assert_eq!(word_target(&ev, &lex, &TrainConfig::default()), vec![(0, 0.75), (1, 0.25)]);
+/// ```
+pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> Vec<(u32, f32)> {
+    let Some(clicked) = ev.clicked.and_then(|c| ev.shown.get(c)) else {
+        return Vec::new();
+    };
+    let Some(&cid) = lex.get(clicked.word.as_str()) else {
+        return Vec::new();
+    };
+    let mut weights: Vec<(u32, f32)> = vec![(cid, cfg.click_weight)];
+    if cfg.objective == Objective::ClickWeighted {
+        for s in &ev.shown {
+            if let Some(&id) = lex.get(s.word.as_str()) {
+                if !weights.iter().any(|&(w, _)| w == id) {
+                    weights.push((id, cfg.shown_weight));
+                }
+            }
+        }
+    }
+    weights.retain(|&(_, w)| w > 0.0);
+    let total: f32 = weights.iter().map(|&(_, w)| w).sum();
+    if total <= 0.0 {
+        return vec![(cid, 1.0)];
+    }
+    for w in &mut weights {
+        w.1 /= total;
+    }
+    weights.sort_by_key(|&(id, _)| id);
+    weights
+}
+
+/// Encodes events for `model` under the objective of `train`.
+pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig) -> EncodedSet {
+    let lex = word_index(model);
+    let t = model.context;
+    let mut set = EncodedSet { t, ..EncodedSet::default() };
+    let mut rows = vec![0u32; t];
+    for ev in events {
+        let Some(c) = ev.clicked else {
+            set.stats.no_click += 1;
+            continue;
+        };
+        let Some(shown) = ev.shown.get(c) else {
+            set.stats.bad_click += 1;
+            continue;
+        };
+        if !(ev.weight.is_finite() && ev.weight > 0.0) {
+            set.stats.bad_weight += 1;
+            continue;
+        }
+        encode_context_into(&ev.context, &model.normalization, &model.mapping, &mut rows);
+        set.rows.extend_from_slice(&rows);
+        let target = word_target(ev, &lex, train);
+        let cw = lex.get(shown.word.as_str()).copied();
+        if cw.is_none() {
+            set.stats.clicked_oov += 1;
+        }
+        set.word_target.push(target);
+        set.clicked_word.push(cw);
+        set.replace_class.push(shown.replace.min(model.replace_classes as u32 - 1));
+        set.weight.push(ev.weight);
+        set.stats.used += 1;
+    }
+    set
+}
+
+/// One mini-batch as tensors.
+#[derive(Debug)]
+pub struct Batch {
+    /// Samples in the batch.
+    pub size: usize,
+    /// Embedding rows, `B · T` values (row-major `[B, T]`).
+    pub rows: Vec<u32>,
+    /// Dense soft word target `[B, V]`, each row scaled by the event weight (all-zero rows for
+    /// out-of-lexicon clicks).
+    pub word_target: Tensor,
+    /// Samples with a word target.
+    pub word_count: usize,
+    /// Sum of the weights of the samples with a word target (the word loss divisor).
+    pub word_weight: f32,
+    /// Sum of all sample weights (the replace loss divisor).
+    pub total_weight: f32,
+    /// Replace target `[B, C]`: the event weight at the clicked class.
+    pub replace_target: Tensor,
+    /// Clicked word ids (for accuracy).
+    pub clicked_word: Vec<Option<u32>>,
+    /// Replace classes (for accuracy).
+    pub replace_class: Vec<u32>,
+}
+
+/// Gathers the samples `idx` of `set` into a batch.
+pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize, dev: &Device) -> Result<Batch> {
+    let b = idx.len();
+    let t = set.t;
+    let mut rows = Vec::with_capacity(b * t);
+    let mut wt = vec![0f32; b * vocab];
+    let mut rt = vec![0f32; b * classes];
+    let (mut word_count, mut word_weight, mut total_weight) = (0, 0f32, 0f32);
+    for (k, &i) in idx.iter().enumerate() {
+        let weight = set.weight[i];
+        rows.extend_from_slice(&set.rows[i * t..(i + 1) * t]);
+        if !set.word_target[i].is_empty() {
+            word_count += 1;
+            word_weight += weight;
+        }
+        for &(w, p) in &set.word_target[i] {
+            wt[k * vocab + w as usize] = p * weight;
+        }
+        rt[k * classes + set.replace_class[i] as usize] = weight;
+        total_weight += weight;
+    }
+    Ok(Batch {
+        size: b,
+        rows,
+        word_target: Tensor::from_vec(wt, (b, vocab), dev)?,
+        word_count,
+        word_weight,
+        total_weight,
+        replace_target: Tensor::from_vec(rt, (b, classes), dev)?,
+        clicked_word: idx.iter().map(|&i| set.clicked_word[i]).collect(),
+        replace_class: idx.iter().map(|&i| set.replace_class[i]).collect(),
+    })
+}

@@ -1,0 +1,169 @@
+//! Export to the `.laya` model file (docs/format.md) through `laya_format`, and import back
+//! (to fine-tune a shipped model).
+
+use crate::codec::{Mapping, NormRule};
+use crate::config::{Activation, ModelConfig};
+use crate::error::{Result, TrainError};
+use crate::model::LayaNet;
+use laya_format::{GgmlType, HParams, LayaFile, ModelMeta, PositionScheme, Provenance, TensorData};
+
+/// Storage precision of an exported model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// Everything F32 (bit-exact with training).
+    F32,
+    /// Matrices and embeddings F16; norms and biases F32 (format.md §7).
+    F16,
+}
+
+/// Name and provenance written into the model file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// `general.name`, e.g. `laya-zh-default`.
+    pub name: String,
+    /// BCP 47 language tag.
+    pub language: String,
+    /// What the model was trained on.
+    pub training_data: String,
+    /// ISO 8601 date.
+    pub created: String,
+}
+
+fn fmt_err(e: laya_format::FormatError) -> TrainError {
+    TrainError::Export(e.to_string())
+}
+
+impl ModelConfig {
+    /// The model-file metadata of this configuration.
+    pub fn to_meta(&self, info: &ExportInfo) -> ModelMeta {
+        ModelMeta {
+            name: info.name.clone(),
+            hparams: HParams {
+                context_length: self.context as u32,
+                embedding_length: self.d_model as u32,
+                block_count: self.layers() as u32,
+                head_count: self.heads as u32,
+                layer_norm_epsilon: self.eps,
+                feed_forward_length: self.ffn.iter().map(|&f| f as u32).collect(),
+                activation: match self.activation {
+                    Activation::GeluTanh => laya_format::Activation::GeluTanh,
+                    Activation::Relu => laya_format::Activation::Relu,
+                },
+                position_scheme: PositionScheme::LearnedAbsolute,
+                embedding_rows: self.rows() as u32,
+                mapping: match &self.mapping {
+                    Mapping::Direct => laya_format::Mapping::Direct,
+                    Mapping::Table(t) => laya_format::Mapping::Table(t.clone()),
+                },
+                replace_classes: self.replace_classes as u32,
+            },
+            words: self.words.clone(),
+            frequencies: self.frequencies.clone(),
+            normalization: self
+                .normalization
+                .iter()
+                .map(|r| match r {
+                    NormRule::FullwidthAscii => laya_format::NormRule::FullwidthAscii,
+                    NormRule::LowercaseAscii => laya_format::NormRule::LowercaseAscii,
+                })
+                .collect(),
+            provenance: Provenance {
+                language: info.language.clone(),
+                training_data: info.training_data.clone(),
+                created: info.created.clone(),
+                tool: Some(format!("laya-train {}", env!("CARGO_PKG_VERSION"))),
+            },
+        }
+    }
+
+    /// The configuration described by a model file's metadata.
+    pub fn from_meta(meta: &ModelMeta) -> Result<Self> {
+        let h = &meta.hparams;
+        let cfg = ModelConfig {
+            context: h.context_length as usize,
+            d_model: h.embedding_length as usize,
+            heads: h.head_count as usize,
+            ffn: h.feed_forward_length.iter().map(|&f| f as usize).collect(),
+            replace_classes: h.replace_classes as usize,
+            activation: match h.activation {
+                laya_format::Activation::GeluTanh => Activation::GeluTanh,
+                laya_format::Activation::Relu => Activation::Relu,
+            },
+            eps: h.layer_norm_epsilon,
+            mapping: match &h.mapping {
+                laya_format::Mapping::Direct => Mapping::Direct,
+                laya_format::Mapping::Table(t) => Mapping::Table(t.clone()),
+            },
+            normalization: meta
+                .normalization
+                .iter()
+                .map(|r| match r {
+                    laya_format::NormRule::FullwidthAscii => NormRule::FullwidthAscii,
+                    laya_format::NormRule::LowercaseAscii => NormRule::LowercaseAscii,
+                })
+                .collect(),
+            words: meta.words.clone(),
+            frequencies: meta.frequencies.clone(),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl LayaNet {
+    /// The tensors of this network in model-file form. Names are the format.md §7 names; a
+    /// `(out, in)` matrix gets `ne = [in, out]`.
+    pub fn export_tensors(&self, precision: Precision) -> Result<Vec<TensorData>> {
+        let mut out = Vec::with_capacity(self.params().len());
+        for p in self.params() {
+            let dims = p.var.dims();
+            let ne: Vec<u64> = dims.iter().rev().map(|&n| n as u64).collect();
+            let values: Vec<f32> = p.var.flatten_all()?.to_vec1()?;
+            // Norms and biases stay F32 (format.md §7); matrices and embeddings may be F16.
+            let ty = if dims.len() == 2 && precision == Precision::F16 { GgmlType::F16 } else { GgmlType::F32 };
+            out.push(TensorData::from_f32(&p.name, ty, &ne, &values).map_err(fmt_err)?);
+        }
+        Ok(out)
+    }
+
+    /// The complete model file (with its checksum), ready to write to disk.
+    ///
+    /// ```
+    /// use laya_train::{ExportInfo, LayaNet, Mapping, ModelConfig, Precision};
+    /// let mut cfg = ModelConfig::standard(vec!["好".into()], vec![1], Mapping::Table(vec!['你' as u32]));
+    /// cfg.d_model = 32;
+    /// cfg.ffn = vec![32];
+    /// let net = LayaNet::new(cfg, 1).unwrap();
+    /// let info = ExportInfo { name: "tiny".into(), language: "zh".into(), training_data: "none".into(), created: "2026-01-01".into() };
+    /// let bytes = net.export_bytes(&info, Precision::F16).unwrap();
+    /// assert!(laya_format::LayaFile::parse(&bytes).is_ok());
+    /// ```
+    pub fn export_bytes(&self, info: &ExportInfo, precision: Precision) -> Result<Vec<u8>> {
+        let tensors = self.export_tensors(precision)?;
+        laya_format::write_model(&self.config().to_meta(info), &tensors).map_err(fmt_err)
+    }
+
+    /// Builds a network from a parsed model file (any tensor type is dequantised to f32), for
+    /// example to fine-tune a shipped model on domain text.
+    pub fn from_laya(file: &LayaFile<'_>) -> Result<Self> {
+        let cfg = ModelConfig::from_meta(&file.meta)?;
+        let net = LayaNet::new(cfg, 0)?;
+        let mut all: Vec<&laya_format::TensorRef<'_>> = vec![&file.token_embd, &file.pos_embd];
+        for l in &file.layers {
+            all.extend(l.all());
+        }
+        all.extend([&file.output_norm_w, &file.output_norm_b, &file.output_w, &file.output_b, &file.replace_w, &file.replace_b]);
+        let by_name: std::collections::HashMap<&str, &laya_format::TensorRef<'_>> = all.into_iter().map(|t| (t.name.as_str(), t)).collect();
+        for p in net.params() {
+            let t = by_name
+                .get(p.name.as_str())
+                .ok_or_else(|| TrainError::Export(format!("model file lacks tensor {}", p.name)))?;
+            let values = t.to_f32().map_err(fmt_err)?;
+            if values.len() != p.var.elem_count() {
+                return Err(TrainError::Export(format!("tensor {} has {} values, expected {}", p.name, values.len(), p.var.elem_count())));
+            }
+            p.var.set(&candle_core::Tensor::from_vec(values, p.var.dims(), net.device())?)?;
+        }
+        Ok(net)
+    }
+}

@@ -1,0 +1,259 @@
+//! AdamW with the update fused into one in-place pass per tensor, and row-sparse ("lazy")
+//! updates for the codepoint embedding table.
+//!
+//! Why not `candle_nn::AdamW`: its moments are private (a checkpoint could not restore them),
+//! and it spends about ten full-size temporary tensors per parameter per step, which on the
+//! 20,000-word output matrix costs as much as the matrix multiplications themselves. The math
+//! of the dense update is the same as `candle_nn::AdamW` (decay first, then the bias-corrected
+//! step); a test checks this.
+
+use crate::config::{Decay, TrainConfig};
+use crate::error::{Result, TrainError};
+use crate::model::{Param, ParamKind};
+use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Tensor};
+use std::sync::Mutex;
+
+/// Learning rate at optimiser step `step` (0-based) of `total` steps: linear warm-up over
+/// `warmup_steps`, then the configured decay down to `min_lr_ratio · lr`.
+///
+/// ```
+/// use laya_train::{lr_at, TrainConfig};
+/// let cfg = TrainConfig { lr: 1.0, warmup_steps: 10, min_lr_ratio: 0.0, ..TrainConfig::default() };
+/// assert!((lr_at(4, 110, &cfg) - 0.5).abs() < 1e-9);
+/// assert!((lr_at(9, 110, &cfg) - 1.0).abs() < 1e-9);
+/// assert!(lr_at(109, 110, &cfg) < 0.01);
+/// ```
+pub fn lr_at(step: usize, total: usize, cfg: &TrainConfig) -> f64 {
+    let peak = cfg.lr;
+    if step < cfg.warmup_steps {
+        return peak * (step + 1) as f64 / cfg.warmup_steps as f64;
+    }
+    let span = total.saturating_sub(cfg.warmup_steps).max(1) as f64;
+    let progress = ((step - cfg.warmup_steps) as f64 / span).min(1.0);
+    let floor = peak * cfg.min_lr_ratio;
+    match cfg.decay {
+        Decay::Constant => peak,
+        Decay::Linear => floor + (peak - floor) * (1.0 - progress),
+        Decay::Cosine => floor + (peak - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+    }
+}
+
+/// AdamW state: first and second moments of every parameter (same order as
+/// [`crate::LayaNet::params`]) and the step count.
+#[derive(Debug, Clone)]
+pub struct AdamW {
+    /// β1.
+    pub beta1: f64,
+    /// β2.
+    pub beta2: f64,
+    /// ε.
+    pub eps: f64,
+    /// Decoupled weight decay for [`ParamKind::Matrix`] parameters.
+    pub weight_decay: f64,
+    step: u64,
+    m: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+/// Gradients for one optimiser step.
+#[derive(Debug, Default)]
+pub struct Grads {
+    /// Dense gradient per parameter (same order as the parameters; `None` = no gradient).
+    pub dense: Vec<Option<Tensor>>,
+    /// Row-sparse gradient of the token embedding: sorted distinct rows and their
+    /// gradients, `rows.len() · d` values.
+    pub embedding_rows: Vec<u32>,
+    /// See `embedding_rows`.
+    pub embedding_grad: Vec<f32>,
+}
+
+impl AdamW {
+    /// Fresh state (zero moments) for `params`.
+    pub fn new(params: &[Param], cfg: &TrainConfig) -> Self {
+        let sizes: Vec<usize> = params.iter().map(|p| p.var.elem_count()).collect();
+        AdamW {
+            beta1: cfg.beta1,
+            beta2: cfg.beta2,
+            eps: cfg.adam_eps,
+            weight_decay: cfg.weight_decay,
+            step: 0,
+            m: sizes.iter().map(|&n| vec![0.0; n]).collect(),
+            v: sizes.iter().map(|&n| vec![0.0; n]).collect(),
+        }
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// The moments of parameter `i` (for checkpoints).
+    pub fn moments(&self, i: usize) -> (&[f32], &[f32]) {
+        (&self.m[i], &self.v[i])
+    }
+
+    /// Restores the state saved by a checkpoint.
+    pub fn restore(&mut self, step: u64, m: Vec<Vec<f32>>, v: Vec<Vec<f32>>) -> Result<()> {
+        let ok = m.len() == self.m.len()
+            && v.len() == self.v.len()
+            && m.iter().zip(&self.m).all(|(a, b)| a.len() == b.len())
+            && v.iter().zip(&self.v).all(|(a, b)| a.len() == b.len());
+        if !ok {
+            return Err(TrainError::Checkpoint("optimizer moments do not match the model's shapes".into()));
+        }
+        self.step = step;
+        self.m = m;
+        self.v = v;
+        Ok(())
+    }
+
+    /// Global L2 norm of all gradients.
+    pub fn grad_norm(grads: &Grads) -> Result<f64> {
+        let mut sq = grads.embedding_grad.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>();
+        for g in grads.dense.iter().flatten() {
+            sq += g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+        }
+        Ok(sq.sqrt())
+    }
+
+    /// One AdamW step at learning rate `lr`, with gradients multiplied by `grad_scale`
+    /// (the clipping factor). Parameters are updated in place.
+    pub fn step(&mut self, params: &[Param], grads: &Grads, lr: f64, grad_scale: f32) -> Result<()> {
+        if params.len() != self.m.len() || grads.dense.len() != params.len() {
+            return Err(TrainError::Config("optimizer built for a different parameter list".into()));
+        }
+        self.step += 1;
+        let t = self.step as i32;
+        let bc1 = 1.0 - self.beta1.powi(t);
+        let bc2 = 1.0 - self.beta2.powi(t);
+        for (i, p) in params.iter().enumerate() {
+            let kind = p.kind;
+            let (m, v) = (&mut self.m[i], &mut self.v[i]);
+            let hyper = Hyper {
+                lr: lr as f32,
+                b1: self.beta1 as f32,
+                b2: self.beta2 as f32,
+                eps: self.eps as f32,
+                decay: if kind == ParamKind::Matrix { (1.0 - lr * self.weight_decay) as f32 } else { 1.0 },
+                bc1: bc1 as f32,
+                bc2_sqrt: bc2.sqrt() as f32,
+                scale: grad_scale,
+            };
+            if kind == ParamKind::TokenEmbedding {
+                let d = if grads.embedding_rows.is_empty() { 0 } else { grads.embedding_grad.len() / grads.embedding_rows.len() };
+                if d == 0 {
+                    continue;
+                }
+                let op = SparseRows {
+                    hyper,
+                    rows: &grads.embedding_rows,
+                    grad: &grads.embedding_grad,
+                    d,
+                    mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())),
+                };
+                p.var.as_tensor().inplace_op1(&op)?;
+            } else if let Some(g) = &grads.dense[i] {
+                let g = g.contiguous()?;
+                let op = Dense { hyper, mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())) };
+                p.var.as_tensor().inplace_op2(&g, &op)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Hyper {
+    lr: f32,
+    b1: f32,
+    b2: f32,
+    eps: f32,
+    decay: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+    scale: f32,
+}
+
+impl Hyper {
+    #[inline]
+    fn update(&self, w: &mut f32, g: f32, m: &mut f32, v: &mut f32) {
+        let g = g * self.scale;
+        *m = self.b1 * *m + (1.0 - self.b1) * g;
+        *v = self.b2 * *v + (1.0 - self.b2) * g * g;
+        // lr·m̂/(√v̂+ε) with m̂ = m/bc1, v̂ = v/bc2.
+        let step = self.lr * (*m / self.bc1) / ((*v).sqrt() / self.bc2_sqrt + self.eps);
+        *w = *w * self.decay - step;
+    }
+}
+
+fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> candle_core::Result<&'a mut [f32]> {
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg("adamw: parameter is not contiguous".into()))?;
+    match s {
+        CpuStorage::F32(v) => Ok(&mut v[a..b]),
+        _ => Err(candle_core::Error::Msg("adamw: parameters must be f32".into())),
+    }
+}
+
+struct Dense<'a> {
+    hyper: Hyper,
+    mv: Mutex<(&'a mut [f32], &'a mut [f32])>,
+}
+
+impl InplaceOp2 for Dense<'_> {
+    fn name(&self) -> &'static str {
+        "laya-adamw"
+    }
+
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
+        let w = f32_slice_mut(s1, l1)?;
+        let (a, b) = l2
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("adamw: gradient is not contiguous".into()))?;
+        let g = match s2 {
+            CpuStorage::F32(v) => &v[a..b],
+            _ => return Err(candle_core::Error::Msg("adamw: gradients must be f32".into())),
+        };
+        let mut guard = self.mv.lock().map_err(|_| candle_core::Error::Msg("adamw: lock poisoned".into()))?;
+        let (m, v) = &mut *guard;
+        if g.len() != w.len() || m.len() != w.len() {
+            return Err(candle_core::Error::Msg("adamw: gradient size mismatch".into()));
+        }
+        for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            self.hyper.update(w, g, m, v);
+        }
+        Ok(())
+    }
+}
+
+struct SparseRows<'a> {
+    hyper: Hyper,
+    rows: &'a [u32],
+    grad: &'a [f32],
+    d: usize,
+    mv: Mutex<(&'a mut [f32], &'a mut [f32])>,
+}
+
+impl InplaceOp1 for SparseRows<'_> {
+    fn name(&self) -> &'static str {
+        "laya-adamw-rows"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+        let w = f32_slice_mut(s, l)?;
+        let mut guard = self.mv.lock().map_err(|_| candle_core::Error::Msg("adamw: lock poisoned".into()))?;
+        let (m, v) = &mut *guard;
+        let d = self.d;
+        for (&r, g) in self.rows.iter().zip(self.grad.chunks_exact(d)) {
+            let o = r as usize * d;
+            if o + d > w.len() {
+                return Err(candle_core::Error::Msg(format!("adamw: embedding row {r} out of range")));
+            }
+            for j in 0..d {
+                self.hyper.update(&mut w[o + j], g[j], &mut m[o + j], &mut v[o + j]);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,692 @@
+//! The training loop: batching, loss, AdamW steps, validation, checkpoints, resume, early
+//! stopping, the loss-curve SVG and the summary table.
+
+use crate::config::{ModelConfig, TrainConfig};
+use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
+use crate::error::{io_err, Result, TrainError};
+use crate::ce::soft_cross_entropy;
+use crate::model::{LayaNet, ParamKind};
+use crate::optim::{lr_at, AdamW, Grads};
+use crate::rng::Rng;
+use candle_core::{Tensor, Var};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Loss terms of one batch (means over the batch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LossParts {
+    /// word loss + λ · replace loss.
+    pub total: f32,
+    /// Cross-entropy of the word head against its (soft) target.
+    pub word: f32,
+    /// Cross-entropy of the replace head.
+    pub replace: f32,
+}
+
+/// Builds the loss tensors: `(total, word, replace)`.
+pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
+    // Weighted means: the targets already carry each event's weight.
+    let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
+    let word = (soft_cross_entropy(words, &batch.word_target)?.sum_all()? * (1.0 / wdiv))?;
+    let rdiv = if batch.total_weight > 0.0 { batch.total_weight as f64 } else { 1.0 };
+    let rep = (soft_cross_entropy(replace, &batch.replace_target)?.sum_all()? * (1.0 / rdiv))?;
+    let total = (&word + (&rep * lambda as f64)?)?;
+    Ok((total, word, rep))
+}
+
+/// One optimisation step on `batch`: forward, backward, gradient clipping, AdamW.
+/// The embedding gradient is taken at the gathered rows and kept row-sparse.
+pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, lr: f64) -> Result<(LossParts, f64)> {
+    let dev = net.device();
+    let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), dev)?;
+    let gathered = net.token_embedding().detach().index_select(&rows, 0)?;
+    let leaf = Var::from_tensor(&gathered)?;
+    let (w, r) = net.forward_embedded(leaf.as_tensor(), batch.size)?;
+    let (total, word, rep) = loss_tensors(&w, &r, batch, cfg.replace_loss_weight)?;
+    let mut store = total.backward()?;
+    let mut grads = Grads::default();
+    for p in net.params() {
+        grads.dense.push(if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) });
+    }
+    if let Some(g) = store.remove(leaf.as_tensor()) {
+        let d = net.config().d_model;
+        let g: Vec<f32> = g.flatten_all()?.to_vec1()?;
+        let mut order: Vec<usize> = (0..batch.rows.len()).collect();
+        order.sort_by_key(|&i| batch.rows[i]);
+        for &i in &order {
+            let r = batch.rows[i];
+            if grads.embedding_rows.last() != Some(&r) {
+                grads.embedding_rows.push(r);
+                grads.embedding_grad.extend_from_slice(&g[i * d..(i + 1) * d]);
+            } else {
+                let base = grads.embedding_grad.len() - d;
+                for (acc, &x) in grads.embedding_grad[base..].iter_mut().zip(&g[i * d..(i + 1) * d]) {
+                    *acc += x;
+                }
+            }
+        }
+    }
+    let norm = AdamW::grad_norm(&grads)?;
+    let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
+    opt.step(net.params(), &grads, lr, scale)?;
+    let parts = LossParts {
+        total: total.to_scalar::<f32>()?,
+        word: word.to_scalar::<f32>()?,
+        replace: rep.to_scalar::<f32>()?,
+    };
+    Ok((parts, norm))
+}
+
+/// Validation result of one pass over the validation events (losses weighted by `Event::weight`,
+/// accuracies unweighted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidReport {
+    /// Mean losses (the word loss over events with an in-lexicon click).
+    pub loss: LossParts,
+    /// Share of in-lexicon clicks ranked first by the word head.
+    pub top1: f32,
+    /// Share of in-lexicon clicks among the word head's first five.
+    pub top5: f32,
+    /// Share of clicks whose replace class the replace head ranks first.
+    pub replace_acc: f32,
+    /// Events evaluated.
+    pub events: usize,
+}
+
+/// Losses and accuracies of `net` on an encoded set (no gradients).
+pub fn evaluate(net: &LayaNet, set: &EncodedSet, cfg: &TrainConfig, batch_size: usize) -> Result<ValidReport> {
+    let (v, c) = (net.config().vocab(), net.config().replace_classes);
+    let (mut wsum, mut wn, mut rsum, mut rn) = (0f64, 0f64, 0f64, 0f64);
+    let (mut top1, mut top5, mut in_lex, mut racc) = (0usize, 0usize, 0usize, 0usize);
+    let idx: Vec<usize> = (0..set.len()).collect();
+    for chunk in idx.chunks(batch_size.max(1)) {
+        let batch = make_batch(set, chunk, v, c, net.device())?;
+        let rows = Tensor::from_slice(&batch.rows, (batch.size, set.t), net.device())?;
+        let (w, r) = net.forward(&rows)?;
+        let (_, word, rep) = loss_tensors(&w, &r, &batch, cfg.replace_loss_weight)?;
+        wsum += word.to_scalar::<f32>()? as f64 * batch.word_weight as f64;
+        wn += batch.word_weight as f64;
+        rsum += rep.to_scalar::<f32>()? as f64 * batch.total_weight as f64;
+        rn += batch.total_weight as f64;
+        let wl: Vec<Vec<f32>> = w.to_vec2()?;
+        let rl: Vec<Vec<f32>> = r.to_vec2()?;
+        for k in 0..batch.size {
+            if let Some(cw) = batch.clicked_word[k] {
+                in_lex += 1;
+                let target = wl[k][cw as usize];
+                let better = wl[k].iter().filter(|&&x| x > target).count();
+                top1 += (better == 0) as usize;
+                top5 += (better < 5) as usize;
+            }
+            let rc = batch.replace_class[k] as usize;
+            let better = rl[k].iter().filter(|&&x| x > rl[k][rc]).count();
+            racc += (better == 0) as usize;
+        }
+    }
+    let n = set.len().max(1);
+    let word = (wsum / wn.max(1e-12)) as f32;
+    let replace = (rsum / rn.max(1e-12)) as f32;
+    Ok(ValidReport {
+        loss: LossParts { total: word + cfg.replace_loss_weight * replace, word, replace },
+        top1: top1 as f32 / in_lex.max(1) as f32,
+        top5: top5 as f32 / in_lex.max(1) as f32,
+        replace_acc: racc as f32 / n as f32,
+        events: set.len(),
+    })
+}
+
+/// Progress after a logged step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    /// Epoch (0-based).
+    pub epoch: usize,
+    /// Optimiser steps taken so far.
+    pub step: usize,
+    /// Total steps planned.
+    pub total_steps: usize,
+    /// Mean training loss since the last report.
+    pub loss: LossParts,
+    /// Learning rate of the last step.
+    pub lr: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Training throughput since the last report.
+    pub samples_per_sec: f64,
+    /// Estimated seconds to the end of the planned steps.
+    pub eta_secs: f64,
+}
+
+/// The result of one epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EpochReport {
+    /// Epoch (0-based).
+    pub epoch: usize,
+    /// Optimiser steps at its end.
+    pub step: usize,
+    /// Mean training loss over the epoch (the part run in this process when resumed mid-epoch).
+    pub train_loss: f32,
+    /// Validation result.
+    pub valid: ValidReport,
+    /// Training samples per second in this epoch.
+    pub samples_per_sec: f64,
+    /// Wall-clock seconds of the epoch (training and validation).
+    pub secs: f64,
+    /// Whether this is the best validation loss so far.
+    pub best: bool,
+}
+
+/// Callbacks the loop calls; every method has a do-nothing default.
+pub trait TrainHooks {
+    /// Called every `log_every` steps.
+    fn on_step(&mut self, _r: &StepReport) {}
+    /// Called after each epoch's validation.
+    fn on_epoch(&mut self, _r: &EpochReport) {}
+    /// Polled before every batch: return true to stop cleanly (a checkpoint is written first).
+    fn should_stop(&mut self) -> bool {
+        false
+    }
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHooks;
+impl TrainHooks for NoHooks {}
+
+/// Hooks that print one line per report to stderr and stop when `stop` is set (for example
+/// by a Ctrl-C handler the binary installs).
+#[derive(Debug, Default, Clone)]
+pub struct PrintHooks {
+    /// Set to stop at the next batch.
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TrainHooks for PrintHooks {
+    fn on_step(&mut self, r: &StepReport) {
+        eprintln!(
+            "epoch {:>3} step {:>7}/{} loss {:.4} (word {:.4} replace {:.4}) lr {:.2e} |g| {:.3} {:.0} samples/s eta {}",
+            r.epoch + 1,
+            r.step,
+            r.total_steps,
+            r.loss.total,
+            r.loss.word,
+            r.loss.replace,
+            r.lr,
+            r.grad_norm,
+            r.samples_per_sec,
+            fmt_secs(r.eta_secs)
+        );
+    }
+    fn on_epoch(&mut self, r: &EpochReport) {
+        eprintln!(
+            "epoch {:>3} done: train {:.4} valid {:.4} top1 {:.2}% top5 {:.2}%{}",
+            r.epoch + 1,
+            r.train_loss,
+            r.valid.loss.total,
+            100.0 * r.valid.top1,
+            100.0 * r.valid.top5,
+            if r.best { " (best)" } else { "" }
+        );
+    }
+    fn should_stop(&mut self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn fmt_secs(s: f64) -> String {
+    let s = s.max(0.0) as u64;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// Where checkpoints go and whether to continue from one.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Directory for `model.safetensors`, `optimizer.safetensors`, `state.json`,
+    /// `best.safetensors` and `loss.svg`. `None` keeps everything in memory.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Continue from the checkpoint in `checkpoint_dir` (its configs must match).
+    pub resume: bool,
+    /// Also checkpoint every this many steps (0: only at epoch ends and on stop).
+    pub checkpoint_every: usize,
+}
+
+/// Everything the loop needs to continue after an interruption (`state.json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Current epoch (0-based).
+    pub epoch: usize,
+    /// Batches of the current epoch already done.
+    pub batch_in_epoch: usize,
+    /// Optimiser steps taken.
+    pub step: usize,
+    /// Best validation loss so far.
+    pub best_valid: Option<f32>,
+    /// Epoch of the best validation loss.
+    pub best_epoch: Option<usize>,
+    /// Epochs since the best.
+    pub bad_epochs: usize,
+    /// `(step, mean training loss)` every `log_every` steps.
+    pub train_curve: Vec<(usize, f32)>,
+    /// Every finished epoch.
+    pub epochs: Vec<EpochReport>,
+    /// True when early stopping or the epoch limit ended the run.
+    pub finished: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CheckpointMeta {
+    model: ModelConfig,
+    train: TrainConfig,
+    state: TrainState,
+    optimizer_step: u64,
+    adamw_moments_restored_on_resume: bool,
+}
+
+/// What [`train`] returns.
+#[derive(Debug)]
+pub struct TrainOutcome {
+    /// The network with the weights of the best validation epoch (the last weights when there
+    /// was no validation).
+    pub net: LayaNet,
+    /// The full history.
+    pub state: TrainState,
+    /// How the events were encoded.
+    pub train_stats: EncodeStats,
+    /// How the validation events were encoded.
+    pub valid_stats: EncodeStats,
+    /// Why the run ended.
+    pub stop_reason: StopReason,
+}
+
+/// Why [`train`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// All epochs ran.
+    Epochs,
+    /// Validation loss stopped improving for `patience` epochs.
+    EarlyStop,
+    /// The hooks asked to stop (a checkpoint was written when a directory was given).
+    Interrupted,
+}
+
+/// Permutation of the training samples for `epoch`: a pure function of the seed and the epoch,
+/// so a resumed run replays the same order.
+fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..n).collect();
+    Rng::new(seed, 0x5EED_0000 + epoch as u64).shuffle(&mut idx);
+    idx
+}
+
+fn snapshot(net: &LayaNet) -> Result<Vec<Tensor>> {
+    net.params().iter().map(|p| Ok(p.var.as_tensor().copy()?)).collect()
+}
+
+fn restore_snapshot(net: &LayaNet, snap: &[Tensor]) -> Result<()> {
+    for (p, t) in net.params().iter().zip(snap) {
+        p.var.set(t)?;
+    }
+    Ok(())
+}
+
+/// Trains a network on click events.
+///
+/// ```
+/// use laya_train::{train, Event, Mapping, ModelConfig, NoHooks, RunOptions, Shown, TrainConfig};
+/// let words: Vec<String> = ["天气", "不错"].iter().map(|s| s.to_string()).collect();
+/// let mut mc = ModelConfig::standard(words, vec![1, 1], Mapping::Table(vec![]));
+/// mc.d_model = 32;
+/// mc.ffn = vec![32];
+/// let ev = |c: &str, w: &str| Event { context: c.into(), shown: vec![Shown { word: w.into(), replace: 0 }], clicked: Some(0), weight: 1.0 };
+/// let events = vec![ev("今天", "天气"), ev("天气", "不错")];
+/// let tc = TrainConfig { epochs: 2, batch_size: 2, warmup_steps: 1, ..TrainConfig::default() };
+/// let out = train(mc, tc, &events, &events, &RunOptions::default(), &mut NoHooks).unwrap();
+/// assert_eq!(out.state.epochs.len(), 2);
+/// ```
+pub fn train(
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    train_events: &[Event],
+    valid_events: &[Event],
+    opts: &RunOptions,
+    hooks: &mut dyn TrainHooks,
+) -> Result<TrainOutcome> {
+    cfg.validate()?;
+    model_cfg.validate()?;
+    let net = LayaNet::new(model_cfg.clone(), cfg.seed)?;
+    let mut opt = AdamW::new(net.params(), &cfg);
+    let mut state = TrainState::default();
+    if let Some(dir) = &opts.checkpoint_dir {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    }
+    if opts.resume {
+        let dir = opts
+            .checkpoint_dir
+            .as_deref()
+            .ok_or_else(|| TrainError::Checkpoint("resume needs a checkpoint directory".into()))?;
+        state = load_checkpoint(dir, &net, &mut opt, &model_cfg, &cfg)?;
+    }
+    let trainset = encode_events(train_events, &model_cfg, &cfg);
+    let validset = encode_events(valid_events, &model_cfg, &cfg);
+    if trainset.is_empty() {
+        return Err(TrainError::NoData(format!(
+            "none of the {} training events has a valid click ({:?})",
+            train_events.len(),
+            trainset.stats
+        )));
+    }
+    let (v, c) = (model_cfg.vocab(), model_cfg.replace_classes);
+    let per_epoch = trainset.len().div_ceil(cfg.batch_size);
+    let total_steps = per_epoch * cfg.epochs;
+    let mut best: Option<Vec<Tensor>> = None;
+    if let (Some(dir), true) = (&opts.checkpoint_dir, state.best_valid.is_some()) {
+        let p = dir.join("best.safetensors");
+        if p.exists() {
+            let map = candle_core::safetensors::load(&p, net.device())?;
+            best = Some(
+                net.params()
+                    .iter()
+                    .map(|p| map.get(&p.name).cloned().ok_or_else(|| TrainError::Checkpoint(format!("best.safetensors lacks {}", p.name))))
+                    .collect::<Result<_>>()?,
+            );
+        }
+    }
+    let mut stop_reason = StopReason::Epochs;
+    'epochs: while state.epoch < cfg.epochs && !state.finished {
+        let epoch = state.epoch;
+        let order = epoch_order(trainset.len(), cfg.seed, epoch);
+        let t_epoch = Instant::now();
+        let (mut ep_loss, mut ep_n, mut ep_samples) = (0f64, 0usize, 0usize);
+        let (mut acc, mut acc_n, mut acc_samples, mut t_log) = (LossParts::default(), 0usize, 0usize, Instant::now());
+        let mut last_norm = 0.0;
+        let mut lr = 0.0;
+        while state.batch_in_epoch < per_epoch {
+            if hooks.should_stop() {
+                stop_reason = StopReason::Interrupted;
+                break 'epochs;
+            }
+            let s = state.batch_in_epoch * cfg.batch_size;
+            let idx = &order[s..(s + cfg.batch_size).min(order.len())];
+            let batch = make_batch(&trainset, idx, v, c, net.device())?;
+            lr = lr_at(state.step, total_steps, &cfg);
+            let (parts, norm) = train_step(&net, &mut opt, &batch, &cfg, lr)?;
+            if !parts.total.is_finite() {
+                return Err(TrainError::NoData(format!(
+                    "training diverged at step {} (loss {}); lower the learning rate",
+                    state.step, parts.total
+                )));
+            }
+            last_norm = norm;
+            state.step += 1;
+            state.batch_in_epoch += 1;
+            ep_loss += parts.total as f64;
+            ep_n += 1;
+            ep_samples += batch.size;
+            acc.total += parts.total;
+            acc.word += parts.word;
+            acc.replace += parts.replace;
+            acc_n += 1;
+            acc_samples += batch.size;
+            if acc_n >= cfg.log_every.max(1) {
+                let secs = t_log.elapsed().as_secs_f64().max(1e-9);
+                let sps = acc_samples as f64 / secs;
+                let k = acc_n as f32;
+                let mean = LossParts { total: acc.total / k, word: acc.word / k, replace: acc.replace / k };
+                state.train_curve.push((state.step, mean.total));
+                hooks.on_step(&StepReport {
+                    epoch,
+                    step: state.step,
+                    total_steps,
+                    loss: mean,
+                    lr,
+                    grad_norm: norm,
+                    samples_per_sec: sps,
+                    eta_secs: (total_steps - state.step.min(total_steps)) as f64 * cfg.batch_size as f64 / sps,
+                });
+                acc = LossParts::default();
+                acc_n = 0;
+                acc_samples = 0;
+                t_log = Instant::now();
+            }
+            if opts.checkpoint_every > 0 && state.step % opts.checkpoint_every == 0 {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    save_checkpoint(dir, &net, &opt, &model_cfg, &cfg, &state)?;
+                }
+            }
+        }
+        let _ = (last_norm, lr);
+        let train_secs = t_epoch.elapsed().as_secs_f64();
+        let valid = if validset.is_empty() {
+            ValidReport::default()
+        } else {
+            evaluate(&net, &validset, &cfg, 256)?
+        };
+        let is_best = !validset.is_empty() && state.best_valid.is_none_or(|b| valid.loss.total < b);
+        if is_best {
+            state.best_valid = Some(valid.loss.total);
+            state.best_epoch = Some(epoch);
+            state.bad_epochs = 0;
+            best = Some(snapshot(&net)?);
+            if let Some(dir) = &opts.checkpoint_dir {
+                save_tensors(&dir.join("best.safetensors"), &net, None)?;
+            }
+        } else if !validset.is_empty() {
+            state.bad_epochs += 1;
+        }
+        let report = EpochReport {
+            epoch,
+            step: state.step,
+            train_loss: (ep_loss / ep_n.max(1) as f64) as f32,
+            valid,
+            samples_per_sec: ep_samples as f64 / train_secs.max(1e-9),
+            secs: t_epoch.elapsed().as_secs_f64(),
+            best: is_best,
+        };
+        state.epochs.push(report);
+        hooks.on_epoch(&report);
+        state.epoch += 1;
+        state.batch_in_epoch = 0;
+        if cfg.patience > 0 && state.bad_epochs >= cfg.patience {
+            stop_reason = StopReason::EarlyStop;
+            state.finished = true;
+        }
+        if state.epoch >= cfg.epochs {
+            state.finished = true;
+        }
+        if let Some(dir) = &opts.checkpoint_dir {
+            save_checkpoint(dir, &net, &opt, &model_cfg, &cfg, &state)?;
+            write_file(&dir.join("loss.svg"), loss_svg(&state).as_bytes())?;
+        }
+    }
+    if stop_reason == StopReason::Interrupted {
+        if let Some(dir) = &opts.checkpoint_dir {
+            save_checkpoint(dir, &net, &opt, &model_cfg, &cfg, &state)?;
+            write_file(&dir.join("loss.svg"), loss_svg(&state).as_bytes())?;
+        }
+    } else if let Some(b) = &best {
+        restore_snapshot(&net, b)?;
+    }
+    Ok(TrainOutcome { net, state, train_stats: trainset.stats, valid_stats: validset.stats, stop_reason })
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    // Write-then-rename: an interrupted write never leaves a half checkpoint behind.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+fn save_tensors(path: &Path, net: &LayaNet, opt: Option<&AdamW>) -> Result<()> {
+    let mut map: HashMap<String, Tensor> = HashMap::new();
+    for (i, p) in net.params().iter().enumerate() {
+        match opt {
+            None => {
+                map.insert(p.name.clone(), p.var.as_tensor().clone());
+            }
+            Some(o) => {
+                let (m, v) = o.moments(i);
+                map.insert(format!("m.{}", p.name), Tensor::from_slice(m, m.len(), net.device())?);
+                map.insert(format!("v.{}", p.name), Tensor::from_slice(v, v.len(), net.device())?);
+            }
+        }
+    }
+    let tmp = path.with_extension("tmp");
+    candle_core::safetensors::save(&map, &tmp)?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// Writes `model.safetensors` (weights under their model-file names), `optimizer.safetensors`
+/// (AdamW moments `m.<name>`, `v.<name>`) and `state.json` into `dir`.
+pub fn save_checkpoint(
+    dir: &Path,
+    net: &LayaNet,
+    opt: &AdamW,
+    model: &ModelConfig,
+    train: &TrainConfig,
+    state: &TrainState,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    save_tensors(&dir.join("model.safetensors"), net, None)?;
+    save_tensors(&dir.join("optimizer.safetensors"), net, Some(opt))?;
+    let meta = CheckpointMeta {
+        model: model.clone(),
+        train: train.clone(),
+        state: state.clone(),
+        optimizer_step: opt.steps(),
+        adamw_moments_restored_on_resume: true,
+    };
+    let json = serde_json::to_vec_pretty(&meta).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
+    write_file(&dir.join("state.json"), &json)
+}
+
+/// Loads a checkpoint written by [`save_checkpoint`] into `net` and `opt` and returns the loop
+/// state. The model config must be identical; the training config may differ only in `epochs`
+/// and `patience` (so a finished run can be extended).
+pub fn load_checkpoint(dir: &Path, net: &LayaNet, opt: &mut AdamW, model: &ModelConfig, train: &TrainConfig) -> Result<TrainState> {
+    let sp = dir.join("state.json");
+    let bytes = std::fs::read(&sp).map_err(io_err(&sp))?;
+    let meta: CheckpointMeta = serde_json::from_slice(&bytes)
+        .map_err(|e| TrainError::Checkpoint(format!("{}: {e}", sp.display())))?;
+    if &meta.model != model {
+        return Err(TrainError::Checkpoint(format!(
+            "{} was written for a different model configuration (sizes, lexicon or mapping)",
+            sp.display()
+        )));
+    }
+    let relaxed = |t: &TrainConfig| TrainConfig { epochs: 0, patience: 0, ..t.clone() };
+    if relaxed(&meta.train) != relaxed(train) {
+        return Err(TrainError::Checkpoint(format!(
+            "{} was written with different training settings; only epochs and patience may change on resume",
+            sp.display()
+        )));
+    }
+    let load = |name: &str| -> Result<HashMap<String, Tensor>> {
+        let p = dir.join(name);
+        if !p.exists() {
+            return Err(TrainError::Checkpoint(format!("{} is missing", p.display())));
+        }
+        Ok(candle_core::safetensors::load(&p, net.device())?)
+    };
+    let weights = load("model.safetensors")?;
+    let moments = load("optimizer.safetensors")?;
+    let (mut ms, mut vs) = (Vec::new(), Vec::new());
+    for p in net.params() {
+        let missing = |n: &str| TrainError::Checkpoint(format!("tensor {n} missing from checkpoint"));
+        let w = weights.get(&p.name).ok_or_else(|| missing(&p.name))?;
+        if w.dims() != p.var.dims() {
+            return Err(TrainError::Checkpoint(format!("tensor {} has shape {:?}, expected {:?}", p.name, w.dims(), p.var.dims())));
+        }
+        p.var.set(w)?;
+        let m = moments.get(&format!("m.{}", p.name)).ok_or_else(|| missing(&format!("m.{}", p.name)))?;
+        let v = moments.get(&format!("v.{}", p.name)).ok_or_else(|| missing(&format!("v.{}", p.name)))?;
+        ms.push(m.to_vec1::<f32>()?);
+        vs.push(v.to_vec1::<f32>()?);
+    }
+    opt.restore(meta.optimizer_step, ms, vs)?;
+    let mut state = meta.state;
+    if state.epoch < train.epochs {
+        state.finished = false;
+    }
+    Ok(state)
+}
+
+/// A minimal standalone SVG of the training loss (per logged step) and the validation loss
+/// (per epoch).
+pub fn loss_svg(state: &TrainState) -> String {
+    let (w, h, ml, mr, mt, mb) = (720.0, 360.0, 60.0, 20.0, 30.0, 40.0);
+    let valid: Vec<(f64, f64)> = state.epochs.iter().map(|e| (e.step as f64, e.valid.loss.total as f64)).collect();
+    let train: Vec<(f64, f64)> = state.train_curve.iter().map(|&(s, l)| (s as f64, l as f64)).collect();
+    let all = train.iter().chain(valid.iter()).filter(|p| p.1.is_finite());
+    let (mut x1, mut y0, mut y1) = (1.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    for &(x, y) in all {
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !y0.is_finite() {
+        (y0, y1) = (0.0, 1.0);
+    }
+    if y1 - y0 < 1e-6 {
+        y1 = y0 + 1.0;
+    }
+    let px = |x: f64| ml + (w - ml - mr) * x / x1;
+    let py = |y: f64| mt + (h - mt - mb) * (1.0 - (y - y0) / (y1 - y0));
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{ml}\" y=\"18\">loss (blue: train, red: validation) vs. step</text>\n\
+         <line x1=\"{ml}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/>\n\
+         <line x1=\"{ml}\" y1=\"{mt}\" x2=\"{ml}\" y2=\"{b}\" stroke=\"black\"/>\n",
+        b = h - mb,
+        r = w - mr
+    );
+    for i in 0..=4 {
+        let y = y0 + (y1 - y0) * i as f64 / 4.0;
+        let x = x1 * i as f64 / 4.0;
+        s += &format!(
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{y:.3}</text>\n<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+            ml - 4.0,
+            py(y) + 4.0,
+            px(x),
+            h - mb + 16.0,
+            x.round() as u64
+        );
+    }
+    let line = |pts: &[(f64, f64)], color: &str| -> String {
+        if pts.is_empty() {
+            return String::new();
+        }
+        let p: Vec<String> = pts.iter().map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
+        let dots: String = pts
+            .iter()
+            .map(|&(x, y)| format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{color}\"/>", px(x), py(y)))
+            .collect();
+        format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>\n{dots}\n", p.join(" "))
+    };
+    s += &line(&train, "#1f77b4");
+    s += &line(&valid, "#d62728");
+    s += "</svg>\n";
+    s
+}
+
+/// The per-epoch summary as a plain-text table.
+pub fn summary_table(state: &TrainState) -> String {
+    let mut s = String::from("epoch  step     train    valid    word     replace  top1     top5     samples/s  secs\n");
+    for e in &state.epochs {
+        s += &format!(
+            "{:<6} {:<8} {:<8.4} {:<8.4} {:<8.4} {:<8.4} {:<7.2}% {:<7.2}% {:<10.0} {:.1}{}\n",
+            e.epoch + 1,
+            e.step,
+            e.train_loss,
+            e.valid.loss.total,
+            e.valid.loss.word,
+            e.valid.loss.replace,
+            100.0 * e.valid.top1,
+            100.0 * e.valid.top5,
+            e.samples_per_sec,
+            e.secs,
+            if e.best { "  *best" } else { "" }
+        );
+    }
+    s
+}

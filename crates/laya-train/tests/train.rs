@@ -1,0 +1,343 @@
+use candle_core::{DType, Tensor};
+use laya_train::*;
+use std::collections::HashMap;
+
+fn tiny_cfg(words: usize, layers: usize) -> ModelConfig {
+    let words: Vec<String> = (0..words).map(|i| format!("w{i}")).collect();
+    let freqs = vec![1; words.len()];
+    let mut table: Vec<u32> = ('a'..='z').map(|c| c as u32).chain((0..40).map(|i| 0x4E00 + i)).collect();
+    table.sort_unstable();
+    let mut cfg = ModelConfig::standard(words, freqs, Mapping::Table(table));
+    cfg.d_model = 32;
+    cfg.heads = 2;
+    cfg.ffn = vec![64; layers];
+    cfg
+}
+
+fn ev(ctx: &str, shown: &[(&str, u32)], clicked: Option<usize>) -> Event {
+    Event {
+        context: ctx.into(),
+        shown: shown.iter().map(|&(w, r)| Shown { word: w.into(), replace: r }).collect(),
+        clicked,
+        weight: 1.0,
+    }
+}
+
+/// Twenty distinct contexts, each with one clicked word and two distractors.
+fn memorise_events() -> Vec<Event> {
+    (0..20)
+        .map(|i| {
+            let ctx: String = (0..(3 + i % 5)).map(|k| char::from_u32(0x4E00 + ((i * 7 + k * 3) % 40) as u32).unwrap()).collect();
+            let w = format!("w{i}");
+            let d1 = format!("w{}", (i + 1) % 20);
+            let d2 = format!("w{}", (i + 7) % 20);
+            Event {
+                context: ctx,
+                shown: vec![
+                    Shown { word: d1, replace: 0 },
+                    Shown { word: w, replace: (i % 3) as u32 },
+                    Shown { word: d2, replace: 0 },
+                ],
+                clicked: Some(1),
+                weight: 1.0,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_parameter_gets_a_nonzero_gradient() {
+    for layers in [1, 2] {
+        let net = LayaNet::new(tiny_cfg(50, layers), 3).unwrap();
+        let tc = TrainConfig::default();
+        let set = encode_events(&memorise_events(), net.config(), &tc);
+        let idx: Vec<usize> = (0..set.len()).collect();
+        let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
+        let rows = Tensor::from_slice(&batch.rows, (batch.size, 16), net.device()).unwrap();
+        let (w, r) = net.forward(&rows).unwrap();
+        let (total, _, _) = loss_tensors(&w, &r, &batch, 1.0).unwrap();
+        let grads = total.backward().unwrap();
+        for p in net.params() {
+            let g = grads.get(p.var.as_tensor()).unwrap_or_else(|| panic!("{} has no gradient", p.name));
+            let s = g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(s > 0.0 && s.is_finite(), "{} gradient sum {s}", p.name);
+        }
+    }
+}
+
+#[test]
+fn one_training_step_changes_every_parameter() {
+    let net = LayaNet::new(tiny_cfg(50, 2), 3).unwrap();
+    let tc = TrainConfig::default();
+    let set = encode_events(&memorise_events(), net.config(), &tc);
+    let idx: Vec<usize> = (0..set.len()).collect();
+    let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
+    let before: Vec<Vec<f32>> = net.params().iter().map(|p| p.var.flatten_all().unwrap().to_vec1().unwrap()).collect();
+    let mut opt = AdamW::new(net.params(), &tc);
+    train_step(&net, &mut opt, &batch, &tc, 1e-3).unwrap();
+    for (p, b) in net.params().iter().zip(&before) {
+        let a: Vec<f32> = p.var.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(a.iter().zip(b).any(|(x, y)| x != y), "{} did not move", p.name);
+    }
+}
+
+#[test]
+fn loss_decreases_when_memorising_twenty_contexts() {
+    let events = memorise_events();
+    let tc = TrainConfig {
+        batch_size: 10,
+        epochs: 40,
+        lr: 1e-2,
+        warmup_steps: 5,
+        patience: 0,
+        objective: Objective::Clicked,
+        log_every: 1000,
+        ..TrainConfig::default()
+    };
+    let out = train(tiny_cfg(50, 1), tc, &events, &events, &RunOptions::default(), &mut NoHooks).unwrap();
+    let first = out.state.epochs.first().unwrap().valid;
+    let last = out.state.epochs.last().unwrap().valid;
+    assert!(last.loss.total < 0.25 * first.loss.total, "{first:?} → {last:?}");
+    assert!(last.top1 >= 0.9, "top1 {}", last.top1);
+    assert!(last.replace_acc >= 0.9, "replace accuracy {}", last.replace_acc);
+}
+
+#[test]
+fn click_weighted_targets_as_data() {
+    let lex: HashMap<&str, u32> = [("a", 0), ("b", 1), ("c", 2)].into_iter().collect();
+    let cw = TrainConfig::default();
+    let cl = TrainConfig { objective: Objective::Clicked, ..TrainConfig::default() };
+    let custom = TrainConfig { click_weight: 1.0, shown_weight: 0.0, ..TrainConfig::default() };
+    // (event, config, expected target)
+    type Case<'a> = (Event, &'a TrainConfig, Vec<(u32, f32)>);
+    let cases: Vec<Case> = vec![
+        (ev("x", &[("a", 0), ("b", 0), ("c", 1)], Some(0)), &cw, vec![(0, 0.6), (1, 0.2), (2, 0.2)]),
+        (ev("x", &[("b", 0), ("zz", 0)], Some(0)), &cw, vec![(1, 1.0)]),
+        (ev("x", &[("zz", 0), ("c", 0)], Some(1)), &cw, vec![(2, 1.0)]),
+        (ev("x", &[("a", 0), ("zz", 0)], Some(1)), &cw, vec![]),
+        (ev("x", &[("a", 0), ("b", 0)], None), &cw, vec![]),
+        (ev("x", &[("a", 0), ("b", 0)], Some(5)), &cw, vec![]),
+        (ev("x", &[("a", 0), ("a", 1), ("b", 0)], Some(1)), &cw, vec![(0, 0.75), (1, 0.25)]),
+        (ev("x", &[("a", 0), ("b", 0), ("c", 0)], Some(2)), &cl, vec![(2, 1.0)]),
+        (ev("x", &[("a", 0), ("b", 0), ("c", 0)], Some(2)), &custom, vec![(2, 1.0)]),
+    ];
+    for (i, (e, cfg, want)) in cases.iter().enumerate() {
+        let got = word_target(e, &lex, cfg);
+        assert_eq!(got.len(), want.len(), "case {i}: {got:?} vs {want:?}");
+        for ((g, gw), (w, ww)) in got.iter().zip(want) {
+            assert_eq!(g, w, "case {i}");
+            assert!((gw - ww).abs() < 1e-6, "case {i}: {got:?} vs {want:?}");
+        }
+    }
+}
+
+#[test]
+fn encoding_skips_and_counts_unusable_events() {
+    let cfg = tiny_cfg(3, 1);
+    let events = vec![
+        ev("ab", &[("w0", 0)], Some(0)),
+        ev("ab", &[("w0", 0)], None),
+        ev("ab", &[("w0", 0)], Some(3)),
+        ev("ab", &[("oov", 12)], Some(0)),
+    ];
+    let set = encode_events(&events, &cfg, &TrainConfig::default());
+    assert_eq!(set.stats, EncodeStats { used: 2, no_click: 1, bad_click: 1, clicked_oov: 1, bad_weight: 0 });
+    assert_eq!(set.replace_class, vec![0, 7], "replace 12 is clamped to C-1");
+    assert_eq!(set.clicked_word, vec![Some(0), None]);
+}
+
+struct Recorder {
+    losses: Vec<(usize, f32)>,
+    stop_after: Option<usize>,
+}
+
+impl TrainHooks for Recorder {
+    fn on_step(&mut self, r: &StepReport) {
+        self.losses.push((r.step, r.loss.total));
+    }
+    fn should_stop(&mut self) -> bool {
+        self.stop_after.is_some_and(|n| self.losses.len() >= n)
+    }
+}
+
+#[test]
+fn resume_continues_exactly() {
+    let events = memorise_events();
+    let tc = TrainConfig { batch_size: 6, epochs: 2, log_every: 1, warmup_steps: 2, ..TrainConfig::default() };
+    let mc = tiny_cfg(50, 1);
+    let base = std::env::temp_dir().join(format!("laya-train-resume-{}", std::process::id()));
+    let (da, db) = (base.join("a"), base.join("b"));
+    let _ = std::fs::remove_dir_all(&base);
+
+    let mut full = Recorder { losses: Vec::new(), stop_after: None };
+    let opts_a = RunOptions { checkpoint_dir: Some(da.clone()), ..RunOptions::default() };
+    train(mc.clone(), tc.clone(), &events, &events, &opts_a, &mut full).unwrap();
+    assert_eq!(full.losses.len(), 8, "4 batches × 2 epochs");
+
+    // Interrupt mid-epoch (after step 5: epoch 2, batch 2), then resume from the checkpoint.
+    let mut first = Recorder { losses: Vec::new(), stop_after: Some(5) };
+    let opts_b = RunOptions { checkpoint_dir: Some(db.clone()), ..RunOptions::default() };
+    let out = train(mc.clone(), tc.clone(), &events, &events, &opts_b, &mut first).unwrap();
+    assert_eq!(out.stop_reason, StopReason::Interrupted);
+    assert!(db.join("state.json").exists() && db.join("optimizer.safetensors").exists());
+    let mut rest = Recorder { losses: Vec::new(), stop_after: None };
+    let resumed = RunOptions { resume: true, ..opts_b };
+    train(mc.clone(), tc.clone(), &events, &events, &resumed, &mut rest).unwrap();
+
+    let joined: Vec<(usize, f32)> = first.losses.iter().chain(&rest.losses).copied().collect();
+    assert_eq!(joined.len(), full.losses.len());
+    for (a, b) in joined.iter().zip(&full.losses) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() <= 1e-6 * b.1.abs().max(1.0), "step {}: {} vs {}", a.0, a.1, b.1);
+    }
+    assert!(da.join("loss.svg").exists());
+    let svg = std::fs::read_to_string(da.join("loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+
+    // A different model config is refused.
+    let mut other = mc.clone();
+    other.ffn = vec![32];
+    let err = train(other, tc, &events, &events, &RunOptions { resume: true, checkpoint_dir: Some(da), ..RunOptions::default() }, &mut NoHooks)
+        .unwrap_err();
+    assert!(matches!(err, TrainError::Checkpoint(_)), "{err}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn differentiable_primitives_match_candle_fused_ops() {
+    let dev = candle_core::Device::Cpu;
+    let x = Tensor::randn(0f32, 3.0, (4, 7, 32), &dev).unwrap();
+    let w = Tensor::randn(1f32, 0.1, 32, &dev).unwrap();
+    let b = Tensor::randn(0f32, 0.1, 32, &dev).unwrap();
+    let ours = layer_norm(&x, &w, &b, 1e-5).unwrap();
+    let fused = candle_nn::ops::layer_norm(&x, &w, &b, 1e-5).unwrap();
+    let diff = (ours - fused).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-4, "layer norm differs by {diff}");
+    let s = softmax_last(&x).unwrap();
+    let f = candle_nn::ops::softmax_last_dim(&x).unwrap();
+    let diff = (s - f).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-6, "softmax differs by {diff}");
+    let ls = log_softmax_last(&x).unwrap().exp().unwrap();
+    let f = candle_nn::ops::softmax_last_dim(&x).unwrap();
+    let diff = (ls - f).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-5, "log softmax differs by {diff}");
+}
+
+#[test]
+fn adamw_matches_candle_nn_adamw() {
+    use candle_nn::Optimizer;
+    let net = LayaNet::new(tiny_cfg(5, 1), 1).unwrap();
+    let p = net.params().iter().find(|p| p.kind == ParamKind::Matrix).unwrap().clone();
+    let reference = candle_core::Var::from_tensor(&p.var.as_tensor().copy().unwrap()).unwrap();
+    let tc = TrainConfig { weight_decay: 0.1, ..TrainConfig::default() };
+    let mut theirs = candle_nn::AdamW::new(
+        vec![reference.clone()],
+        candle_nn::ParamsAdamW { lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.1 },
+    )
+    .unwrap();
+    let params = vec![p.clone()];
+    let mut ours = AdamW::new(&params, &tc);
+    for k in 0..5 {
+        let g = Tensor::randn(0f32, 1.0 + k as f32, p.var.dims(), net.device()).unwrap();
+        let mut store = (reference.as_tensor() * 0.0).unwrap().sum_all().unwrap().backward().unwrap();
+        store.insert(reference.as_tensor(), g.clone());
+        theirs.step(&store).unwrap();
+        ours.step(&params, &Grads { dense: vec![Some(g)], ..Grads::default() }, 0.01, 1.0).unwrap();
+    }
+    let diff = (p.var.as_tensor() - reference.as_tensor()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-6, "AdamW differs from candle_nn by {diff}");
+}
+
+#[test]
+fn predict_logits_matches_forward_and_is_deterministic() {
+    let a = LayaNet::new(tiny_cfg(50, 2), 11).unwrap();
+    let b = LayaNet::new(tiny_cfg(50, 2), 11).unwrap();
+    let ctx = ["", "abc", "ａｂｃ", "a very long context that is truncated on the left", "😀中\u{0}"];
+    let (wa, ra) = a.predict_logits(&ctx).unwrap();
+    let (wb, rb) = b.predict_logits(&ctx).unwrap();
+    assert_eq!((wa.clone(), ra), (wb, rb));
+    assert_eq!(wa[1], wa[2], "full-width text is normalised before mapping");
+    let rows = a.encode(&ctx).unwrap();
+    assert_eq!(rows.dims(), &[5, 16]);
+    assert_eq!(rows.dtype(), DType::U32);
+}
+
+fn info() -> ExportInfo {
+    ExportInfo { name: "laya-test".into(), language: "zh".into(), training_data: "synthetic".into(), created: "2026-01-01".into() }
+}
+
+#[test]
+fn export_round_trips_through_laya_format() {
+    let net = LayaNet::new(tiny_cfg(50, 2), 5).unwrap();
+    let ctx = ["", "abc", "一丁丂", "😀x\u{0}y"];
+    let (w0, r0) = net.predict_logits(&ctx).unwrap();
+    for (precision, tol) in [(Precision::F32, 0.0f32), (Precision::F16, 2e-2)] {
+        let bytes = net.export_bytes(&info(), precision).unwrap();
+        let file = laya_format::LayaFile::parse(&bytes).unwrap();
+        assert_eq!(file.meta.words, net.config().words);
+        assert_eq!(file.meta.hparams.feed_forward_length, vec![64, 64]);
+        assert_eq!(file.output_w.ne, vec![32, 50], "(out, in) matrix has ne = [in, out]");
+        let want_matrix = if precision == Precision::F16 { laya_format::GgmlType::F16 } else { laya_format::GgmlType::F32 };
+        assert_eq!(file.token_embd.ty, want_matrix);
+        assert_eq!(file.layers[0].attn_q_w.ty, want_matrix);
+        assert_eq!(file.layers[0].attn_q_b.ty, laya_format::GgmlType::F32);
+        assert_eq!(file.output_norm_w.ty, laya_format::GgmlType::F32);
+        let back = LayaNet::from_laya(&file).unwrap();
+        assert_eq!(back.config(), net.config());
+        let (w1, r1) = back.predict_logits(&ctx).unwrap();
+        for (a, b) in w0.iter().flatten().chain(r0.iter().flatten()).zip(w1.iter().flatten().chain(r1.iter().flatten())) {
+            assert!((a - b).abs() <= tol, "{precision:?}: {a} vs {b}");
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn encoding_agrees_with_laya_format(s in proptest::prelude::any::<String>(), table in proptest::collection::btree_set(1u32..0x2FFFF, 0..40)) {
+        let table: Vec<u32> = table.into_iter().collect();
+        let rules = [NormRule::FullwidthAscii, NormRule::LowercaseAscii];
+        let frules = [laya_format::NormRule::FullwidthAscii, laya_format::NormRule::LowercaseAscii];
+        for (ours, theirs) in [(Mapping::Direct, laya_format::Mapping::Direct), (Mapping::Table(table.clone()), laya_format::Mapping::Table(table.clone()))] {
+            let rows = encode_context(&s, 16, &rules, &ours);
+            let chars: Vec<char> = s.chars().collect();
+            let tail = &chars[chars.len().saturating_sub(16)..];
+            let mut want = vec![0u32; 16 - tail.len()];
+            want.extend(tail.iter().map(|&c| theirs.row(laya_format::NormRule::apply_all(&frules, c) as u32, ours.rows() as u32)));
+            proptest::prop_assert_eq!(rows, want);
+        }
+    }
+}
+
+#[test]
+fn fused_cross_entropy_matches_primitive_chain_and_its_gradient() {
+    let dev = candle_core::Device::Cpu;
+    let z = candle_core::Var::from_tensor(&Tensor::randn(0f32, 4.0, (5, 37), &dev).unwrap()).unwrap();
+    let t = Tensor::rand(0f32, 1.0, (5, 37), &dev).unwrap();
+    let t = (t.clone() * t.ge(0.8).unwrap().to_dtype(DType::F32).unwrap()).unwrap();
+    let fused = soft_cross_entropy(z.as_tensor(), &t).unwrap();
+    let prim = (log_softmax_last(z.as_tensor()).unwrap() * &t).unwrap().sum(1).unwrap().neg().unwrap();
+    let d = (&fused - &prim).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(d < 1e-4, "values differ by {d}");
+    let gf = fused.sum_all().unwrap().backward().unwrap();
+    let gp = prim.sum_all().unwrap().backward().unwrap();
+    let (gf, gp) = (gf.get(z.as_tensor()).unwrap(), gp.get(z.as_tensor()).unwrap());
+    let d = (gf - gp).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(d < 1e-5, "gradients differ by {d}");
+}
+
+#[test]
+fn fused_gelu_matches_candle_gelu_and_its_gradient() {
+    let dev = candle_core::Device::Cpu;
+    let mut xs: Vec<f32> = (-400..=400).map(|i| i as f32 * 0.025).collect();
+    xs.extend([0.0, 1e-6, -1e-6, 30.0, -30.0]);
+    let x = candle_core::Var::from_tensor(&Tensor::new(xs.as_slice(), &dev).unwrap()).unwrap();
+    let ours = gelu_tanh(x.as_tensor()).unwrap();
+    let theirs = x.as_tensor().gelu().unwrap();
+    let d = (&ours - &theirs).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(d < 1e-5, "values differ by {d}");
+    let go = ours.sum_all().unwrap().backward().unwrap();
+    let gt = theirs.sum_all().unwrap().backward().unwrap();
+    let d = (go.get(x.as_tensor()).unwrap() - gt.get(x.as_tensor()).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(d < 1e-4, "gradients differ by {d}");
+}
