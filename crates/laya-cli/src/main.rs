@@ -14,6 +14,7 @@ mod predict;
 mod predictors;
 mod progress;
 mod simulate;
+mod train;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -44,6 +45,8 @@ enum Command {
     Ngram(ngram::Args),
     /// Turn text into simulated keyboard logs (docs/logs.md).
     Simulate(simulate::Args),
+    /// Train a model from keyboard logs (click-weighted), with checkpoints, resume and a loss curve.
+    Train(train::Args),
     /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
     Install(install::Args),
 }
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Lexicon(a) => lexicon::run(a),
         Command::Ngram(a) => ngram::run(a),
         Command::Simulate(a) => simulate::run(a),
+        Command::Train(a) => train::run(a),
         Command::Install(a) => install::run(a),
     };
     match result {

@@ -1,0 +1,306 @@
+//! `laya train`: keyboard logs in, an evaluated `.laya` model out (click-weighted objective,
+//! progress bar, checkpoints and resume, early stopping, loss curve, final table).
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use laya_text::{read_events, Event, Lexicon, OnError};
+use laya_train::{
+    train, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, Precision, RunOptions, StepReport,
+    TrainConfig, TrainHooks,
+};
+
+use crate::CliError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ObjectiveArg {
+    /// Soft target over the shown candidates: the clicked one weighs --click-weight, others --shown-weight.
+    ClickWeighted,
+    /// Plain cross-entropy on the clicked word (the ablation).
+    Clicked,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    F32,
+    F16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MappingArg {
+    /// 65,536 rows: BMP codepoint = row, astral codepoints share the surrogate rows.
+    Direct,
+    /// Rows only for the --table-rows most frequent characters of the training contexts.
+    Table,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Training keyboard log (docs/logs.md), e.g. from `laya simulate`.
+    #[arg(long)]
+    events: PathBuf,
+    /// Validation keyboard log (early stopping and the per-epoch metrics).
+    #[arg(long)]
+    valid_events: Option<PathBuf>,
+    /// The lexicon (TSV from `laya lexicon`): the words the model can predict.
+    #[arg(long)]
+    lexicon: PathBuf,
+    /// Where to write the model.
+    #[arg(long)]
+    out: PathBuf,
+    /// Use at most this many training events (an even stride through the log).
+    #[arg(long)]
+    max_events: Option<usize>,
+    /// Use at most this many validation events.
+    #[arg(long, default_value_t = 20_000)]
+    max_valid_events: usize,
+    /// Stop at the first malformed log line instead of skipping it (skips are counted and shown).
+    #[arg(long)]
+    strict: bool,
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::ClickWeighted)]
+    objective: ObjectiveArg,
+    /// Weight of the clicked candidate in the click-weighted target.
+    #[arg(long, default_value_t = 3.0)]
+    click_weight: f32,
+    /// Weight of every other shown candidate.
+    #[arg(long, default_value_t = 1.0)]
+    shown_weight: f32,
+    #[arg(long, default_value_t = 3)]
+    epochs: usize,
+    #[arg(long, default_value_t = 128)]
+    batch_size: usize,
+    /// Peak learning rate (AdamW, linear warm-up, cosine decay).
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f64,
+    #[arg(long, default_value_t = 200)]
+    warmup_steps: usize,
+    /// Epochs without a better validation loss before stopping.
+    #[arg(long, default_value_t = 2)]
+    patience: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, default_value_t = 16)]
+    context: usize,
+    #[arg(long, default_value_t = 128)]
+    d_model: usize,
+    #[arg(long, default_value_t = 2)]
+    heads: usize,
+    #[arg(long, default_value_t = 3)]
+    layers: usize,
+    /// FFN width of every block.
+    #[arg(long, default_value_t = 512)]
+    ffn: usize,
+    #[arg(long, default_value_t = 8)]
+    replace_classes: usize,
+    #[arg(long, value_enum, default_value_t = MappingArg::Table)]
+    mapping: MappingArg,
+    /// Embedding rows for the table mapping (2 reserved: padding and unknown).
+    #[arg(long, default_value_t = 6000)]
+    table_rows: usize,
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F16)]
+    precision: PrecisionArg,
+    /// Directory for checkpoints, the loss curve and resume state.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Continue an interrupted run from --checkpoint-dir.
+    #[arg(long)]
+    resume: bool,
+    /// Also checkpoint every N steps (0: at epoch ends and on Ctrl-C).
+    #[arg(long, default_value_t = 2000)]
+    checkpoint_every: usize,
+    /// `general.name` of the model.
+    #[arg(long, default_value = "laya-model")]
+    name: String,
+    /// Language tag stored in the model.
+    #[arg(long, default_value = "zh")]
+    language: String,
+    /// What the model was trained on, stored in the model.
+    #[arg(long, default_value = "")]
+    training_data: String,
+}
+
+fn read_log(path: &Path, strict: bool, what: &str) -> Result<Vec<Event>, CliError> {
+    let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+    let mode = if strict { OnError::Stop } else { OnError::Skip };
+    let (events, stats) = read_events(BufReader::new(f), mode)?;
+    if stats.skipped > 0 {
+        eprintln!("{what}: skipped {} malformed line(s) of {}; first ones:", stats.skipped, path.display());
+        for e in &stats.errors {
+            eprintln!("  {e}");
+        }
+    }
+    if events.is_empty() {
+        return Err(CliError(format!("{} has no usable events", path.display())));
+    }
+    Ok(events)
+}
+
+/// An even stride through the log keeps every part of the corpus represented.
+fn stride(events: Vec<Event>, max: usize) -> Vec<Event> {
+    if events.len() <= max || max == 0 {
+        return events;
+    }
+    let n = events.len();
+    events.into_iter().enumerate().filter(|(i, _)| (i * max) / n != ((i + 1) * max) / n).map(|(_, e)| e).collect()
+}
+
+struct BarHooks {
+    bar: ProgressBar,
+    stop: Arc<AtomicBool>,
+}
+
+impl TrainHooks for BarHooks {
+    fn on_step(&mut self, r: &StepReport) {
+        self.bar.set_length(r.total_steps as u64);
+        self.bar.set_position(r.step as u64);
+        self.bar.set_message(format!(
+            "epoch {} loss {:.3} (word {:.3} replace {:.3}) {:.0} samples/s",
+            r.epoch + 1,
+            r.loss.total,
+            r.loss.word,
+            r.loss.replace,
+            r.samples_per_sec
+        ));
+    }
+    fn on_epoch(&mut self, r: &EpochReport) {
+        self.bar.println(format!(
+            "epoch {}: train loss {:.4}, valid loss {:.4}, valid top1 {:.2}% top5 {:.2}%{}",
+            r.epoch + 1,
+            r.train_loss,
+            r.valid.loss.total,
+            100.0 * r.valid.top1,
+            100.0 * r.valid.top5,
+            if r.best { " (best)" } else { "" }
+        ));
+    }
+    fn should_stop(&mut self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    if args.resume && args.checkpoint_dir.is_none() {
+        return Err(CliError("--resume needs --checkpoint-dir (where the interrupted run saved its state)".into()));
+    }
+    let lex_file = std::fs::File::open(&args.lexicon)
+        .map_err(|e| CliError(format!("cannot read {}: {e}", args.lexicon.display())))?;
+    let lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
+    if lexicon.is_empty() {
+        return Err(CliError(format!("{} has no words", args.lexicon.display())));
+    }
+    let mut events = read_log(&args.events, args.strict, "training log")?;
+    if let Some(max) = args.max_events {
+        events = stride(events, max);
+    }
+    let valid = match &args.valid_events {
+        Some(p) => stride(read_log(p, args.strict, "validation log")?, args.max_valid_events),
+        None => Vec::new(),
+    };
+    eprintln!("training on {} events, validating on {} events, lexicon {} words", events.len(), valid.len(), lexicon.len());
+
+    let rules = vec![NormRule::FullwidthAscii];
+    let mapping = match args.mapping {
+        MappingArg::Direct => Mapping::Direct,
+        MappingArg::Table => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
+    };
+    let model_cfg = ModelConfig {
+        context: args.context,
+        d_model: args.d_model,
+        heads: args.heads,
+        ffn: vec![args.ffn; args.layers],
+        replace_classes: args.replace_classes,
+        normalization: rules,
+        ..ModelConfig::standard(lexicon.words.clone(), lexicon.freqs.clone(), mapping)
+    };
+    let cfg = TrainConfig {
+        batch_size: args.batch_size,
+        epochs: args.epochs,
+        lr: args.lr,
+        warmup_steps: args.warmup_steps,
+        objective: match args.objective {
+            ObjectiveArg::ClickWeighted => Objective::ClickWeighted,
+            ObjectiveArg::Clicked => Objective::Clicked,
+        },
+        click_weight: args.click_weight,
+        shown_weight: args.shown_weight,
+        seed: args.seed,
+        patience: args.patience,
+        log_every: 20,
+        ..TrainConfig::default()
+    };
+    if let Some(dir) = &args.checkpoint_dir {
+        std::fs::create_dir_all(dir).map_err(|e| CliError(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let opts = RunOptions { checkpoint_dir: args.checkpoint_dir.clone(), resume: args.resume, checkpoint_every: args.checkpoint_every };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while the checkpoint is written still kills the process.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::Relaxed) {
+                std::process::exit(130);
+            }
+        });
+    }
+    let bar = ProgressBar::new(1);
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] [{bar:30}] {pos}/{len} steps ETA {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut hooks = BarHooks { bar: bar.clone(), stop: stop.clone() };
+    let outcome = train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?;
+    bar.finish_and_clear();
+
+    let s = &outcome.train_stats;
+    eprintln!(
+        "events used {}, without a click {}, bad click index {}, clicked word outside the lexicon {} (replace head only)",
+        s.used, s.no_click, s.bad_click, s.clicked_oov
+    );
+    println!("{}", laya_train::summary_table(&outcome.state));
+    if stop.load(Ordering::Relaxed) {
+        let dir = args.checkpoint_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "(none)".into());
+        return Err(CliError(format!(
+            "interrupted; checkpoint in {dir}: continue with the same command plus --resume (no model written)"
+        )));
+    }
+
+    let info = ExportInfo {
+        name: args.name.clone(),
+        language: args.language.clone(),
+        training_data: args.training_data.clone(),
+        created: today(),
+    };
+    let precision = match args.precision {
+        PrecisionArg::F32 => Precision::F32,
+        PrecisionArg::F16 => Precision::F16,
+    };
+    let bytes = outcome.net.export_bytes(&info, precision)?;
+    write_atomically(&args.out, &bytes)?;
+    let svg = args.out.with_extension("loss.svg");
+    std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;
+    println!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
+    Ok(())
+}
+
+/// Temp file in the same directory, fsync, rename: an interrupted write never leaves a torn model.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    use std::io::Write;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("model"), std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| CliError(format!("cannot write {}: {e}", tmp.display())))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| CliError(format!("cannot move the model to {}: {e}", path.display())))?;
+    Ok(())
+}
+
+/// UTC date as ISO 8601 (YYYY-MM-DD).
+fn today() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()[..10].to_string()
+}
