@@ -13,6 +13,7 @@ mod install;
 mod predict;
 mod predictors;
 mod progress;
+mod quantize;
 mod simulate;
 
 use std::process::ExitCode;
@@ -46,6 +47,8 @@ enum Command {
     Simulate(simulate::Args),
     /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
     Install(install::Args),
+    /// Quantise a float model: INT4 embedding with error compensation, INT8 linears.
+    Quantize(quantize::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Ngram(a) => ngram::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Install(a) => install::run(a),
+        Command::Quantize(a) => quantize::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
