@@ -366,7 +366,13 @@ mod tests {
                 .collect(),
             vec![0.0, 2.0],
         );
-        let single_row = (1, 3, vec![1.0, 2.0, 3.0], vec![0.0, 2.5, 3.0], vec![1.0, -0.5, 0.0]);
+        let single_row = (
+            1,
+            3,
+            vec![1.0, 2.0, 3.0],
+            vec![0.0, 2.5, 3.0],
+            vec![1.0, -0.5, 0.0],
+        );
         vec![two_groups, short, single_row]
     }
 

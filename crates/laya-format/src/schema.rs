@@ -1235,7 +1235,8 @@ mod comp_tests {
     #[test]
     fn bad_comp_tensors_are_refused() {
         type Edit = fn(&mut TensorData);
-        let cases: [(&str, Edit, fn(&FormatError) -> bool); 5] = [
+        type Expect = fn(&FormatError) -> bool;
+        let cases: [(&str, Edit, Expect); 5] = [
             (
                 "one group too many",
                 |t| {

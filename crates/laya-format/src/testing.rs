@@ -471,12 +471,10 @@ pub fn random_quantized_model(
     opts: &crate::quantize::QuantizeOptions,
 ) -> (ModelMeta, Vec<TensorData>) {
     let (meta, tensors) = random_model(cfg, seed, GgmlType::F32);
-    let quantized = crate::write_model(&meta, &tensors)
-        .ok()
-        .and_then(|bytes| {
-            let file = crate::LayaFile::parse(&bytes).ok()?;
-            crate::quantize::quantize_model(&file, opts).ok()
-        });
+    let quantized = crate::write_model(&meta, &tensors).ok().and_then(|bytes| {
+        let file = crate::LayaFile::parse(&bytes).ok()?;
+        crate::quantize::quantize_model(&file, opts).ok()
+    });
     match quantized {
         Some(q) => (q.meta, q.tensors),
         // Only a config the generator cannot write at all ends here; return the float model so
