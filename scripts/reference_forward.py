@@ -93,6 +93,9 @@ def forward(hp, W, context):
     cps = [0] * (T - len(cps)) + cps
     rows = [row_of(c, hp) for c in cps]
     x = W["token_embd.weight"][rows] + W["pos_embd.weight"][:T]
+    if "token_embd_comp.weight" in W:
+        # Error compensation of a quantised embedding: one row per group of 32 rows (format.md §7).
+        x = x + W["token_embd_comp.weight"][[r // 32 for r in rows]]
     d = x.shape[1]
     dh = d // H
     lin = lambda h, name: h @ W[name + ".weight"].T + W[name + ".bias"]

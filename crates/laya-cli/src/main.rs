@@ -13,6 +13,7 @@ mod install;
 mod predict;
 mod predictors;
 mod progress;
+mod quantize;
 mod simulate;
 mod train;
 
@@ -49,6 +50,8 @@ enum Command {
     Train(train::Args),
     /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
     Install(install::Args),
+    /// Quantise a float model: INT4 embedding with error compensation, INT8 linears.
+    Quantize(quantize::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Simulate(a) => simulate::run(a),
         Command::Train(a) => train::run(a),
         Command::Install(a) => install::run(a),
+        Command::Quantize(a) => quantize::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,8 @@
 //! * [`LayaFile`]: a fully validated model borrowing the (memory-mapped) bytes; [`write_model`]
 //!   produces one.
 //! * [`quant`]: scalar reference encode/decode of F32, F16, BF16, Q8_0, Q4_0, Q4_1.
+//! * [`quantize`]: turn a float model into a quantised one ([`quantize::quantize_model`]), with
+//!   the embedding's error-compensation bias.
 //! * [`testing`]: deterministic random models for tests.
 //!
 //! The crate never memory-maps and has no `unsafe`: it is handed `&[u8]`, and tensor data comes
@@ -26,6 +28,7 @@
 pub mod error;
 pub mod gguf;
 pub mod quant;
+pub mod quantize;
 pub mod schema;
 pub mod testing;
 pub mod writer;
@@ -35,7 +38,7 @@ pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
 pub use schema::{
     check_lexicon, checksum, checksum_report, keys, Activation, ChecksumReport, HParams, LayaFile,
     LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
-    FORMAT_VERSION, LAYA_ALIGNMENT,
+    COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, TOKEN_EMBD_COMP,
 };
 /// The README's examples run as doctests.
 #[cfg(doctest)]

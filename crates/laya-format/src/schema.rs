@@ -17,6 +17,10 @@ pub const LAYA_ALIGNMENT: u32 = 64;
 pub const MAX_WORDS: usize = 1_000_000;
 /// Longest word, in Unicode scalar values.
 pub const MAX_WORD_CHARS: usize = 64;
+/// Name of the optional error-compensation tensor of a quantised embedding (docs/format.md §7).
+pub const TOKEN_EMBD_COMP: &str = "token_embd_comp.weight";
+/// Embedding rows that share one row of `token_embd_comp.weight`.
+pub const COMP_GROUP_ROWS: u32 = 32;
 
 /// The key names of docs/format.md §4.
 pub mod keys {
@@ -398,6 +402,10 @@ impl<'a> LayerTensors<'a> {
 pub struct LayaFile<'a> {
     pub meta: ModelMeta,
     pub token_embd: TensorRef<'a>,
+    /// `token_embd_comp.weight`: the mean quantisation error of each group of
+    /// [`COMP_GROUP_ROWS`] embedding rows, per column, added back at lookup. Present only with
+    /// a quantised `token_embd`.
+    pub token_embd_comp: Option<TensorRef<'a>>,
     pub pos_embd: TensorRef<'a>,
     pub layers: Vec<LayerTensors<'a>>,
     pub output_norm_w: TensorRef<'a>,
@@ -787,6 +795,7 @@ const MATRIX_TYPES: &[GgmlType] = &[
 ];
 const FLOAT_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 const F32_ONLY: &[GgmlType] = &[GgmlType::F32];
+const COMP_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16];
 
 /// One row of the §7 table, instantiated for a given set of hyper-parameters.
 struct TensorSpec {
@@ -797,6 +806,8 @@ struct TensorSpec {
     finite: bool,
     /// Which keys fix the shape, for messages.
     rule: String,
+    /// May be absent (`token_embd_comp.weight`).
+    optional: bool,
 }
 
 /// Block tensor name suffixes in canonical order.
@@ -829,7 +840,10 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
         allowed,
         finite,
         rule,
+        optional: false,
     };
+    let rows = u64::from(h.embedding_rows);
+    let comp_rows = rows.div_ceil(u64::from(COMP_GROUP_ROWS));
     let mut out = vec![
         spec(
             "token_embd.weight".into(),
@@ -838,6 +852,18 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
             false,
             format!("{dr} and laya.embedding.rows = {}", h.embedding_rows),
         ),
+        TensorSpec {
+            optional: true,
+            ..spec(
+                TOKEN_EMBD_COMP.into(),
+                vec![d, comp_rows],
+                COMP_TYPES,
+                true,
+                format!(
+                    "{dr} and ceil(laya.embedding.rows / {COMP_GROUP_ROWS}) = ceil({rows} / {COMP_GROUP_ROWS})"
+                ),
+            )
+        },
         spec(
             "pos_embd.weight".into(),
             vec![d, u64::from(h.context_length)],
@@ -1008,7 +1034,7 @@ impl<'a> LayaFile<'a> {
             file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
         if let Some(missing) = specs
             .iter()
-            .find(|s| !present.contains_key(s.name.as_str()))
+            .find(|s| !s.optional && !present.contains_key(s.name.as_str()))
         {
             return Err(FormatError::MissingTensor(missing.name.clone()));
         }
@@ -1024,6 +1050,21 @@ impl<'a> LayaFile<'a> {
                 data: file.tensor_data(t),
             })
         };
+        let token_embd = get("token_embd.weight")?;
+        let token_embd_comp = match present.contains_key(TOKEN_EMBD_COMP) {
+            true => Some(get(TOKEN_EMBD_COMP)?),
+            false => None,
+        };
+        if token_embd_comp.is_some() && !token_embd.ty.is_quantized() {
+            // Compensating an exact table would only add noise; such a file is a tool bug.
+            return Err(FormatError::BadTensor {
+                name: TOKEN_EMBD_COMP.into(),
+                reason: format!(
+                    "present only with a quantised token_embd.weight (Q8_0, Q4_0, Q4_1), but it is {}",
+                    token_embd.ty.name()
+                ),
+            });
+        }
         let mut layers = Vec::with_capacity(meta.hparams.block_count as usize);
         for l in 0..meta.hparams.block_count {
             let b = |s: &str| get(&format!("blk.{l}.{s}"));
@@ -1047,7 +1088,8 @@ impl<'a> LayaFile<'a> {
             });
         }
         Ok(LayaFile {
-            token_embd: get("token_embd.weight")?,
+            token_embd,
+            token_embd_comp,
             pos_embd: get("pos_embd.weight")?,
             layers,
             output_norm_w: get("output_norm.weight")?,
@@ -1063,9 +1105,12 @@ impl<'a> LayaFile<'a> {
         })
     }
 
-    /// Every tensor in canonical order (embeddings, blocks, output heads).
+    /// Every tensor in canonical order (embeddings with the optional compensation, blocks,
+    /// output heads).
     pub fn tensors(&self) -> Vec<&TensorRef<'a>> {
-        let mut v = vec![&self.token_embd, &self.pos_embd];
+        let mut v = vec![&self.token_embd];
+        v.extend(self.token_embd_comp.as_ref());
+        v.push(&self.pos_embd);
         for l in &self.layers {
             v.extend(l.all());
         }
@@ -1145,5 +1190,108 @@ impl<'a> LayaFile<'a> {
         }
         let _ = writeln!(s, "  total tensor data {total} bytes");
         s
+    }
+}
+
+#[cfg(test)]
+mod comp_tests {
+    use super::*;
+    use crate::quantize::QuantizeOptions;
+    use crate::testing::{random_model, random_quantized_model, TinyConfig};
+    use crate::writer::{write_model, TensorData};
+
+    fn quantized() -> (ModelMeta, Vec<TensorData>) {
+        // 48 table rows: two comp rows, the second one a short group of 16.
+        random_quantized_model(&TinyConfig::small(), 11, &QuantizeOptions::default())
+    }
+
+    fn comp_mut(tensors: &mut [TensorData]) -> &mut TensorData {
+        tensors
+            .iter_mut()
+            .find(|t| t.name == TOKEN_EMBD_COMP)
+            .expect("the quantised model has a comp tensor")
+    }
+
+    #[test]
+    fn comp_tensor_is_read_with_its_shape() {
+        let (meta, tensors) = quantized();
+        let bytes = write_model(&meta, &tensors).unwrap();
+        let f = LayaFile::parse(&bytes).unwrap();
+        let comp = f.token_embd_comp.as_ref().unwrap();
+        assert_eq!(comp.ne, vec![32, 2]);
+        assert_eq!(comp.ty, GgmlType::F16);
+        assert_eq!(f.tensors()[1].name, TOKEN_EMBD_COMP);
+        assert!(f.summary().contains(TOKEN_EMBD_COMP));
+        // Without it the model is still valid (the tensor is optional).
+        let without: Vec<TensorData> = tensors
+            .into_iter()
+            .filter(|t| t.name != TOKEN_EMBD_COMP)
+            .collect();
+        let bytes = write_model(&meta, &without).unwrap();
+        assert!(LayaFile::parse(&bytes).unwrap().token_embd_comp.is_none());
+    }
+
+    /// Tests as data: an edit of the comp tensor and the error it must produce.
+    #[test]
+    fn bad_comp_tensors_are_refused() {
+        type Edit = fn(&mut TensorData);
+        type Expect = fn(&FormatError) -> bool;
+        let cases: [(&str, Edit, Expect); 5] = [
+            (
+                "one group too many",
+                |t| {
+                    t.ne[1] += 1;
+                    t.data.extend(vec![0u8; 64]);
+                },
+                |e| matches!(e, FormatError::BadShape { name, .. } if name == TOKEN_EMBD_COMP),
+            ),
+            (
+                "one row per embedding row instead of per group",
+                |t| {
+                    t.ne[1] = 48;
+                    t.data = vec![0u8; 48 * 32 * 2];
+                },
+                |e| matches!(e, FormatError::BadShape { expected, .. } if expected == &vec![32, 2]),
+            ),
+            (
+                "BF16 is not a comp type",
+                |t| t.ty = GgmlType::BF16,
+                |e| matches!(e, FormatError::UnsupportedTensorType { name, .. } if name == TOKEN_EMBD_COMP),
+            ),
+            (
+                "Q8_0 is not a comp type",
+                |t| {
+                    t.ty = GgmlType::Q8_0;
+                    t.data = vec![0u8; 2 * 34];
+                },
+                |e| matches!(e, FormatError::UnsupportedTensorType { .. }),
+            ),
+            (
+                "a NaN",
+                |t| t.data[6..8].copy_from_slice(&half::f16::NAN.to_le_bytes()),
+                |e| matches!(e, FormatError::NonFinite { name, index: 3 } if name == TOKEN_EMBD_COMP),
+            ),
+        ];
+        for (what, edit, ok) in cases {
+            let (meta, mut tensors) = quantized();
+            edit(comp_mut(&mut tensors));
+            match write_model(&meta, &tensors) {
+                Err(e) => assert!(ok(&e), "{what}: unexpected error {e}"),
+                Ok(_) => panic!("{what}: accepted"),
+            }
+        }
+    }
+
+    #[test]
+    fn comp_with_a_float_embedding_is_refused() {
+        let (meta, mut tensors) = random_model(&TinyConfig::small(), 11, GgmlType::F32);
+        let comp = TensorData::from_f32(TOKEN_EMBD_COMP, GgmlType::F16, &[32, 2], &[0.0; 64]);
+        tensors.insert(1, comp.unwrap());
+        let err = write_model(&meta, &tensors).unwrap_err();
+        assert!(
+            matches!(&err, FormatError::BadTensor { name, .. } if name == TOKEN_EMBD_COMP),
+            "{err}"
+        );
+        assert!(err.to_string().contains("quantised"), "{err}");
     }
 }

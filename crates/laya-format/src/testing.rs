@@ -452,3 +452,33 @@ pub fn exercise_readers(bytes: &[u8]) -> Result<bool, String> {
     }
     Ok(loaded)
 }
+
+/// A deterministic random model quantised the way `laya quantize` does it: a float (F32)
+/// [`random_model`] run through [`crate::quantize::quantize_model`]. With
+/// `opts.compensation` and a quantised embedding it has a `token_embd_comp.weight` tensor.
+///
+/// ```
+/// use laya_format::{quantize::QuantizeOptions, testing, write_model, GgmlType, LayaFile};
+/// let (meta, tensors) =
+///     testing::random_quantized_model(&testing::TinyConfig::small(), 2, &QuantizeOptions::default());
+/// let bytes = write_model(&meta, &tensors)?;
+/// assert_eq!(LayaFile::parse(&bytes)?.token_embd_comp.unwrap().ty, GgmlType::F16);
+/// # Ok::<(), laya_format::FormatError>(())
+/// ```
+pub fn random_quantized_model(
+    cfg: &TinyConfig,
+    seed: u64,
+    opts: &crate::quantize::QuantizeOptions,
+) -> (ModelMeta, Vec<TensorData>) {
+    let (meta, tensors) = random_model(cfg, seed, GgmlType::F32);
+    let quantized = crate::write_model(&meta, &tensors).ok().and_then(|bytes| {
+        let file = crate::LayaFile::parse(&bytes).ok()?;
+        crate::quantize::quantize_model(&file, opts).ok()
+    });
+    match quantized {
+        Some(q) => (q.meta, q.tensors),
+        // Only a config the generator cannot write at all ends here; return the float model so
+        // callers' own checks fail loudly instead of this helper panicking.
+        None => (meta, tensors),
+    }
+}

@@ -103,6 +103,8 @@ pub struct Model {
     pub(crate) cfg: Config,
     pub(crate) info: ModelInfo,
     pub(crate) tok: Mat,
+    /// `token_embd_comp.weight`: one row per 32 embedding rows, added at lookup.
+    pub(crate) tok_comp: Option<Mat>,
     pub(crate) pos: Mat,
     pub(crate) layers: Vec<Layer>,
     pub(crate) out_norm_w: Vec<f32>,
@@ -212,6 +214,7 @@ impl Model {
         let parts = Model {
             kernels,
             tok: mat(&file.token_embd)?,
+            tok_comp: file.token_embd_comp.as_ref().map(mat).transpose()?,
             pos: mat(&file.pos_embd)?,
             out_norm_w: f32s(&file.output_norm_w),
             out_norm_b: f32s(&file.output_norm_b),

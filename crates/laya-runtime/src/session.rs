@@ -244,10 +244,15 @@ impl Session {
         // 2. Token + position embeddings.
         let tok = m.matrix(&m.tok);
         let pos = m.matrix(&m.pos);
+        let comp = m.tok_comp.as_ref().map(|c| m.matrix(c));
         for p in 0..t {
             let row = cfg.mapping.row(s.cps[p], cfg.embedding_rows) as usize;
             let xp = &mut s.x[p * d..(p + 1) * d];
             kern.dequant_row(&tok, row, xp);
+            if let Some(comp) = &comp {
+                // The quantised table's mean error over this row's group of 32 (format.md §7).
+                kern.add_row(comp, row / laya_format::COMP_GROUP_ROWS as usize, xp);
+            }
             kern.add_row(&pos, p, xp);
         }
         clock.lap(Stage::Embed);

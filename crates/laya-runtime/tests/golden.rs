@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use laya_format::testing::TinyConfig;
-use laya_format::GgmlType;
+use laya_format::quantize::QuantizeOptions;
+use laya_format::testing::random_quantized_model;
+use laya_format::{write_model, GgmlType};
 use laya_runtime::{Kernels, Session};
 
 /// Max |runtime − reference| / (1 + |reference|) per logit. Both sides dequantise to the same
@@ -51,10 +53,18 @@ fn engine_matches_numpy_reference_for_every_type_and_tier() {
     std::fs::create_dir_all(&dir).unwrap();
     let cfgs = [TinyConfig::default(), TinyConfig { table_rows: Some(300), ..TinyConfig::default() }];
     for (ci, cfg) in cfgs.iter().enumerate() {
-        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
-            let path = dir.join(format!("m{ci}-{ty:?}.laya"));
-            std::fs::write(&path, common::model_bytes(cfg, 42, ty)).unwrap();
-            let out = dir.join(format!("m{ci}-{ty:?}.json"));
+        let mut models: Vec<(String, GgmlType, Vec<u8>)> = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]
+            .into_iter()
+            .map(|ty| (format!("{ty:?}"), ty, common::model_bytes(cfg, 42, ty)))
+            .collect();
+        // `laya quantize`'s output: Q4_1 embedding with token_embd_comp.weight, Q8_0 matrices.
+        let (meta, tensors) = random_quantized_model(cfg, 42, &QuantizeOptions::default());
+        assert!(tensors.iter().any(|t| t.name == laya_format::TOKEN_EMBD_COMP));
+        models.push(("Q4_1+comp".into(), GgmlType::Q4_1, write_model(&meta, &tensors).unwrap()));
+        for (label, ty, bytes) in models {
+            let path = dir.join(format!("m{ci}-{label}.laya"));
+            std::fs::write(&path, bytes).unwrap();
+            let out = dir.join(format!("m{ci}-{label}.json"));
             let ctx = dir.join("contexts.json");
             std::fs::write(&ctx, serde_json::to_vec(common::CONTEXTS).unwrap()).unwrap();
             let status = Command::new(python())
@@ -64,7 +74,7 @@ fn engine_matches_numpy_reference_for_every_type_and_tier() {
                 .arg(&out)
                 .status()
                 .expect("run the Python reference");
-            assert!(status.success(), "reference_forward.py failed for {ty:?}");
+            assert!(status.success(), "reference_forward.py failed for {label}");
             let golden: Vec<Golden> = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
             assert_eq!(golden.len(), common::CONTEXTS.len());
 
@@ -81,7 +91,7 @@ fn engine_matches_numpy_reference_for_every_type_and_tier() {
                         worst = worst.max((a - *b as f32).abs() / (1.0 + b.abs() as f32));
                     }
                 }
-                assert!(worst <= tolerance(ty), "{ty:?} on {}: worst relative error {worst}", k.level());
+                assert!(worst <= tolerance(ty), "{label} on {}: worst relative error {worst}", k.level());
             }
         }
     }
