@@ -1,0 +1,48 @@
+//! The trained network in candle and the runtime on the exported file compute the same thing
+//! (docs/format.md §3), within a named tolerance, for F32 and F16 export.
+
+use laya_train::*;
+
+/// Max |runtime − candle| / (1 + |candle|) per logit. F32 export is the same weights, so only
+/// summation order differs; F16 export rounds every matrix to 11 bits of mantissa.
+const TOL_F32: f32 = 1e-4;
+const TOL_F16: f32 = 2e-2;
+
+const CONTEXTS: &[&str] = &["", "今天天气", "明", "hello wor", "😀 emoji", "\u{0}nul\u{1}", "ａｂｃ１２３", "一二三四五六七八九十一二三四五六七八九十"];
+
+fn config() -> ModelConfig {
+    let words: Vec<String> = ["今天", "天气", "明天", "明白", "hello", "world", "的", "好"].iter().map(|s| s.to_string()).collect();
+    let freqs = vec![1; words.len()];
+    let mapping = Mapping::table_from_texts(CONTEXTS.iter().copied(), 40, 1, &[NormRule::FullwidthAscii]);
+    let mut cfg = ModelConfig::standard(words, freqs, mapping);
+    cfg.d_model = 64;
+    cfg.ffn = vec![96, 64];
+    cfg
+}
+
+#[test]
+fn runtime_matches_candle_on_the_exported_file() {
+    let net = LayaNet::new(config(), 7).unwrap();
+    let (want_w, want_r) = net.predict_logits(CONTEXTS).unwrap();
+    let info = ExportInfo {
+        name: "parity".into(),
+        language: "zh".into(),
+        training_data: "random init".into(),
+        created: "2026-11-29".into(),
+    };
+    for (precision, tol) in [(Precision::F32, TOL_F32), (Precision::F16, TOL_F16)] {
+        let bytes = net.export_bytes(&info, precision).unwrap();
+        let model = laya_runtime::Model::from_bytes(bytes).unwrap();
+        let mut s = laya_runtime::Session::new(model);
+        let mut worst = 0f32;
+        for (i, ctx) in CONTEXTS.iter().enumerate() {
+            let (w, r) = s.logits(ctx);
+            assert_eq!((w.len(), r.len()), (want_w[i].len(), want_r[i].len()));
+            for (a, b) in w.iter().chain(&r).zip(want_w[i].iter().chain(&want_r[i])) {
+                worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+            }
+        }
+        assert!(worst <= tol, "{precision:?}: worst relative difference {worst} > {tol}");
+        eprintln!("{precision:?}: worst relative difference {worst:.2e} (tolerance {tol:.0e})");
+    }
+}
