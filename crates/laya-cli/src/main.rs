@@ -3,6 +3,9 @@
 //! Every subcommand prints one clear line and exits non-zero on a user error; no panics and
 //! no backtraces for mistakes like a missing file or a corrupt model.
 
+// Linked for its malloc/free override (see Cargo.toml); nothing is called by name.
+extern crate mimalloc;
+
 mod bench;
 mod default_model;
 mod eval;

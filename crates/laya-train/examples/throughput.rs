@@ -40,8 +40,8 @@ fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, 
     let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
     let gathered = net.token_embedding().detach().index_select(&rows, 0).unwrap();
     let leaf = Var::from_tensor(&gathered).unwrap();
-    let (w, r) = net.forward_embedded(leaf.as_tensor(), batch.size).unwrap();
-    let (total, _, _) = loss_tensors(&w, &r, batch, cfg.replace_loss_weight).unwrap();
+    let z = net.forward_hidden(leaf.as_tensor(), batch.size).unwrap();
+    let (total, _, _) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight).unwrap();
     let t1 = Instant::now();
     let mut store = total.backward().unwrap();
     let t2 = Instant::now();

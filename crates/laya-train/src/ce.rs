@@ -151,3 +151,279 @@ impl CustomOp2 for GeluTanhGrad {
 pub fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
     x.contiguous()?.apply_op1(GeluTanh)
 }
+
+/// Word-head bias add fused into the soft cross-entropy: `−Σ_v t_v · log softmax(x + b)_v` per
+/// row of `x` `[B, V]`, with `b` `[V]`.
+///
+/// Why: on the training path `linear` + [`soft_cross_entropy`] cost two extra `[B, V]` tensors
+/// forward (the broadcast bias add) and, backward, a strided column reduction for the bias
+/// gradient plus two zero-fill-and-add gradient accumulations of `[B, V]` — at V = 20,000 that
+/// was about a third of a training step. Here the bias is added on the fly and its gradient is
+/// a contiguous column sum of the logits gradient.
+struct BiasSoftCe;
+
+fn cpu_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
+    let (start, end) = l
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg(format!("biased soft cross-entropy: {what} must be contiguous")))?;
+    match s {
+        CpuStorage::F32(x) => Ok(&x[start..end]),
+        _ => Err(candle_core::Error::Msg(format!("biased soft cross-entropy: {what} must be f32"))),
+    }
+}
+
+/// Per row: `max(x + b)` and `log Σ exp(x + b − max)`.
+fn biased_row_lse(x: &[f32], b: &[f32]) -> (f32, f32) {
+    let m = x.iter().zip(b).map(|(&x, &b)| x + b).fold(f32::NEG_INFINITY, f32::max);
+    let s: f32 = x.iter().zip(b).map(|(&x, &b)| (x + b - m).exp()).sum();
+    (m, s.ln())
+}
+
+fn check_shapes(lx: &Layout, lb: &Layout, lt: &Layout) -> candle_core::Result<(usize, usize)> {
+    let (rows, v) = lx.shape().dims2()?;
+    if lb.shape().dims1()? != v || lt.shape().dims2()? != (rows, v) {
+        return Err(candle_core::Error::Msg(format!(
+            "biased soft cross-entropy: logits {:?}, bias {:?}, targets {:?} do not fit",
+            lx.shape(),
+            lb.shape(),
+            lt.shape()
+        )));
+    }
+    Ok((rows, v))
+}
+
+impl candle_core::CustomOp3 for BiasSoftCe {
+    fn name(&self) -> &'static str {
+        "laya-biased-soft-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, v) = check_shapes(l1, l2, l3)?;
+        let (x, b, t) = (cpu_f32(s1, l1, "logits")?, cpu_f32(s2, l2, "bias")?, cpu_f32(s3, l3, "targets")?);
+        let mut out = Vec::with_capacity(rows);
+        for (xr, tr) in x.chunks_exact(v).zip(t.chunks_exact(v)) {
+            let (m, lse) = biased_row_lse(xr, b);
+            let shift = m + lse;
+            let loss: f32 = xr
+                .iter()
+                .zip(b)
+                .zip(tr)
+                .filter(|(_, &t)| t != 0.0)
+                .map(|((&x, &b), &t)| -t * (x + b - shift))
+                .sum();
+            out.push(loss);
+        }
+        Ok((CpuStorage::F32(out), Shape::from(rows)))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        bias: &Tensor,
+        targets: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let scale: Vec<f32> = grad.to_vec1()?;
+        let g = logits.apply_op3_no_bwd(bias, targets, &BiasSoftCeGrad { scale })?;
+        let gb = g.apply_op1_no_bwd(&ColumnSum)?;
+        Ok((Some(g), Some(gb), None))
+    }
+}
+
+/// `∂loss/∂x = (softmax(x + b)·Σt − t) · scale_row`.
+struct BiasSoftCeGrad {
+    scale: Vec<f32>,
+}
+
+impl candle_core::CustomOp3 for BiasSoftCeGrad {
+    fn name(&self) -> &'static str {
+        "laya-biased-soft-cross-entropy-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, v) = check_shapes(l1, l2, l3)?;
+        if self.scale.len() != rows {
+            return Err(candle_core::Error::Msg("biased soft cross-entropy: gradient has the wrong length".into()));
+        }
+        let (x, b, t) = (cpu_f32(s1, l1, "logits")?, cpu_f32(s2, l2, "bias")?, cpu_f32(s3, l3, "targets")?);
+        let mut out = vec![0f32; rows * v];
+        for (((xr, tr), orow), &s) in x.chunks_exact(v).zip(t.chunks_exact(v)).zip(out.chunks_exact_mut(v)).zip(&self.scale) {
+            let (m, lse) = biased_row_lse(xr, b);
+            let tsum: f32 = tr.iter().sum();
+            let shift = m + lse;
+            for (((o, &x), &b), &t) in orow.iter_mut().zip(xr).zip(b).zip(tr) {
+                *o = ((x + b - shift).exp() * tsum - t) * s;
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from((rows, v))))
+    }
+}
+
+/// Sum over the rows of a contiguous `[B, V]` tensor (candle's reduction over a leading
+/// dimension walks it with strides; this is one contiguous pass).
+struct ColumnSum;
+
+impl candle_core::CustomOp1 for ColumnSum {
+    fn name(&self) -> &'static str {
+        "laya-column-sum"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, v) = l.shape().dims2()?;
+        let x = cpu_f32(s, l, "input")?;
+        let mut acc = vec![0f32; v];
+        for row in x.chunks_exact(v) {
+            for (a, &x) in acc.iter_mut().zip(row) {
+                *a += x;
+            }
+        }
+        Ok((CpuStorage::F32(acc), Shape::from(v)))
+    }
+}
+
+/// [`soft_cross_entropy`] of `logits + bias` (bias `[V]` broadcast over the rows), shape `[B]`,
+/// differentiable with respect to `logits` and `bias`; the targets get no gradient.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use laya_train::{biased_soft_cross_entropy, soft_cross_entropy};
+/// let dev = Device::Cpu;
+/// let x = Tensor::new(&[[1f32, 2.0, 3.0], [0.5, -1.0, 0.0]], &dev).unwrap();
+/// let b = Tensor::new(&[0.1f32, -0.2, 0.3], &dev).unwrap();
+/// let t = Tensor::new(&[[0f32, 0.75, 0.25], [1.0, 0.0, 0.0]], &dev).unwrap();
+/// let fused: Vec<f32> = biased_soft_cross_entropy(&x, &b, &t).unwrap().to_vec1().unwrap();
+/// let plain: Vec<f32> = soft_cross_entropy(&x.broadcast_add(&b).unwrap(), &t).unwrap().to_vec1().unwrap();
+/// assert!(fused.iter().zip(&plain).all(|(a, b)| (a - b).abs() < 1e-6));
+/// ```
+pub fn biased_soft_cross_entropy(logits: &Tensor, bias: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    logits.contiguous()?.apply_op3(&bias.contiguous()?, &targets.contiguous()?, BiasSoftCe)
+}
+
+/// Per-column affine map of a contiguous `[N, F]` tensor: `y = x·w + b` with `w`, `b` `[F]`
+/// (`w` absent: `y = x + b`). The linear layers' bias and the LayerNorm scale and shift.
+///
+/// Why not `broadcast_mul`/`broadcast_add`: their backward reduces the `[N, F]` gradient over
+/// its leading dimension with a strided walk, which was a tenth of a training step; here the
+/// parameter gradients are contiguous column sums.
+struct ColumnAffine {
+    scaled: bool,
+}
+
+fn affine_fwd(x: &[f32], w: Option<&[f32]>, b: &[f32]) -> Vec<f32> {
+    let f = b.len();
+    let mut y = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(f) {
+        match w {
+            Some(w) => y.extend(row.iter().zip(w).zip(b).map(|((&x, &w), &b)| x * w + b)),
+            None => y.extend(row.iter().zip(b).map(|(&x, &b)| x + b)),
+        }
+    }
+    y
+}
+
+fn affine_shapes(lx: &Layout, lp: &Layout) -> candle_core::Result<usize> {
+    let (_, f) = lx.shape().dims2()?;
+    if lp.shape().dims1()? != f {
+        return Err(candle_core::Error::Msg(format!("column affine: input {:?}, parameter {:?}", lx.shape(), lp.shape())));
+    }
+    Ok(f)
+}
+
+impl CustomOp2 for ColumnAffine {
+    fn name(&self) -> &'static str {
+        "laya-column-add"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        affine_shapes(l1, l2)?;
+        let y = affine_fwd(cpu_f32(s1, l1, "input")?, None, cpu_f32(s2, l2, "bias")?);
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, _b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = grad.contiguous()?;
+        let gb = g.apply_op1_no_bwd(&ColumnSum)?;
+        Ok((Some(g), Some(gb)))
+    }
+}
+
+impl candle_core::CustomOp3 for ColumnAffine {
+    fn name(&self) -> &'static str {
+        "laya-column-affine"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        affine_shapes(l1, l2)?;
+        affine_shapes(l1, l3)?;
+        let w = if self.scaled { Some(cpu_f32(s2, l2, "scale")?) } else { None };
+        let y = affine_fwd(cpu_f32(s1, l1, "input")?, w, cpu_f32(s3, l3, "shift")?);
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let g = grad.contiguous()?;
+        let gx = g.broadcast_mul(w)?;
+        let gw = g.mul(x)?.apply_op1_no_bwd(&ColumnSum)?;
+        let gb = g.apply_op1_no_bwd(&ColumnSum)?;
+        Ok((Some(gx), Some(gw), Some(gb)))
+    }
+}
+
+/// `x + b` for `x` `[N, F]` and `b` `[F]`, differentiable in both (see [`ColumnAffine`]).
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let x = Tensor::new(&[[1f32, 2.0], [3.0, 4.0]], &Device::Cpu).unwrap();
+/// let b = Tensor::new(&[10f32, 20.0], &Device::Cpu).unwrap();
+/// let y: Vec<Vec<f32>> = laya_train::add_columns(&x, &b).unwrap().to_vec2().unwrap();
+/// assert_eq!(y, vec![vec![11.0, 22.0], vec![13.0, 24.0]]);
+/// ```
+pub fn add_columns(x: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op2(&b.contiguous()?, ColumnAffine { scaled: false })
+}
+
+/// `x·w + b` for `x` `[N, F]` and `w`, `b` `[F]`, differentiable in all three (see [`ColumnAffine`]).
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let x = Tensor::new(&[[1f32, 2.0], [3.0, 4.0]], &Device::Cpu).unwrap();
+/// let w = Tensor::new(&[2f32, 0.5], &Device::Cpu).unwrap();
+/// let b = Tensor::new(&[1f32, -1.0], &Device::Cpu).unwrap();
+/// let y: Vec<Vec<f32>> = laya_train::scale_shift_columns(&x, &w, &b).unwrap().to_vec2().unwrap();
+/// assert_eq!(y, vec![vec![3.0, 0.0], vec![7.0, 1.0]]);
+/// ```
+pub fn scale_shift_columns(x: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, ColumnAffine { scaled: true })
+}

@@ -16,7 +16,7 @@ mod rng;
 pub use codec::{encode_context, encode_context_into, normalize, Mapping, NormRule};
 pub use config::{Activation, Decay, ModelConfig, Objective, TrainConfig};
 pub use error::{Result, TrainError};
-pub use model::{layer_norm, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
+pub use model::{layer_norm, log_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
 pub use rng::Rng;
 
@@ -26,12 +26,12 @@ mod train;
 
 pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
 pub use train::{
-    evaluate, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_step, EpochReport,
+    evaluate, fused_loss_tensors, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_step, EpochReport,
     LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason, TrainHooks, TrainOutcome, TrainState,
     ValidReport,
 };
 pub use export::{ExportInfo, Precision};
-pub use ce::{gelu_tanh, soft_cross_entropy};
+pub use ce::{add_columns, biased_soft_cross_entropy, gelu_tanh, scale_shift_columns, soft_cross_entropy};
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

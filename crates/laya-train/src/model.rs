@@ -3,6 +3,7 @@
 //! candle 0.11's fused `candle_nn::LayerNorm` and `ops::softmax_last_dim` have no backward pass
 //! (gradients silently stop there), so LayerNorm and softmax are written here from ops that do.
 
+use crate::ce::{add_columns, scale_shift_columns};
 use crate::codec::encode_context_into;
 use crate::config::{Activation, ModelConfig};
 use crate::error::{Result, TrainError};
@@ -87,21 +88,25 @@ pub fn log_softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Differentiable LayerNorm over the last dimension with the biased variance (format.md §3).
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let x = x.reshape(((), w.dim(0)?))?;
     let mean = x.mean_keepdim(D::Minus1)?;
     let xc = x.broadcast_sub(&mean)?;
     let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
     let inv = (var + eps)?.sqrt()?.recip()?;
-    xc.broadcast_mul(&inv)?.broadcast_mul(w)?.broadcast_add(b)
+    scale_shift_columns(&xc.broadcast_mul(&inv)?, w, b)?.reshape(dims)
 }
 
 fn linear(x: &Tensor, wb: &(Tensor, Tensor)) -> candle_core::Result<Tensor> {
-    x.matmul(&wb.0.t()?)?.broadcast_add(&wb.1)
+    add_columns(&x.matmul(&wb.0.t()?)?, &wb.1)
 }
 
 impl LayaNet {
     /// Builds a network with deterministic initialisation from `seed`: matrices and embeddings
     /// N(0, 0.02²), the two residual projections of each block (attention output, FFN down)
-    /// N(0, (0.02/√(2L))²) so the residual stream does not grow with depth, biases 0, norms 1.
+    /// N(0, (0.02/√(2L))²) so the residual stream does not grow with depth, norms 1, biases 0
+    /// except the word head's, which starts at the centred log frequency of each word
+    /// ([`log_prior`]).
     pub fn new(cfg: ModelConfig, seed: u64) -> Result<Self> {
         cfg.validate()?;
         let device = Device::Cpu;
@@ -115,6 +120,7 @@ impl LayaNet {
             let data: Vec<f32> = match init {
                 Init::Normal(std) => (0..n).map(|_| (rng.normal() * std) as f32).collect(),
                 Init::Const(c) => vec![c; n],
+                Init::Values(v) => v,
             };
             let t = Tensor::from_vec(data, shape, &device)?;
             let var = Var::from_tensor(&t)?;
@@ -158,7 +164,7 @@ impl LayaNet {
         );
         let output = (
             add("output.weight".into(), &[cfg.vocab(), d], Init::Normal(std), ParamKind::Matrix)?,
-            add("output.bias".into(), &[cfg.vocab()], Init::Const(0.0), ParamKind::Other)?,
+            add("output.bias".into(), &[cfg.vocab()], Init::Values(log_prior(&cfg.frequencies)), ParamKind::Other)?,
         );
         let replace = (
             add("replace.weight".into(), &[cfg.replace_classes, d], Init::Normal(std), ParamKind::Matrix)?,
@@ -216,6 +222,18 @@ impl LayaNet {
     /// Forward pass from already-gathered token embeddings `[B·T, d]` (the trainer gathers
     /// them itself so that the embedding gradient stays row-sparse).
     pub fn forward_embedded(&self, tok: &Tensor, b: usize) -> Result<(Tensor, Tensor)> {
+        let z = self.forward_hidden(tok, b)?;
+        Ok((linear(&z, &self.output)?, linear(&z, &self.replace)?))
+    }
+
+    /// The word head's `(weight [V, d], bias [V])` and the replace head's `(weight [C, d],
+    /// bias [C])`, for losses that fuse the heads (see `crate::train::fused_loss_tensors`).
+    pub fn heads(&self) -> (&(Tensor, Tensor), &(Tensor, Tensor)) {
+        (&self.output, &self.replace)
+    }
+
+    /// The forward pass up to the heads: the last position's output-normalised state `[B, d]`.
+    pub fn forward_hidden(&self, tok: &Tensor, b: usize) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (t, d, h) = (cfg.context, cfg.d_model, cfg.heads);
         let dh = d / h;
@@ -252,8 +270,7 @@ impl LayaNet {
             x = x1.broadcast_add(&linear(&act, &blk.down)?.reshape((b, tq, d))?)?;
         }
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.reshape((b, d))?;
-        let z = layer_norm(&last, &self.output_norm.0, &self.output_norm.1, eps)?;
-        Ok((linear(&z, &self.output)?, linear(&z, &self.replace)?))
+        Ok(layer_norm(&last, &self.output_norm.0, &self.output_norm.1, eps)?)
     }
 
     /// Word and replace logits for raw contexts (normalised and mapped exactly as the runtime
@@ -275,8 +292,27 @@ impl std::fmt::Debug for LayaNet {
     }
 }
 
-#[derive(Clone, Copy)]
 enum Init {
     Normal(f64),
     Const(f32),
+    Values(Vec<f32>),
+}
+
+/// The word head's initial bias: `ln(1 + count)` of each word, centred on its mean.
+///
+/// A fresh network then ranks words by frequency (a unigram model) until the context teaches it
+/// better. Starting from zero instead, a rare word's logit stays near its random start until the
+/// word has been seen often enough, which costs most on short prefixes, where the candidates are
+/// many rare words sharing one character. With all counts equal the bias is 0.
+///
+/// ```
+/// let b = laya_train::log_prior(&[0, 1, 1000]);
+/// assert!(b[0] < b[1] && b[1] < b[2]);
+/// assert!(b.iter().sum::<f32>().abs() < 1e-4);
+/// assert_eq!(laya_train::log_prior(&[5, 5]), vec![0.0, 0.0]);
+/// ```
+pub fn log_prior(counts: &[u32]) -> Vec<f32> {
+    let logs: Vec<f64> = counts.iter().map(|&c| (c as f64).ln_1p()).collect();
+    let mean = logs.iter().sum::<f64>() / logs.len().max(1) as f64;
+    logs.iter().map(|&l| (l - mean) as f32).collect()
 }

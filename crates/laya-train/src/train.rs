@@ -4,7 +4,7 @@
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
-use crate::ce::soft_cross_entropy;
+use crate::ce::{add_columns, biased_soft_cross_entropy, soft_cross_entropy};
 use crate::model::{LayaNet, ParamKind};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
@@ -36,6 +36,22 @@ pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32
     Ok((total, word, rep))
 }
 
+/// The same losses as [`loss_tensors`], from the hidden state `z` `[B, d]` (see
+/// [`LayaNet::forward_hidden`]) with the word head's bias fused into its cross-entropy
+/// ([`crate::biased_soft_cross_entropy`]): the training path, about a third cheaper at
+/// V = 20,000. A test pins values and gradients to [`loss_tensors`].
+pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
+    let ((ow, ob), (rw, rb)) = net.heads();
+    let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
+    let logits = z.matmul(&ow.t()?)?;
+    let word = (biased_soft_cross_entropy(&logits, ob, &batch.word_target)?.sum_all()? * (1.0 / wdiv))?;
+    let replace = add_columns(&z.matmul(&rw.t()?)?, rb)?;
+    let rdiv = if batch.total_weight > 0.0 { batch.total_weight as f64 } else { 1.0 };
+    let rep = (soft_cross_entropy(&replace, &batch.replace_target)?.sum_all()? * (1.0 / rdiv))?;
+    let total = (&word + (&rep * lambda as f64)?)?;
+    Ok((total, word, rep))
+}
+
 /// One optimisation step on `batch`: forward, backward, gradient clipping, AdamW.
 /// The embedding gradient is taken at the gathered rows and kept row-sparse.
 pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, lr: f64) -> Result<(LossParts, f64)> {
@@ -43,8 +59,8 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
     let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), dev)?;
     let gathered = net.token_embedding().detach().index_select(&rows, 0)?;
     let leaf = Var::from_tensor(&gathered)?;
-    let (w, r) = net.forward_embedded(leaf.as_tensor(), batch.size)?;
-    let (total, word, rep) = loss_tensors(&w, &r, batch, cfg.replace_loss_weight)?;
+    let z = net.forward_hidden(leaf.as_tensor(), batch.size)?;
+    let (total, word, rep) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight)?;
     let mut store = total.backward()?;
     let mut grads = Grads::default();
     for p in net.params() {

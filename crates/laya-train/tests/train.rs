@@ -66,6 +66,33 @@ fn every_parameter_gets_a_nonzero_gradient() {
 }
 
 #[test]
+fn fused_head_loss_matches_the_unfused_one_in_value_and_gradient() {
+    let net = LayaNet::new(tiny_cfg(50, 2), 5).unwrap();
+    let tc = TrainConfig::default();
+    let set = encode_events(&memorise_events(), net.config(), &tc);
+    let idx: Vec<usize> = (0..set.len()).collect();
+    let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
+    let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
+    let tok = net.token_embedding().index_select(&rows, 0).unwrap();
+    let z = net.forward_hidden(&tok, batch.size).unwrap();
+    let (w, r) = net.forward_embedded(&tok, batch.size).unwrap();
+    let (plain, pw, pr) = loss_tensors(&w, &r, &batch, 0.7).unwrap();
+    let (fused, fw, fr) = fused_loss_tensors(&net, &z, &batch, 0.7).unwrap();
+    for (a, b) in [(&plain, &fused), (&pw, &fw), (&pr, &fr)] {
+        let (a, b) = (a.to_scalar::<f32>().unwrap(), b.to_scalar::<f32>().unwrap());
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "loss {a} vs {b}");
+    }
+    let (gp, gf) = (plain.backward().unwrap(), fused.backward().unwrap());
+    for p in net.params() {
+        let a: Vec<f32> = gp.get(p.var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let b: Vec<f32> = gf.get(p.var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+        let worst = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= 1e-4 * scale, "{}: gradients differ by {worst} (scale {scale})", p.name);
+    }
+}
+
+#[test]
 fn one_training_step_changes_every_parameter() {
     let net = LayaNet::new(tiny_cfg(50, 2), 3).unwrap();
     let tc = TrainConfig::default();
@@ -340,4 +367,29 @@ fn fused_gelu_matches_candle_gelu_and_its_gradient() {
     let gt = theirs.sum_all().unwrap().backward().unwrap();
     let d = (go.get(x.as_tensor()).unwrap() - gt.get(x.as_tensor()).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     assert!(d < 1e-4, "gradients differ by {d}");
+}
+
+#[test]
+fn column_affine_ops_match_candle_broadcasting_in_value_and_gradient() {
+    use candle_core::{Device, Var};
+    let dev = Device::Cpu;
+    let mut rng = Rng::new(11, 1);
+    let mut rand = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
+    let (n, f) = (37, 24);
+    let x = Var::from_vec(rand(n * f), (n, f), &dev).unwrap();
+    let w = Var::from_vec(rand(f), f, &dev).unwrap();
+    let b = Var::from_vec(rand(f), f, &dev).unwrap();
+    let up = Tensor::from_vec(rand(n * f), (n, f), &dev).unwrap();
+    let ours = scale_shift_columns(&add_columns(x.as_tensor(), b.as_tensor()).unwrap(), w.as_tensor(), b.as_tensor()).unwrap();
+    let theirs = x.as_tensor().broadcast_add(b.as_tensor()).unwrap().broadcast_mul(w.as_tensor()).unwrap().broadcast_add(b.as_tensor()).unwrap();
+    let diff = (&ours - &theirs).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff < 1e-5, "values differ by {diff}");
+    let g1 = ours.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
+    let g2 = theirs.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
+    for v in [&x, &w, &b] {
+        let a = g1.get(v.as_tensor()).unwrap();
+        let c = g2.get(v.as_tensor()).unwrap();
+        let d = (a - c).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(d < 1e-4, "gradients differ by {d}");
+    }
 }
