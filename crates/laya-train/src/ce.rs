@@ -3,6 +3,7 @@
 //! (max, sub, exp, sum, log, sub, mul, sum) allocates — at V = 20,000 those dominated the loss.
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use rayon::prelude::*;
 
 fn rows<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<(&'a [f32], usize, usize)> {
     let (b, v) = l.shape().dims2()?;
@@ -208,19 +209,20 @@ impl candle_core::CustomOp3 for BiasSoftCe {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, v) = check_shapes(l1, l2, l3)?;
         let (x, b, t) = (cpu_f32(s1, l1, "logits")?, cpu_f32(s2, l2, "bias")?, cpu_f32(s3, l3, "targets")?);
-        let mut out = Vec::with_capacity(rows);
-        for (xr, tr) in x.chunks_exact(v).zip(t.chunks_exact(v)) {
-            let (m, lse) = biased_row_lse(xr, b);
-            let shift = m + lse;
-            let loss: f32 = xr
-                .iter()
-                .zip(b)
-                .zip(tr)
-                .filter(|(_, &t)| t != 0.0)
-                .map(|((&x, &b), &t)| -t * (x + b - shift))
-                .sum();
-            out.push(loss);
-        }
+        let out: Vec<f32> = x
+            .par_chunks_exact(v)
+            .zip(t.par_chunks_exact(v))
+            .map(|(xr, tr)| {
+                let (m, lse) = biased_row_lse(xr, b);
+                let shift = m + lse;
+                xr.iter()
+                    .zip(b)
+                    .zip(tr)
+                    .filter(|(_, &t)| t != 0.0)
+                    .map(|((&x, &b), &t)| -t * (x + b - shift))
+                    .sum()
+            })
+            .collect();
         Ok((CpuStorage::F32(out), Shape::from(rows)))
     }
 
@@ -264,14 +266,18 @@ impl candle_core::CustomOp3 for BiasSoftCeGrad {
         }
         let (x, b, t) = (cpu_f32(s1, l1, "logits")?, cpu_f32(s2, l2, "bias")?, cpu_f32(s3, l3, "targets")?);
         let mut out = vec![0f32; rows * v];
-        for (((xr, tr), orow), &s) in x.chunks_exact(v).zip(t.chunks_exact(v)).zip(out.chunks_exact_mut(v)).zip(&self.scale) {
-            let (m, lse) = biased_row_lse(xr, b);
-            let tsum: f32 = tr.iter().sum();
-            let shift = m + lse;
-            for (((o, &x), &b), &t) in orow.iter_mut().zip(xr).zip(b).zip(tr) {
-                *o = ((x + b - shift).exp() * tsum - t) * s;
-            }
-        }
+        out.par_chunks_exact_mut(v)
+            .zip(x.par_chunks_exact(v))
+            .zip(t.par_chunks_exact(v))
+            .zip(self.scale.par_iter())
+            .for_each(|(((orow, xr), tr), &s)| {
+                let (m, lse) = biased_row_lse(xr, b);
+                let tsum: f32 = tr.iter().sum();
+                let shift = m + lse;
+                for (((o, &x), &b), &t) in orow.iter_mut().zip(xr).zip(b).zip(tr) {
+                    *o = ((x + b - shift).exp() * tsum - t) * s;
+                }
+            });
         Ok((CpuStorage::F32(out), Shape::from((rows, v))))
     }
 }
@@ -288,12 +294,18 @@ impl candle_core::CustomOp1 for ColumnSum {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (_, v) = l.shape().dims2()?;
         let x = cpu_f32(s, l, "input")?;
+        // Each task owns a band of columns and walks every row over it: no reduction of
+        // partial sums, and the result does not depend on the thread count.
+        const BAND: usize = 2048;
         let mut acc = vec![0f32; v];
-        for row in x.chunks_exact(v) {
-            for (a, &x) in acc.iter_mut().zip(row) {
-                *a += x;
+        acc.par_chunks_mut(BAND).enumerate().for_each(|(k, a)| {
+            let (lo, n) = (k * BAND, a.len());
+            for row in x.chunks_exact(v) {
+                for (a, &x) in a.iter_mut().zip(&row[lo..lo + n]) {
+                    *a += x;
+                }
             }
-        }
+        });
         Ok((CpuStorage::F32(acc), Shape::from(v)))
     }
 }

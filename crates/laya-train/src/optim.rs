@@ -11,6 +11,7 @@ use crate::config::{Decay, TrainConfig};
 use crate::error::{Result, TrainError};
 use crate::model::{Param, ParamKind};
 use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Tensor};
+use rayon::prelude::*;
 use std::sync::Mutex;
 
 /// Learning rate at optimiser step `step` (0-based) of `total` steps: linear warm-up over
@@ -220,9 +221,17 @@ impl InplaceOp2 for Dense<'_> {
         if g.len() != w.len() || m.len() != w.len() {
             return Err(candle_core::Error::Msg("adamw: gradient size mismatch".into()));
         }
-        for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-            self.hyper.update(w, g, m, v);
-        }
+        // Chunks big enough that a one-thread pool pays nothing for the split.
+        const CHUNK: usize = 1 << 14;
+        w.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(m.par_chunks_mut(CHUNK))
+            .zip(v.par_chunks_mut(CHUNK))
+            .for_each(|(((w, g), m), v)| {
+                for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                    self.hyper.update(w, g, m, v);
+                }
+            });
         Ok(())
     }
 }
