@@ -187,10 +187,11 @@ def main():
         sections.append(sec)
         report["models"].append({"label": label, "path": path, "note": note, "rows": [
             {k: v for k, v in r.items() if k != "logits"} for r in rows]})
-    with open(os.path.join(out_dir, "peers.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, ensure_ascii=False, indent=1, default=str)
-    with open(os.path.join(out_dir, "peers.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(head) + "\n" + "\n\n".join(sections) + "\n")
+        # Saved after every model, so a long run that is stopped keeps what it measured.
+        with open(os.path.join(out_dir, "peers.json"), "w", encoding="utf-8") as f:
+            json.dump(report, f, ensure_ascii=False, indent=1, default=str)
+        with open(os.path.join(out_dir, "peers.md"), "w", encoding="utf-8") as f:
+            f.write("\n".join(head) + "\n" + "\n\n".join(sections) + "\n")
     if failed:
         print("CORRECTNESS GATE FAILED: a peer's top-5 or word logits differ from Laya's (see above)", file=sys.stderr)
         sys.exit(1)
