@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Laya vs ONNX Runtime, PyTorch (eager and torch.compile), MLX (CPU) and candle, batch 1, one
+# thread, on the same network and weights. One command does everything:
+#
+#     benchmarks/peers/run.sh [OUT_DIR]        # default OUT_DIR = runs/peers
+#
+# Creates target/peers-venv (pinned PyPI packages), builds the Rust peers in release, writes the
+# random models, runs benchmarks/peers/peers.py and saves OUT_DIR/peers.{json,md}.
+# Environment: PEERS_ITERS (1000), PEERS_WARMUP (100), PEERS_TORCH_INDEX_URL (an index with
+# CPU-only torch wheels, when reachable; see README.md).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+out="${1:-runs/peers}"
+venv=target/peers-venv
+py="$venv/bin/python"
+
+# Pinned so that a rerun measures the same software.
+NUMPY=2.4.6 GGUF=0.19.0 ONNX=1.23.2 ORT=1.32.0 TORCH=2.15.0 MLX=0.32.4
+if [ ! -x "$py" ]; then
+    python3 -m venv "$venv"
+fi
+have() { "$py" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+pip() { "$py" -m pip install --quiet --disable-pip-version-check "$@"; }
+have numpy $NUMPY && have gguf $GGUF && have onnx $ONNX && have onnxruntime $ORT \
+    || pip "numpy==$NUMPY" "gguf==$GGUF" "onnx==$ONNX" "onnxruntime==$ORT"
+# MLX's Linux CPU build; a failure here leaves the MLX rows saying why (peers.py reports the error).
+have mlx $MLX || pip "mlx[cpu]==$MLX" || echo "run.sh: mlx[cpu]==$MLX could not be installed; MLX rows will show the error" >&2
+if ! have torch $TORCH; then
+    if [ -n "${PEERS_TORCH_INDEX_URL:-}" ]; then
+        # A CPU-only build (no CUDA libraries) from an index that has one.
+        pip --index-url "$PEERS_TORCH_INDEX_URL" "torch==$TORCH"
+    else
+        # PyPI only carries the CUDA build for linux x86-64, and its libtorch_cpu.so itself links
+        # libcudart/libcupti, so `--no-deps` does not import. The CUDA libraries are installed
+        # as ordinary dependencies (~4 GB); compute stays on the CPU (no GPU here).
+        pip "torch==$TORCH"
+    fi
+fi
+"$py" -c 'import torch; assert torch.zeros(2).add(1).sum().item() == 2.0' \
+    || { echo "run.sh: torch does not run on this machine" >&2; exit 1; }
+
+# Rust side: Laya, candle and the random-model writer, in release, sharing target/.
+export CARGO_TARGET_DIR="$root/target"
+cargo build --release --quiet --manifest-path benchmarks/peers/laya-peer/Cargo.toml
+cargo build --release --quiet --manifest-path benchmarks/peers/candle-peer/Cargo.toml
+cargo build --release --quiet -p laya-format --example random_model
+models="$out/models"
+mkdir -p "$models"
+# (a) seed shape: lexicon 512, 3 blocks, d 128, 2 heads, FFN 512, F32, random weights.
+target/release/examples/random_model "$models/seed-512-f32.laya" 512 f32 128 512 3
+# (b') lexicon 20,000 in F32 with the default model's block shape (2 blocks, FFN 256), random
+# weights: an F32 counterpart of (b); its embedding is the 65,536-row direct table, not the
+# default's 4,628-row one.
+target/release/examples/random_model "$models/rand-20000-f32.laya" 20000 f32 128 256 2
+
+exec "$py" benchmarks/peers/peers.py "$out" target/release \
+    "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
+    "lexicon 20000, default model, F16=models/default.laya=models/default.laya as committed (2 blocks, FFN 256, 4,628-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
+    "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere."
