@@ -433,12 +433,12 @@ impl Int8Isa {
     /// Whether a `Kernels` of float level `l` may use this set (x86 sets need an x86 level at
     /// least as wide as their own).
     fn fits(self, l: Level) -> bool {
-        match (self.min_level(), l) {
-            (Level::Scalar, _) => true,
-            (Level::Avx2, Level::Avx2 | Level::Avx512) => true,
-            (Level::Avx512, Level::Avx512) => true,
-            _ => false,
-        }
+        matches!(
+            (self.min_level(), l),
+            (Level::Scalar, _)
+                | (Level::Avx2, Level::Avx2 | Level::Avx512)
+                | (Level::Avx512, Level::Avx512)
+        )
     }
 }
 
@@ -653,7 +653,12 @@ impl Kernels {
         bias: Option<&[f32]>,
         y: &mut [f32],
     ) {
-        assert_eq!(w.ty, WType::Q8_0, "matmul_q8 needs Q8_0 weights, got {}", w.ty);
+        assert_eq!(
+            w.ty,
+            WType::Q8_0,
+            "matmul_q8 needs Q8_0 weights, got {}",
+            w.ty
+        );
         let (rb, data) = w.checked();
         let nb = w.cols / QK;
         debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q8: xq is not n_pos x cols/32");
@@ -680,9 +685,7 @@ impl Kernels {
             Int8Isa::AvxVnni => unsafe { q8_x86::avxvnni::matmul(&a, xq, n_pos, bias, y) },
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
-            Int8Isa::Avx512Vnni => unsafe {
-                q8_x86::avx512vnni::matmul(&a, xq, n_pos, bias, y)
-            },
+            Int8Isa::Avx512Vnni => unsafe { q8_x86::avx512vnni::matmul(&a, xq, n_pos, bias, y) },
             _ => q8::matmul(&a, xq, n_pos, bias, y),
         }
     }

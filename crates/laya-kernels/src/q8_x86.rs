@@ -303,7 +303,12 @@ pub(crate) mod avx512vnni {
                 let x0 = &xr[p][b];
                 let x1 = if two { Some(&xr[p][b + 1]) } else { None };
                 // SAFETY: each `qs` is exactly 32 bytes.
-                let xv = unsafe { load2(x0.qs.as_ptr() as *const u8, x1.map(|x| x.qs.as_ptr() as *const u8)) };
+                let xv = unsafe {
+                    load2(
+                        x0.qs.as_ptr() as *const u8,
+                        x1.map(|x| x.qs.as_ptr() as *const u8),
+                    )
+                };
                 let (s1, d1) = x1.map_or((0, 0.0), |x| (x.sum, x.d));
                 let init = _mm512_setr_epi32(
                     -128 * x0.sum,

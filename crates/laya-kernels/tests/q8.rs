@@ -17,7 +17,9 @@ fn isas() -> Vec<Kernels> {
     NOTE.call_once(|| {
         for i in Int8Isa::ALL {
             if !i.is_available() {
-                eprintln!("note: int8 set {i} not available on this CPU/target; its tests are skipped");
+                eprintln!(
+                    "note: int8 set {i} not available on this CPU/target; its tests are skipped"
+                );
             }
         }
     });
@@ -187,7 +189,7 @@ proptest! {
         let m = Matrix::new(WType::Q8_0, rows, cols, &buf[1..]).unwrap();
         let x: Vec<f32> = (0..n_pos * cols).map(|i| {
             if i % QK == (seed as usize) % QK {
-                if rng.next() % 2 == 0 { 127.0 } else { -127.0 }
+                if rng.next().is_multiple_of(2) { 127.0 } else { -127.0 }
             } else {
                 match rng.next() % 4 { 0 => 127.0, 1 => -127.0, _ => (rng.f() * 127.0).round() }
             }
@@ -278,7 +280,13 @@ fn zero_activations_give_the_bias_exactly() {
 #[test]
 fn model_shapes() {
     let mut rng = Rng::new(11);
-    for (rows, cols, n_pos) in [(128, 128, 16), (512, 128, 16), (128, 512, 16), (128, 128, 1), (20000, 128, 1)] {
+    for (rows, cols, n_pos) in [
+        (128, 128, 16),
+        (512, 128, 16),
+        (128, 512, 16),
+        (128, 128, 1),
+        (20000, 128, 1),
+    ] {
         let buf = weights(rows, cols, 0, false, &mut rng);
         let m = Matrix::new(WType::Q8_0, rows, cols, &buf).unwrap();
         let x = activations(n_pos * cols, &mut rng);
@@ -293,9 +301,19 @@ fn model_shapes() {
             let mut y = vec![f32::NAN; n_pos * rows];
             k.matmul_q8(&m, &xq, n_pos, Some(&bias), &mut y);
             for i in 0..y.len() {
-                assert!((y[i] - want[i]).abs() <= 1e-5 * (1.0 + scale), "{} {rows}x{cols}: {} vs {}", k.int8_isa(), y[i], want[i]);
+                assert!(
+                    (y[i] - want[i]).abs() <= 1e-5 * (1.0 + scale),
+                    "{} {rows}x{cols}: {} vs {}",
+                    k.int8_isa(),
+                    y[i],
+                    want[i]
+                );
                 // Against the f32 path: activation rounding only (a loose sanity bound).
-                assert!((y[i] - exact[i]).abs() <= 0.02 * (1.0 + scale), "{} vs f32 path", k.int8_isa());
+                assert!(
+                    (y[i] - exact[i]).abs() <= 0.02 * (1.0 + scale),
+                    "{} vs f32 path",
+                    k.int8_isa()
+                );
             }
         }
     }
@@ -313,7 +331,10 @@ fn detection_prefers_the_widest_int8_set() {
     assert_eq!(k.int8_isa(), best);
     assert_eq!(Kernels::scalar().int8_isa(), Int8Isa::Scalar);
     if let Some(a2) = Kernels::for_level(Level::Avx2) {
-        assert!(a2.with_int8(Int8Isa::Avx512Vnni).is_none(), "AVX-512 VNNI needs the AVX-512 level");
+        assert!(
+            a2.with_int8(Int8Isa::Avx512Vnni).is_none(),
+            "AVX-512 VNNI needs the AVX-512 level"
+        );
     }
 }
 
