@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use laya_format::Activation;
-use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
+use laya_kernels::{ActBlock, Int8Isa, Kernels, Matrix, WType, QK};
 
 use crate::model::Model;
 use crate::stages::{Stage, StageTimes};
@@ -265,7 +265,12 @@ impl Session {
         let m: &Model = model;
         let kern = m.kernels;
         let int8 = *act == ActPrecision::Int8;
-        let q8 = |w: &Matrix| int8 && w.ty == WType::Q8_0;
+        // Measured on Zen 3 (benchmarks/README.md): the AVX2 int8 kernel beats the f32 panel
+        // matmul only for one position (the last block and the word head, 1.6x); for 16
+        // positions the panel is faster, so AVX2 keeps f32 activations there. VNNI tiers are
+        // not measured yet and take the int8 path everywhere.
+        let wide_int8 = kern.int8_isa() != Int8Isa::Avx2;
+        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && (n == 1 || wide_int8);
         let cfg = &m.cfg;
         let (t, d) = (cfg.context_length, cfg.d_model);
         let nbd = d / QK;
@@ -312,14 +317,16 @@ impl Session {
             }
             clock.lap(Stage::AttnNorm);
 
+            let q8 = |w: &Matrix| q8n(w, np);
             let (wk, wv, wq) = (m.matrix(&l.k), m.matrix(&l.v), m.matrix(&l.q));
-            if q8(&wk) || q8(&wv) || q8(&wq) {
+            let (k8, v8) = (q8n(&wk, t), q8n(&wv, t));
+            if k8 || v8 || q8(&wq) {
                 // Quantised once for all three projections (Q reads the rows from `first`).
                 kern.quantize_act(&s.h[..t * d], &mut s.xq[..t * nbd]);
             }
             let xq = &s.xq[..t * nbd];
-            linear(kern, &wk, &s.h, xq, t, &l.k_b, &mut s.k, q8(&wk));
-            linear(kern, &wv, &s.h, xq, t, &l.v_b, &mut s.v, q8(&wv));
+            linear(kern, &wk, &s.h, xq, t, &l.k_b, &mut s.k, k8);
+            linear(kern, &wv, &s.h, xq, t, &l.v_b, &mut s.v, v8);
             linear(kern, &wq, &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&wq));
             clock.lap(Stage::Qkv);
 
@@ -370,8 +377,8 @@ impl Session {
         kern.layer_norm(&s.x[(t - 1) * d..], &m.out_norm_w, &m.out_norm_b, cfg.eps, &mut s.z);
         clock.lap(Stage::OutputNorm);
         let wout = m.matrix(&m.output);
-        quantize_if(kern, q8(&wout), &s.z, &mut s.xq);
-        linear(kern, &wout, &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8(&wout));
+        quantize_if(kern, q8n(&wout, 1), &s.z, &mut s.xq);
+        linear(kern, &wout, &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&wout, 1));
         clock.lap(Stage::WordHead);
         kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
         clock.lap(Stage::ReplaceHead);

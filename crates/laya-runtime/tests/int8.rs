@@ -4,10 +4,11 @@
 //! Stated tolerance, on random models (`laya_format::testing`) over 163 contexts each: every
 //! logit of the int8 path is within 0.05 + 2% of its magnitude of the f32 path's, the mean
 //! absolute difference is below 0.01, the top-1 candidate is the same on at least 93% of
-//! contexts and the top-5 sets share at least 96% of their members. Measured (AVX2, seeds 1 and
-//! 42, `--nocapture` prints it): max |Δlogit| 0.029-0.031, mean 0.0045-0.0053, top-1 identical
-//! 95.7-99.4%, top-5 overlap 97.9-99.1%; the *ordered* top-5 list is identical on only
-//! 70-87%, because random models have nearly flat word distributions where neighbouring
+//! contexts and the top-5 sets share at least 96% of their members. Measured on AVX2 with int8
+//! in every Q8_0 layer (seeds 1 and 42): max |Δlogit| 0.029-0.031, mean 0.0045-0.0053, top-1
+//! identical 95.7-99.4%, top-5 overlap 97.9-99.1%; with the session's AVX2 policy (int8 only
+//! for one-position layers) max 0.020-0.023, mean 0.0031-0.0039 (`--nocapture` prints it). The
+//! *ordered* top-5 list is identical on only 70-91%, because random models have nearly flat word distributions where neighbouring
 //! candidates swap places for logit changes of a few thousandths.
 
 mod common;
@@ -115,16 +116,15 @@ fn int8_path_stays_close_to_the_f32_path() {
     }
 }
 
+/// Each int8 set (with the session's per-shape choice of which layers run in int8) stays within
+/// the stated tolerance of the exact f32 path on the same float level.
 #[test]
-fn every_int8_set_agrees_with_the_scalar_twin() {
+fn every_int8_set_stays_close_to_the_f32_path() {
     let cfg = seed_shape(300);
     let bytes = common::model_bytes(&cfg, 9, GgmlType::Q8_0);
-    // Same float level, scalar int8 kernels: the int8 sets then differ only in summation order
-    // (which can still flip an occasional rounding of the next layer's quantised activations).
     let base = Kernels::detect();
-    let twin = base.with_int8(Int8Isa::Scalar).unwrap();
-    let mut reference =
-        Session::new(laya_runtime::Model::from_bytes_with(bytes.clone(), twin).unwrap());
+    let mut exact = Session::new(laya_runtime::Model::from_bytes_with(bytes.clone(), base).unwrap());
+    exact.set_act_precision(ActPrecision::F32);
     for isa in Int8Isa::ALL {
         let Some(k) = base.with_int8(isa) else {
             eprintln!("note: int8 set {isa} not available here; skipped");
@@ -132,13 +132,10 @@ fn every_int8_set_agrees_with_the_scalar_twin() {
         };
         let mut s = Session::new(laya_runtime::Model::from_bytes_with(bytes.clone(), k).unwrap());
         for ctx in CONTEXTS {
-            let (a, ar) = reference.logits(ctx);
+            let (a, ar) = exact.logits(ctx);
             let (b, br) = s.logits(ctx);
             for (x, y) in a.iter().chain(&ar).zip(b.iter().chain(&br)) {
-                assert!(
-                    (x - y).abs() <= 1e-3 * (1.0 + x.abs()),
-                    "{isa} {ctx:?}: {x} vs {y}"
-                );
+                assert!((x - y).abs() <= 0.05 + 0.02 * x.abs(), "{isa} {ctx:?}: {x} vs {y}");
             }
         }
     }
