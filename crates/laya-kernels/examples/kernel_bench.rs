@@ -8,7 +8,7 @@
 //! used to print the fraction of peak. Results are the best of several timed batches, so they
 //! reflect the kernel rather than scheduling noise; on a shared machine expect some variance.
 
-use laya_kernels::{Kernels, Level, Matrix, WType};
+use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, WType, QK};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -153,6 +153,40 @@ fn main() {
                 cols,
                 gf,
                 100.0 * gf / peak
+            );
+        }
+    }
+    println!();
+    println!("int8 activations x Q8_0 weights (GFLOP/s-equivalent: 2 x MACs / time) against the");
+    println!("f32-activation Q8_0 matmul of the best level; `int8+q` includes quantising x:");
+    println!(
+        "{:<12} {:>5} {:>5} {:>5} {:>10} {:>10} {:>10}",
+        "int8 set", "n_pos", "rows", "cols", "f32-act", "int8", "int8+q"
+    );
+    let best = Kernels::detect();
+    for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512), (1, 128, 128), (1, 20000, 128)] {
+        let w = weights(WType::Q8_0, rows, cols);
+        let m = Matrix::new(WType::Q8_0, rows, cols, &w).unwrap();
+        let x: Vec<f32> = (0..n_pos * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
+        let b = vec![0.1f32; rows];
+        let mut y = vec![0.0f32; n_pos * rows];
+        let mut xq = vec![ActBlock::ZERO; n_pos * cols / QK];
+        let gf = |s: f64| 2.0 * (n_pos * rows * cols) as f64 / s / 1e9;
+        let f32_act = gf(time(|| best.matmul(&m, black_box(&x), n_pos, Some(&b), black_box(&mut y)), 200));
+        for isa in Int8Isa::ALL {
+            let Some(k) = best.with_int8(isa) else { continue };
+            k.quantize_act(&x, &mut xq);
+            let int8 = gf(time(|| k.matmul_q8(&m, black_box(&xq), n_pos, Some(&b), black_box(&mut y)), 200));
+            let with_q = gf(time(
+                || {
+                    k.quantize_act(black_box(&x), &mut xq);
+                    k.matmul_q8(&m, &xq, n_pos, Some(&b), black_box(&mut y))
+                },
+                200,
+            ));
+            println!(
+                "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>10.1} {:>10.1}",
+                isa.to_string(), n_pos, rows, cols, f32_act, int8, with_q
             );
         }
     }

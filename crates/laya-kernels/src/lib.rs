@@ -49,7 +49,13 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 #[allow(clippy::needless_range_loop)]
 mod neon;
+mod q8;
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[allow(clippy::needless_range_loop)]
+mod q8_x86;
 mod scalar;
+
+pub use q8::ActBlock;
 
 /// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
 pub const QK: usize = 32;
@@ -362,15 +368,103 @@ impl fmt::Display for Level {
     }
 }
 
+/// Instruction set of the int8 kernels ([`Kernels::quantize_act`], [`Kernels::matmul_q8`]).
+///
+/// Chosen independently of [`Level`] because the integer dot-product extensions are separate
+/// CPUID flags: many AVX-512F CPUs (Skylake-SP) lack AVX-512 VNNI, and AVX-VNNI exists on CPUs
+/// without AVX-512 (Alder Lake).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Int8Isa {
+    /// Portable scalar twin.
+    Scalar,
+    /// AVX2 `maddubs` with the sign trick.
+    Avx2,
+    /// AVX-VNNI: 256-bit `vpdpbusd` with the offset trick.
+    AvxVnni,
+    /// AVX-512 VNNI: 512-bit `vpdpbusd` with the offset trick.
+    Avx512Vnni,
+}
+
+impl Int8Isa {
+    /// All int8 instruction sets, slowest first.
+    pub const ALL: [Int8Isa; 4] = [
+        Int8Isa::Scalar,
+        Int8Isa::Avx2,
+        Int8Isa::AvxVnni,
+        Int8Isa::Avx512Vnni,
+    ];
+
+    /// Whether the running CPU supports it (each also needs the AVX2 level; AVX-512 VNNI needs
+    /// the AVX-512 level).
+    pub fn is_available(self) -> bool {
+        match self {
+            Int8Isa::Scalar => true,
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Int8Isa::Avx2 => Level::Avx2.is_available(),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Int8Isa::AvxVnni => Level::Avx2.is_available() && is_x86_feature_detected!("avxvnni"),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Int8Isa::Avx512Vnni => {
+                Level::Avx512.is_available() && is_x86_feature_detected!("avx512vnni")
+            }
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The float level this instruction set needs at least.
+    fn min_level(self) -> Level {
+        match self {
+            Int8Isa::Scalar => Level::Scalar,
+            Int8Isa::Avx2 | Int8Isa::AvxVnni => Level::Avx2,
+            Int8Isa::Avx512Vnni => Level::Avx512,
+        }
+    }
+
+    /// The best int8 set usable together with float level `l` on this CPU.
+    fn best_for(l: Level) -> Int8Isa {
+        let ok = |i: Int8Isa| i.is_available() && i.fits(l);
+        [Int8Isa::Avx512Vnni, Int8Isa::AvxVnni, Int8Isa::Avx2]
+            .into_iter()
+            .find(|i| ok(*i))
+            .unwrap_or(Int8Isa::Scalar)
+    }
+
+    /// Whether a `Kernels` of float level `l` may use this set (x86 sets need an x86 level at
+    /// least as wide as their own).
+    fn fits(self, l: Level) -> bool {
+        matches!(
+            (self.min_level(), l),
+            (Level::Scalar, _)
+                | (Level::Avx2, Level::Avx2 | Level::Avx512)
+                | (Level::Avx512, Level::Avx512)
+        )
+    }
+}
+
+impl fmt::Display for Int8Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Int8Isa::Scalar => "scalar",
+            Int8Isa::Avx2 => "avx2",
+            Int8Isa::AvxVnni => "avx-vnni",
+            Int8Isa::Avx512Vnni => "avx512-vnni",
+        })
+    }
+}
+
 /// A handle to one kernel tier. Cheap to copy; obtain it once (at model load) with
 /// [`Kernels::detect`].
 ///
-/// Invariant: a `Kernels` value only ever holds a level that the running CPU supports, which is
-/// what makes the dispatch to `#[target_feature]` code sound. The field is private so the only
-/// constructors are [`Kernels::detect`], [`Kernels::scalar`] and [`Kernels::for_level`].
+/// Invariant: a `Kernels` value only ever holds a level and an int8 set that the running CPU
+/// supports (and the int8 set never needs more than the level), which is what makes the
+/// dispatch to `#[target_feature]` code sound. The fields are private so the only constructors
+/// are [`Kernels::detect`], [`Kernels::scalar`], [`Kernels::for_level`] and
+/// [`Kernels::with_int8`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernels {
     level: Level,
+    int8: Int8Isa,
 }
 
 /// Dispatches `$call` (a path in each tier module plus arguments) on `$self.level`.
@@ -398,7 +492,10 @@ impl Kernels {
     pub fn detect() -> Kernels {
         for l in [Level::Avx512, Level::Avx2, Level::Neon] {
             if l.is_available() {
-                return Kernels { level: l };
+                return Kernels {
+                    level: l,
+                    int8: Int8Isa::best_for(l),
+                };
             }
         }
         Kernels::scalar()
@@ -408,7 +505,30 @@ impl Kernels {
     pub fn scalar() -> Kernels {
         Kernels {
             level: Level::Scalar,
+            int8: Int8Isa::Scalar,
         }
+    }
+
+    /// The same float level with another int8 instruction set, or `None` if the CPU lacks it
+    /// or it needs a wider level than this handle's (AVX-512 VNNI needs [`Level::Avx512`]).
+    /// For tests and benchmarks; [`Kernels::detect`] already picks the best.
+    ///
+    /// ```
+    /// use laya_kernels::{Int8Isa, Kernels};
+    /// let k = Kernels::detect().with_int8(Int8Isa::Scalar).unwrap();
+    /// assert_eq!(k.int8_isa(), Int8Isa::Scalar);
+    /// assert!(Kernels::scalar().with_int8(Int8Isa::Avx512Vnni).is_none());
+    /// ```
+    pub fn with_int8(self, isa: Int8Isa) -> Option<Kernels> {
+        (isa.is_available() && isa.fits(self.level)).then_some(Kernels {
+            level: self.level,
+            int8: isa,
+        })
+    }
+
+    /// The int8 instruction set this handle dispatches [`Kernels::matmul_q8`] to.
+    pub fn int8_isa(&self) -> Int8Isa {
+        self.int8
     }
 
     /// The given level, or `None` if the CPU (or this build's target architecture) lacks it.
@@ -418,7 +538,10 @@ impl Kernels {
     /// assert!(Kernels::for_level(Level::Scalar).is_some());
     /// ```
     pub fn for_level(l: Level) -> Option<Kernels> {
-        l.is_available().then_some(Kernels { level: l })
+        l.is_available().then(|| Kernels {
+            level: l,
+            int8: Int8Isa::best_for(l),
+        })
     }
 
     /// The level this handle dispatches to.
@@ -458,6 +581,113 @@ impl Kernels {
             data,
         };
         dispatch!(self, matmul(&a, x, n_pos, bias, y))
+    }
+
+    /// Quantises activations to int8 blocks for [`Kernels::matmul_q8`]: for each run of 32
+    /// values, `d = max|x| / 127`, `qs[j] = round_half_even(x[j] / d)` (computed as
+    /// `x[j] · (1/d)`), and the block sum of `qs`. A row of `cols` values (a multiple of 32)
+    /// becomes `cols / 32` consecutive blocks, so `n_pos` rows quantise in one call.
+    ///
+    /// Every tier produces bit-identical blocks for finite inputs (the values are rounded the
+    /// same way and `d` is the same scalar expression). Non-finite inputs give garbage values
+    /// but keep `qs` in `-127..=127`. Panics if `x.len() != 32 · out.len()`.
+    ///
+    /// ```
+    /// use laya_kernels::{ActBlock, Kernels};
+    /// let mut x = [0.5f32; 64];
+    /// x[40] = -1.0;
+    /// let mut q = [ActBlock::ZERO; 2];
+    /// Kernels::detect().quantize_act(&x, &mut q);
+    /// assert_eq!((q[0].d(), q[0].qs()[0]), (0.5 / 127.0, 127));
+    /// assert_eq!((q[1].qs()[0], q[1].qs()[8]), (64, -127)); // 0.5 / (1/127) rounds to even
+    /// ```
+    pub fn quantize_act(&self, x: &[f32], out: &mut [ActBlock]) {
+        assert_eq!(
+            x.len(),
+            out.len() * QK,
+            "quantize_act: {} values do not fill {} blocks of {QK}",
+            x.len(),
+            out.len()
+        );
+        match self.int8 {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Int8Isa::Avx2 | Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => {
+                // SAFETY: every x86 int8 set implies the AVX2 level (`fits`), which was
+                // detected at construction (struct invariant).
+                unsafe { q8_x86::quantize(x, out) }
+            }
+            _ => q8::quantize(x, out),
+        }
+    }
+
+    /// Integer matrix product for Q8_0 weights: like [`Kernels::matmul`] with `W` a Q8_0
+    /// matrix, but against activations quantised by [`Kernels::quantize_act`] (`xq` holds
+    /// `n_pos` rows of `cols / 32` blocks):
+    /// `y[p*rows + o] = bias[o] + Σ_b (d_w[o,b] · d_x[p,b]) · Σ_j w[o,32b+j] · q[p,32b+j]`.
+    ///
+    /// Each block's dot product is an exact `i32` in every tier; the f32 results differ between
+    /// tiers only by summation order, bounded by `(cols/32 + 32) · 2⁻²³ · Σ_b |d_w d_x isum_b|`
+    /// (the property tests check it). Against the f32 [`Kernels::matmul`] the difference is the
+    /// activation rounding: at most `Σ_j |w_j| · d_x / 2` per block, plus float error.
+    /// Panics if `w` is not Q8_0 or a slice is shorter than the shape needs.
+    ///
+    /// ```
+    /// use laya_kernels::{ActBlock, Kernels, Matrix, WType};
+    /// // One Q8_0 row: scale 1.0 (f16 0x3C00), values 0..32.
+    /// let mut w = vec![0x00, 0x3C];
+    /// w.extend((0..32).map(|i| i as u8));
+    /// let m = Matrix::new(WType::Q8_0, 1, 32, &w).unwrap();
+    /// let k = Kernels::detect();
+    /// let x = [1.0f32; 32]; // quantises exactly: d = 1/127, q = 127
+    /// let mut xq = [ActBlock::ZERO; 1];
+    /// k.quantize_act(&x, &mut xq);
+    /// let mut y = [0.0f32; 1];
+    /// k.matmul_q8(&m, &xq, 1, Some(&[0.5]), &mut y);
+    /// assert!((y[0] - 496.5).abs() < 1e-3);
+    /// ```
+    pub fn matmul_q8(
+        &self,
+        w: &Matrix,
+        xq: &[ActBlock],
+        n_pos: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        assert_eq!(
+            w.ty,
+            WType::Q8_0,
+            "matmul_q8 needs Q8_0 weights, got {}",
+            w.ty
+        );
+        let (rb, data) = w.checked();
+        let nb = w.cols / QK;
+        debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q8: xq is not n_pos x cols/32");
+        debug_assert_eq!(y.len(), n_pos * w.rows, "matmul_q8: y is not n_pos x rows");
+        let xq = &xq[..n_pos * nb];
+        let y = &mut y[..n_pos * w.rows];
+        let bias = bias.map(|b| {
+            debug_assert_eq!(b.len(), w.rows, "matmul_q8: bias length is not rows");
+            &b[..w.rows]
+        });
+        let a = MatArgs {
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            rb,
+            data,
+        };
+        match self.int8 {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX2 (+FMA/F16C) was detected at construction (struct invariant).
+            Int8Isa::Avx2 => unsafe { q8_x86::avx2::matmul(&a, xq, n_pos, bias, y) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-VNNI and AVX2 were detected at construction (struct invariant).
+            Int8Isa::AvxVnni => unsafe { q8_x86::avxvnni::matmul(&a, xq, n_pos, bias, y) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
+            Int8Isa::Avx512Vnni => unsafe { q8_x86::avx512vnni::matmul(&a, xq, n_pos, bias, y) },
+            _ => q8::matmul(&a, xq, n_pos, bias, y),
+        }
     }
 
     /// `out[..cols]` = row `r` of `w`, dequantised (an embedding lookup).

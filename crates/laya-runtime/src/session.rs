@@ -6,12 +6,33 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use laya_format::Activation;
+use laya_kernels::{ActBlock, Int8Isa, Kernels, Matrix, WType, QK};
 
 use crate::model::Model;
 use crate::stages::{Stage, StageTimes};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
 pub const DEFAULT_MAX_K: usize = 64;
+
+/// Precision of the activations fed to Q8_0 linear layers (block matrices and the word head).
+/// Other weight types always multiply f32 activations.
+///
+/// ```no_run
+/// use laya_runtime::{ActPrecision, Session};
+/// let mut s = Session::new(laya_runtime::Model::load("model.laya")?);
+/// s.set_act_precision(ActPrecision::F32); // the exact path the numpy reference computes
+/// # Ok::<(), laya_runtime::LoadError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ActPrecision {
+    /// Q8_0 weights are dequantised on the fly and multiplied with f32 activations.
+    F32,
+    /// Activations are quantised to int8 blocks of 32 (one f32 scale each) and multiplied with
+    /// the int8 weights in integer arithmetic (`Kernels::matmul_q8`): faster, and within the
+    /// activation rounding (half a step of `max|x|/127` per value) of the f32 path.
+    #[default]
+    Int8,
+}
 
 /// One candidate word.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +68,8 @@ struct Scratch {
     rlogits: Vec<f32>,
     suffix: Vec<u8>,
     hits: Vec<Hit>,
+    /// Int8 blocks of whichever activation a Q8_0 layer consumes next (at most T x max(d, F)).
+    xq: Vec<ActBlock>,
 }
 
 /// A prediction context for one thread: owns every buffer a prediction needs, so predicting
@@ -70,6 +93,7 @@ pub struct Session {
     s: Scratch,
     max_k: usize,
     profiling: bool,
+    act: ActPrecision,
     times: StageTimes,
 }
 
@@ -130,8 +154,20 @@ impl Session {
             rlogits: vec![0.0; c.replace_classes],
             suffix: Vec::with_capacity(4 * c.replace_classes),
             hits: Vec::with_capacity(max_k.min(c.vocab * c.replace_classes).max(1)),
+            xq: vec![ActBlock::ZERO; t * d.max(fmax) / QK],
         };
-        Session { model, s, max_k, profiling: false, times: StageTimes::default() }
+        Session { model, s, max_k, profiling: false, act: ActPrecision::default(), times: StageTimes::default() }
+    }
+
+    /// Chooses how Q8_0 layers multiply (default [`ActPrecision::Int8`]). Takes effect at the
+    /// next prediction and allocates nothing.
+    pub fn set_act_precision(&mut self, act: ActPrecision) {
+        self.act = act;
+    }
+
+    /// The activation precision of Q8_0 layers.
+    pub fn act_precision(&self) -> ActPrecision {
+        self.act
     }
 
     /// The model this session predicts with.
@@ -153,7 +189,10 @@ impl Session {
         if same_shape {
             self.model = model;
         } else {
+            let (profiling, act) = (self.profiling, self.act);
             *self = Session::with_max_k(model, self.max_k);
+            self.profiling = profiling;
+            self.act = act;
         }
     }
 
@@ -222,11 +261,19 @@ impl Session {
     }
 
     fn forward_logits(&mut self, context: &str, clock: &mut Clock) -> usize {
-        let Session { model, s, .. } = self;
+        let Session { model, s, act, .. } = self;
         let m: &Model = model;
         let kern = m.kernels;
+        let int8 = *act == ActPrecision::Int8;
+        // Measured on Zen 3 (benchmarks/README.md): the AVX2 int8 kernel beats the f32 panel
+        // matmul only for one position (the last block and the word head, 1.6x); for 16
+        // positions the panel is faster, so AVX2 keeps f32 activations there. VNNI tiers are
+        // not measured yet and take the int8 path everywhere.
+        let wide_int8 = kern.int8_isa() != Int8Isa::Avx2;
+        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && (n == 1 || wide_int8);
         let cfg = &m.cfg;
         let (t, d) = (cfg.context_length, cfg.d_model);
+        let nbd = d / QK;
         let heads = cfg.heads;
         let dh = d / heads;
         let scale = 1.0 / (dh as f32).sqrt();
@@ -270,9 +317,17 @@ impl Session {
             }
             clock.lap(Stage::AttnNorm);
 
-            kern.matmul(&m.matrix(&l.k), &s.h, t, Some(&l.k_b), &mut s.k);
-            kern.matmul(&m.matrix(&l.v), &s.h, t, Some(&l.v_b), &mut s.v);
-            kern.matmul(&m.matrix(&l.q), &s.h[first * d..], np, Some(&l.q_b), &mut s.q[first * d..]);
+            let q8 = |w: &Matrix| q8n(w, np);
+            let (wk, wv, wq) = (m.matrix(&l.k), m.matrix(&l.v), m.matrix(&l.q));
+            let (k8, v8) = (q8n(&wk, t), q8n(&wv, t));
+            if k8 || v8 || q8(&wq) {
+                // Quantised once for all three projections (Q reads the rows from `first`).
+                kern.quantize_act(&s.h[..t * d], &mut s.xq[..t * nbd]);
+            }
+            let xq = &s.xq[..t * nbd];
+            linear(kern, &wk, &s.h, xq, t, &l.k_b, &mut s.k, k8);
+            linear(kern, &wv, &s.h, xq, t, &l.v_b, &mut s.v, v8);
+            linear(kern, &wq, &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&wq));
             clock.lap(Stage::Qkv);
 
             kern.attention(
@@ -289,7 +344,9 @@ impl Session {
             );
             clock.lap(Stage::Attention);
 
-            kern.matmul(&m.matrix(&l.o), &s.att[first * d..], np, Some(&l.o_b), &mut s.tmp[..np * d]);
+            let wo = m.matrix(&l.o);
+            quantize_if(kern, q8(&wo), &s.att[first * d..], &mut s.xq);
+            linear(kern, &wo, &s.att[first * d..], &s.xq, np, &l.o_b, &mut s.tmp[..np * d], q8(&wo));
             kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
             clock.lap(Stage::AttnOut);
 
@@ -300,14 +357,18 @@ impl Session {
             clock.lap(Stage::FfnNorm);
 
             let hidden = &mut s.ffn[..np * f];
-            kern.matmul(&m.matrix(&l.up), &s.h[first * d..], np, Some(&l.up_b), hidden);
+            let wup = m.matrix(&l.up);
+            quantize_if(kern, q8(&wup), &s.h[first * d..], &mut s.xq);
+            linear(kern, &wup, &s.h[first * d..], &s.xq, np, &l.up_b, hidden, q8(&wup));
             clock.lap(Stage::FfnUp);
             match cfg.activation {
                 Activation::GeluTanh => kern.gelu_tanh(hidden),
                 Activation::Relu => kern.relu(hidden),
             }
             clock.lap(Stage::Activation);
-            kern.matmul(&m.matrix(&l.down), hidden, np, Some(&l.down_b), &mut s.tmp[..np * d]);
+            let wdown = m.matrix(&l.down);
+            quantize_if(kern, q8(&wdown), hidden, &mut s.xq);
+            linear(kern, &wdown, hidden, &s.xq, np, &l.down_b, &mut s.tmp[..np * d], q8(&wdown));
             kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
             clock.lap(Stage::FfnDown);
         }
@@ -315,7 +376,9 @@ impl Session {
         // 4. Final norm of the last position, then the two heads.
         kern.layer_norm(&s.x[(t - 1) * d..], &m.out_norm_w, &m.out_norm_b, cfg.eps, &mut s.z);
         clock.lap(Stage::OutputNorm);
-        kern.matmul(&m.matrix(&m.output), &s.z, 1, Some(&m.output_b), &mut s.logits);
+        let wout = m.matrix(&m.output);
+        quantize_if(kern, q8n(&wout, 1), &s.z, &mut s.xq);
+        linear(kern, &wout, &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&wout, 1));
         clock.lap(Stage::WordHead);
         kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
         clock.lap(Stage::ReplaceHead);
@@ -370,6 +433,26 @@ impl Session {
             }
         }
         clock.lap(Stage::Rank);
+    }
+}
+
+/// Quantises the rows `x` into the front of `xq` when the next layer takes the int8 path.
+#[inline]
+fn quantize_if(kern: Kernels, yes: bool, x: &[f32], xq: &mut [ActBlock]) {
+    if yes {
+        kern.quantize_act(x, &mut xq[..x.len() / QK]);
+    }
+}
+
+/// `y = x·Wᵀ + b` over `n_pos` rows: in integer arithmetic from the already quantised `xq`
+/// when `int8`, otherwise from the f32 rows `x`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn linear(kern: Kernels, w: &Matrix, x: &[f32], xq: &[ActBlock], n_pos: usize, b: &[f32], y: &mut [f32], int8: bool) {
+    if int8 {
+        kern.matmul_q8(w, &xq[..n_pos * w.cols / QK], n_pos, Some(b), y);
+    } else {
+        kern.matmul(w, x, n_pos, Some(b), y);
     }
 }
 

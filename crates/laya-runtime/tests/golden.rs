@@ -11,7 +11,7 @@ use laya_format::testing::TinyConfig;
 use laya_format::quantize::QuantizeOptions;
 use laya_format::testing::random_quantized_model;
 use laya_format::{write_model, GgmlType};
-use laya_runtime::{Kernels, Session};
+use laya_runtime::{ActPrecision, Kernels, Session};
 
 /// Max |runtime − reference| / (1 + |reference|) per logit. Both sides dequantise to the same
 /// f32 weights, so what remains is f32 accumulation order against float64; quantisation error
@@ -83,6 +83,9 @@ fn engine_matches_numpy_reference_for_every_type_and_tier() {
             for k in tiers {
                 let model = laya_runtime::Model::load_with(&path, k).unwrap();
                 let mut s = Session::new(model);
+                // The reference computes with f32 activations; the int8 path has its own test
+                // (tests/int8.rs) against this exact path.
+                s.set_act_precision(ActPrecision::F32);
                 let mut worst = 0f32;
                 for g in &golden {
                     let (w, r) = s.logits(&g.context);

@@ -1,0 +1,390 @@
+//! x86 tiers of the int8 path (`Kernels::quantize_act`, `Kernels::matmul_q8`).
+//!
+//! * Quantiser: AVX2 for every x86 tier (it is a few hundred values per call).
+//! * `avx2`: 256-bit, one block per register, ggml's **sign trick**: `maddubs(|w|, x·sign(w))`
+//!   then `madd(·, 1)` to eight i32 lanes. `maddubs` multiplies u8 by i8 and saturates its pair
+//!   sums to i16; with `|w| <= 128` and `|x| <= 127` a pair is at most 32,512, so it never
+//!   saturates. `|w|` of −128 is 0x80 = 128 as u8, which is right; the sign is applied to the
+//!   activation because the quantiser never produces −128 (negating −128 would overflow).
+//! * `avxvnni` (256-bit `vpdpbusd`, AVX-VNNI) and `avx512vnni` (512-bit, two blocks per
+//!   register): the **offset trick**. `vpdpbusd` multiplies *unsigned* bytes by signed bytes
+//!   and accumulates into i32 without intermediate saturation. The weights become the unsigned
+//!   side with `w ^ 0x80 = w + 128` (one xor per weight block, shared by every position of a
+//!   tile), the activations stay signed, and `Σ (w+128)·x = Σ w·x + 128·Σ x`: the correction
+//!   `−128·Σx` is the activation block's precomputed `sum`, put into the accumulator's first
+//!   lane before the `vpdpbusd`. The sign trick would instead cost two `vpsignb` per
+//!   (row, position) pair, inside the innermost loop. The offset trick is exact for every i8
+//!   weight, −128 included.
+//!
+//! Integer block dot products are exact in every tier; per lane they are converted to f32
+//! (exactly: |lane| < 2^24), multiplied by `d_w·d_x` and accumulated, so the f32 results differ
+//! from the scalar twin only by summation order.
+
+#[cfg(target_arch = "x86")]
+use core::arch::x86::*;
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::*;
+
+use crate::q8::{block_scale, ActBlock, Q8_BYTES};
+use crate::{MatArgs, QK};
+
+/// Reads the little-endian f16 at `p` as f32.
+///
+/// # Safety
+/// `p` must point to 2 readable bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes; read_unaligned has no alignment need.
+    let bits = u16::from_le_bytes(unsafe { core::ptr::read_unaligned(p as *const [u8; 2]) });
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Quantises `x` (a whole number of 32-value blocks) into `out`; bit-identical to
+/// `q8::quantize` for finite inputs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn quantize(x: &[f32], out: &mut [ActBlock]) {
+    let sign = _mm256_set1_ps(-0.0);
+    // packs works per 128-bit lane; this restores the order of the 4-byte groups.
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let m127 = _mm256_set1_epi8(-127);
+    let ones8 = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        // SAFETY: xb has exactly 32 elements, so 8i + 8 <= 32.
+        let v: [__m256; 4] =
+            core::array::from_fn(|i| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * i)) });
+        let a = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        let (d, id) = block_scale(_mm_cvtss_f32(m));
+        let idv = _mm256_set1_ps(id);
+        let i = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, idv)));
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(i[0], i[1]),
+            _mm256_packs_epi32(i[2], i[3]),
+        );
+        let q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(p, perm), m127);
+        // SAFETY: ob.qs is exactly 32 bytes.
+        unsafe { _mm256_storeu_si256(ob.qs.as_mut_ptr() as *mut __m256i, q) };
+        // Summed from the stored bytes (not the i32s) so it always matches `qs`.
+        ob.sum = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+        ob.d = d;
+    }
+}
+
+/// The 256-bit kernels, stamped out twice: with the sign trick on plain AVX2 and with
+/// `vpdpbusd` (offset trick) on AVX-VNNI. Only `block_dot` and the weight preparation differ.
+macro_rules! q8_256 {
+    ($module:ident, $feat:literal, $vnni:literal) => {
+        pub(crate) mod $module {
+            use super::*;
+
+            /// Weight block prepared once per tile: AVX2 keeps `w` and `|w|`; VNNI keeps
+            /// `w + 128` (as u8) in both.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn prep(w: __m256i) -> [__m256i; 2] {
+                if $vnni {
+                    let u = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
+                    [u, u]
+                } else {
+                    [w, _mm256_sign_epi8(w, w)]
+                }
+            }
+
+            /// Eight i32 lanes summing to `Σ w·x` of one block.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn block_dot(w: [__m256i; 2], x: __m256i, xsum: i32) -> __m256i {
+                if $vnni {
+                    let init = _mm256_setr_epi32(-128 * xsum, 0, 0, 0, 0, 0, 0, 0);
+                    #[allow(unused_unsafe)]
+                    // SAFETY: this branch exists only in the instance whose target features
+                    // include avxvnni (`$vnni` is a literal), which dispatch selects only
+                    // after detecting AVX-VNNI.
+                    unsafe {
+                        vnni_dot(init, w[0], x)
+                    }
+                } else {
+                    let sx = _mm256_sign_epi8(x, w[0]);
+                    let p16 = _mm256_maddubs_epi16(w[1], sx);
+                    _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+                }
+            }
+
+            /// One `R x P` tile: rows `o0..o0+R`, positions `p0..p0+P`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn tile<const R: usize, const P: usize>(
+                a: &MatArgs,
+                xq: &[ActBlock],
+                o0: usize,
+                p0: usize,
+                bias: Option<&[f32]>,
+                y: &mut [f32],
+            ) {
+                let (rows, nb) = (a.rows, a.cols / QK);
+                let wr: [&[u8]; R] = core::array::from_fn(|r| &a.row(o0 + r)[..nb * Q8_BYTES]);
+                let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+                let mut acc = [[_mm256_setzero_ps(); P]; R];
+                for b in 0..nb {
+                    let mut wv = [[_mm256_setzero_si256(); 2]; R];
+                    let mut dw = [0.0f32; R];
+                    for r in 0..R {
+                        // SAFETY: b < nb, so the 34 bytes at b*34 lie inside wr[r] (nb*34
+                        // bytes): the scale at +0..2, the values at +2..34.
+                        unsafe {
+                            let p = wr[r].as_ptr().add(b * Q8_BYTES);
+                            dw[r] = f16_at(p);
+                            wv[r] = prep(_mm256_loadu_si256(p.add(2) as *const __m256i));
+                        }
+                    }
+                    for p in 0..P {
+                        let xb = &xr[p][b];
+                        // SAFETY: xb.qs is exactly 32 bytes.
+                        let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i) };
+                        for r in 0..R {
+                            let s = _mm256_cvtepi32_ps(block_dot(wv[r], xv, xb.sum));
+                            let sc = _mm256_set1_ps(dw[r] * xb.d);
+                            acc[r][p] = _mm256_fmadd_ps(s, sc, acc[r][p]);
+                        }
+                    }
+                }
+                for p in 0..P {
+                    for r in 0..R {
+                        y[(p0 + p) * rows + o0 + r] =
+                            hsum_ps(acc[r][p]) + bias.map_or(0.0, |b| b[o0 + r]);
+                    }
+                }
+            }
+
+            #[target_feature(enable = $feat)]
+            pub(crate) fn matmul(
+                a: &MatArgs,
+                xq: &[ActBlock],
+                n_pos: usize,
+                bias: Option<&[f32]>,
+                y: &mut [f32],
+            ) {
+                let rows = a.rows;
+                let mut o = 0;
+                if n_pos == 1 {
+                    // The word head: memory-bound, four rows give four independent chains.
+                    while o + 4 <= rows {
+                        tile::<4, 1>(a, xq, o, 0, bias, y);
+                        o += 4;
+                    }
+                    while o < rows {
+                        tile::<1, 1>(a, xq, o, 0, bias, y);
+                        o += 1;
+                    }
+                    return;
+                }
+                while o < rows {
+                    let r2 = o + 2 <= rows;
+                    let mut p = 0;
+                    while p + 4 <= n_pos {
+                        if r2 {
+                            tile::<2, 4>(a, xq, o, p, bias, y);
+                        } else {
+                            tile::<1, 4>(a, xq, o, p, bias, y);
+                        }
+                        p += 4;
+                    }
+                    while p < n_pos {
+                        if r2 {
+                            tile::<2, 1>(a, xq, o, p, bias, y);
+                        } else {
+                            tile::<1, 1>(a, xq, o, p, bias, y);
+                        }
+                        p += 1;
+                    }
+                    o += if r2 { 2 } else { 1 };
+                }
+            }
+        }
+    };
+}
+
+/// `vpdpbusd` on 256-bit registers where AVX-VNNI is enabled; never called otherwise (the
+/// AVX2 instance of the macro takes the other branch of a constant `if`).
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[inline]
+fn vnni_dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(acc, u, s)
+}
+
+q8_256!(avx2, "avx2,fma,f16c", false);
+q8_256!(avxvnni, "avx2,fma,f16c,avxvnni", true);
+
+/// AVX-512 VNNI: two blocks per 512-bit register, offset trick (module docs).
+pub(crate) mod avx512vnni {
+    use super::*;
+
+    /// Loads two 32-byte halves into one zmm (`hi` may be `None`: zero upper half).
+    ///
+    /// # Safety
+    /// `lo` (and `hi` if given) must point to 32 readable bytes.
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load2(lo: *const u8, hi: Option<*const u8>) -> __m512i {
+        // SAFETY: the caller guarantees 32 readable bytes at each pointer; unaligned loads.
+        unsafe {
+            let l = _mm512_zextsi256_si512(_mm256_loadu_si256(lo as *const __m256i));
+            match hi {
+                Some(h) => _mm512_inserti64x4::<1>(l, _mm256_loadu_si256(h as *const __m256i)),
+                None => l,
+            }
+        }
+    }
+
+    /// Lanes 0..8 = `lo`, lanes 8..16 = `hi`.
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    fn halves(lo: f32, hi: f32) -> __m512 {
+        _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi))
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    fn tile<const R: usize, const P: usize>(
+        a: &MatArgs,
+        xq: &[ActBlock],
+        o0: usize,
+        p0: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let (rows, nb) = (a.rows, a.cols / QK);
+        let wr: [&[u8]; R] = core::array::from_fn(|r| &a.row(o0 + r)[..nb * Q8_BYTES]);
+        let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+        let flip = _mm512_set1_epi8(-128);
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        let mut b = 0;
+        while b < nb {
+            // Two blocks b, b+1 per register; a last odd block runs with a zero upper half
+            // (zero activations and correction there, so those lanes add exactly 0).
+            let two = b + 1 < nb;
+            let mut wu = [_mm512_setzero_si512(); R];
+            let mut dw = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                // SAFETY: b (and b+1 when `two`) < nb, so each 34-byte block lies inside
+                // wr[r] (nb*34 bytes): the scale at +0..2, the values at +2..34.
+                unsafe {
+                    let p = wr[r].as_ptr().add(b * Q8_BYTES);
+                    let hi = two.then(|| p.add(Q8_BYTES + 2));
+                    wu[r] = _mm512_xor_si512(load2(p.add(2), hi), flip);
+                    let d1 = if two { f16_at(p.add(Q8_BYTES)) } else { 0.0 };
+                    dw[r] = halves(f16_at(p), d1);
+                }
+            }
+            for p in 0..P {
+                let x0 = &xr[p][b];
+                let x1 = if two { Some(&xr[p][b + 1]) } else { None };
+                // SAFETY: each `qs` is exactly 32 bytes.
+                let xv = unsafe {
+                    load2(
+                        x0.qs.as_ptr() as *const u8,
+                        x1.map(|x| x.qs.as_ptr() as *const u8),
+                    )
+                };
+                let (s1, d1) = x1.map_or((0, 0.0), |x| (x.sum, x.d));
+                let init = _mm512_setr_epi32(
+                    -128 * x0.sum,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    -128 * s1,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                );
+                let dx = halves(x0.d, d1);
+                for r in 0..R {
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, wu[r], xv));
+                    acc[r][p] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw[r], dx), acc[r][p]);
+                }
+            }
+            b += 2;
+        }
+        for p in 0..P {
+            for r in 0..R {
+                y[(p0 + p) * rows + o0 + r] =
+                    _mm512_reduce_add_ps(acc[r][p]) + bias.map_or(0.0, |b| b[o0 + r]);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn matmul(
+        a: &MatArgs,
+        xq: &[ActBlock],
+        n_pos: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let rows = a.rows;
+        let mut o = 0;
+        if n_pos == 1 {
+            while o + 8 <= rows {
+                tile::<8, 1>(a, xq, o, 0, bias, y);
+                o += 8;
+            }
+            while o < rows {
+                tile::<1, 1>(a, xq, o, 0, bias, y);
+                o += 1;
+            }
+            return;
+        }
+        while o < rows {
+            let r4 = o + 4 <= rows;
+            let mut p = 0;
+            while p + 4 <= n_pos {
+                if r4 {
+                    tile::<4, 4>(a, xq, o, p, bias, y);
+                } else {
+                    tile::<1, 4>(a, xq, o, p, bias, y);
+                }
+                p += 4;
+            }
+            while p < n_pos {
+                if r4 {
+                    tile::<4, 1>(a, xq, o, p, bias, y);
+                } else {
+                    tile::<1, 1>(a, xq, o, p, bias, y);
+                }
+                p += 1;
+            }
+            o += if r4 { 4 } else { 1 };
+        }
+    }
+}
