@@ -11,8 +11,12 @@
 //!   and accumulates into i32 without intermediate saturation. The weights become the unsigned
 //!   side with `w ^ 0x80 = w + 128` (one xor per weight block, shared by every position of a
 //!   tile), the activations stay signed, and `Σ (w+128)·x = Σ w·x + 128·Σ x`: the correction
-//!   `−128·Σx` is the activation block's precomputed `sum`, put into the accumulator's first
-//!   lane before the `vpdpbusd`. The sign trick would instead cost two `vpsignb` per
+//!   `−128·Σx` is made per lane (one `vpdpbusd` of 128s with the activations, once per
+//!   activation block and shared by every row of a tile) and is the accumulator's start value.
+//!   Per lane, not once for the block: lanes that each carry a large `+128·Σx` part and cancel
+//!   only in the horizontal sum would lose that much precision when converted and scaled in f32
+//!   (a first version did, and the property test caught it on an AVX-512 VNNI host). The sign
+//!   trick would instead cost two `vpsignb` per
 //!   (row, position) pair, inside the innermost loop. The offset trick is exact for every i8
 //!   weight, −128 included.
 //!
@@ -113,12 +117,27 @@ macro_rules! q8_256 {
                 }
             }
 
-            /// Eight i32 lanes summing to `Σ w·x` of one block.
+            /// The start value of `block_dot` for activations `x`: `−128·Σx` per lane for
+            /// the offset trick, zero for the sign trick.
             #[target_feature(enable = $feat)]
             #[inline]
-            fn block_dot(w: [__m256i; 2], x: __m256i, xsum: i32) -> __m256i {
+            fn lane_offset(x: __m256i) -> __m256i {
                 if $vnni {
-                    let init = _mm256_setr_epi32(-128 * xsum, 0, 0, 0, 0, 0, 0, 0);
+                    #[allow(unused_unsafe)]
+                    // SAFETY: as in `block_dot`: only the avxvnni instance takes this branch.
+                    let c = unsafe { vnni_dot(_mm256_setzero_si256(), _mm256_set1_epi8(-128), x) };
+                    _mm256_sub_epi32(_mm256_setzero_si256(), c)
+                } else {
+                    _mm256_setzero_si256()
+                }
+            }
+
+            /// Eight i32 lanes, each exactly its part of `Σ w·x` of one block (`init` from
+            /// `lane_offset`).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn block_dot(w: [__m256i; 2], x: __m256i, init: __m256i) -> __m256i {
+                if $vnni {
                     #[allow(unused_unsafe)]
                     // SAFETY: this branch exists only in the instance whose target features
                     // include avxvnni (`$vnni` is a literal), which dispatch selects only
@@ -164,8 +183,9 @@ macro_rules! q8_256 {
                         let xb = &xr[p][b];
                         // SAFETY: xb.qs is exactly 32 bytes.
                         let xv = unsafe { _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i) };
+                        let init = lane_offset(xv);
                         for r in 0..R {
-                            let s = _mm256_cvtepi32_ps(block_dot(wv[r], xv, xb.sum));
+                            let s = _mm256_cvtepi32_ps(block_dot(wv[r], xv, init));
                             let sc = _mm256_set1_ps(dw[r] * xb.d);
                             acc[r][p] = _mm256_fmadd_ps(s, sc, acc[r][p]);
                         }
@@ -309,24 +329,11 @@ pub(crate) mod avx512vnni {
                         x1.map(|x| x.qs.as_ptr() as *const u8),
                     )
                 };
-                let (s1, d1) = x1.map_or((0, 0.0), |x| (x.sum, x.d));
-                let init = _mm512_setr_epi32(
-                    -128 * x0.sum,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    -128 * s1,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
+                let d1 = x1.map_or(0.0, |x| x.d);
+                // −128·Σx per lane (module docs); zero lanes stay zero.
+                let init = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, xv),
                 );
                 let dx = halves(x0.d, d1);
                 for r in 0..R {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use laya_format::Activation;
-use laya_kernels::{ActBlock, Int8Isa, Kernels, Matrix, WType, QK};
+use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
 use crate::model::Model;
 use crate::stages::{Stage, StageTimes};
@@ -265,12 +265,12 @@ impl Session {
         let m: &Model = model;
         let kern = m.kernels;
         let int8 = *act == ActPrecision::Int8;
-        // Measured on Zen 3 (benchmarks/README.md): the AVX2 int8 kernel beats the f32 panel
-        // matmul only for one position (the last block and the word head, 1.6x); for 16
-        // positions the panel is faster, so AVX2 keeps f32 activations there. VNNI tiers are
-        // not measured yet and take the int8 path everywhere.
-        let wide_int8 = kern.int8_isa() != Int8Isa::Avx2;
-        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && (n == 1 || wide_int8);
+        // Measured (benchmarks/README.md, kernel_bench): the int8 kernels beat the f32-activation
+        // Q8_0 panel matmul only for one position (the last block and the word head: 1.3x on an
+        // AVX-512 VNNI Xeon, 1.6x with AVX2 on Zen 3). For 16 positions the panel is faster on
+        // every tier measured (Xeon: 79-94 GFLOP/s against 41-64 for AVX-512 VNNI), so those
+        // layers keep f32 activations.
+        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && n == 1;
         let cfg = &m.cfg;
         let (t, d) = (cfg.context_length, cfg.d_model);
         let nbd = d / QK;
