@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use laya_text::{read_events, Event, Lexicon, OnError};
+use laya_format::GgmlType;
 use laya_train::{
-    train, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, Precision, RunOptions, StepReport,
+    train, train_from, LayaNet, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, Precision, RunOptions, StepReport,
     TrainConfig, TrainHooks,
 };
 
@@ -46,8 +47,13 @@ pub struct Args {
     #[arg(long)]
     valid_events: Option<PathBuf>,
     /// The lexicon (TSV from `laya lexicon`): the words the model can predict.
+    #[arg(long, required_unless_present = "init", conflicts_with = "init")]
+    lexicon: Option<PathBuf>,
+    /// Start from this model file instead of a fresh network: continue training it, or adapt it
+    /// to a domain's logs. Its lexicon, character table and sizes are kept (the size flags are
+    /// ignored); the optimiser starts fresh with this run's schedule. Quantised files are refused.
     #[arg(long)]
-    lexicon: PathBuf,
+    init: Option<PathBuf>,
     /// Where to write the model.
     #[arg(long)]
     out: PathBuf,
@@ -181,16 +187,42 @@ impl TrainHooks for BarHooks {
     }
 }
 
+/// Loads a model file to continue training from; quantised files are refused because their
+/// rounding would be baked into the starting weights.
+fn load_init(path: &Path) -> Result<LayaNet, CliError> {
+    let bytes = std::fs::read(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+    let file = laya_format::LayaFile::parse(&bytes).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    if let Some(t) = file.tensors().iter().find(|t| !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)) {
+        return Err(CliError(format!(
+            "{}: tensor {} is {:?}; continue training from the f32/f16 model, before `laya quantize`",
+            path.display(),
+            t.name,
+            t.ty
+        )));
+    }
+    Ok(LayaNet::from_laya(&file)?)
+}
+
 pub fn run(args: Args) -> Result<(), CliError> {
     if args.resume && args.checkpoint_dir.is_none() {
         return Err(CliError("--resume needs --checkpoint-dir (where the interrupted run saved its state)".into()));
     }
-    let lex_file = std::fs::File::open(&args.lexicon)
-        .map_err(|e| CliError(format!("cannot read {}: {e}", args.lexicon.display())))?;
-    let lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
-    if lexicon.is_empty() {
-        return Err(CliError(format!("{} has no words", args.lexicon.display())));
-    }
+    let init = match &args.init {
+        Some(p) => Some(load_init(p)?),
+        None => None,
+    };
+    let lexicon = match (&args.lexicon, &init) {
+        (Some(path), _) => {
+            let lex_file =
+                std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+            let lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
+            if lexicon.is_empty() {
+                return Err(CliError(format!("{} has no words", path.display())));
+            }
+            Some(lexicon)
+        }
+        _ => None,
+    };
     let mut events = read_log(&args.events, args.strict, "training log")?;
     if let Some(max) = args.max_events {
         events = stride(events, max);
@@ -199,22 +231,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Some(p) => stride(read_log(p, args.strict, "validation log")?, args.max_valid_events),
         None => Vec::new(),
     };
-    eprintln!("training on {} events, validating on {} events, lexicon {} words", events.len(), valid.len(), lexicon.len());
-
-    let rules = vec![NormRule::FullwidthAscii];
-    let mapping = match args.mapping {
-        MappingArg::Direct => Mapping::Direct,
-        MappingArg::Table => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
-    };
-    let model_cfg = ModelConfig {
-        context: args.context,
-        d_model: args.d_model,
-        heads: args.heads,
-        ffn: vec![args.ffn; args.layers],
-        replace_classes: args.replace_classes,
-        normalization: rules,
-        ..ModelConfig::standard(lexicon.words.clone(), lexicon.freqs.clone(), mapping)
-    };
+    let words = init.as_ref().map_or_else(|| lexicon.as_ref().map_or(0, |l| l.len()), |n| n.config().vocab());
+    eprintln!("training on {} events, validating on {} events, lexicon {words} words", events.len(), valid.len());
     let cfg = TrainConfig {
         batch_size: args.batch_size,
         epochs: args.epochs,
@@ -253,7 +271,29 @@ pub fn run(args: Args) -> Result<(), CliError> {
             .progress_chars("=> "),
     );
     let mut hooks = BarHooks { bar: bar.clone(), stop: stop.clone() };
-    let outcome = train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?;
+    let outcome = match (init, lexicon) {
+        (Some(net), _) => train_from(net, cfg, &events, &valid, &opts, &mut hooks)?,
+        (None, Some(lexicon)) => {
+            let rules = vec![NormRule::FullwidthAscii];
+            let mapping = match args.mapping {
+                MappingArg::Direct => Mapping::Direct,
+                MappingArg::Table => {
+                    Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules)
+                }
+            };
+            let model_cfg = ModelConfig {
+                context: args.context,
+                d_model: args.d_model,
+                heads: args.heads,
+                ffn: vec![args.ffn; args.layers],
+                replace_classes: args.replace_classes,
+                normalization: rules,
+                ..ModelConfig::standard(lexicon.words, lexicon.freqs, mapping)
+            };
+            train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?
+        }
+        (None, None) => return Err(CliError("give --lexicon (a new model) or --init (continue a model)".into())),
+    };
     bar.finish_and_clear();
 
     let s = &outcome.train_stats;

@@ -1,0 +1,127 @@
+//! `laya train` end to end on a tiny network: a fresh model, then `--init` continuing it, and
+//! the refusals a user can trip over.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn laya() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_laya"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("laya-cli-train-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// A log where "今天" is always followed by "天气" and "天气" by "不错".
+fn fixtures() -> (PathBuf, PathBuf) {
+    let mut log = String::new();
+    for _ in 0..40 {
+        log.push_str(r#"{"v":1,"context":"今天","shown":[{"word":"天气","replace":0},{"word":"不错","replace":0}],"clicked":0}"#);
+        log.push('\n');
+        log.push_str(r#"{"v":1,"context":"今天天气","shown":[{"word":"不错","replace":0},{"word":"天气","replace":0}],"clicked":0}"#);
+        log.push('\n');
+    }
+    let (events, lexicon) = (tmp("events.jsonl"), tmp("lexicon.tsv"));
+    std::fs::write(&events, log).unwrap();
+    std::fs::write(&lexicon, "天气\t10\n不错\t5\n今天\t3\n").unwrap();
+    (events, lexicon)
+}
+
+fn tiny(cmd: &mut Command) -> &mut Command {
+    cmd.args(["--d-model", "32", "--heads", "2", "--ffn", "32", "--layers", "1", "--batch-size", "16"])
+        .args(["--warmup-steps", "2", "--epochs", "2", "--precision", "f32"])
+        .env("RAYON_NUM_THREADS", "1")
+}
+
+fn ok(out: Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+fn word_loss_of_first_epoch(text: &str) -> f32 {
+    // The final table: "epoch step train valid word ..." then one row per epoch.
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("epoch  step"));
+    lines.next();
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    row[2].parse().unwrap()
+}
+
+#[test]
+fn trains_then_continues_from_the_model_with_init() {
+    let (events, lexicon) = fixtures();
+    let first = tmp("first.laya");
+    let out = laya()
+        .args(["train", "--events"])
+        .arg(&events)
+        .arg("--valid-events")
+        .arg(&events)
+        .arg("--lexicon")
+        .arg(&lexicon)
+        .arg("--out")
+        .arg(&first)
+        .pipe(tiny)
+        .output()
+        .unwrap();
+    let fresh = word_loss_of_first_epoch(&ok(out));
+
+    let second = tmp("second.laya");
+    let out = laya()
+        .args(["train", "--init"])
+        .arg(&first)
+        .arg("--events")
+        .arg(&events)
+        .arg("--valid-events")
+        .arg(&events)
+        .arg("--out")
+        .arg(&second)
+        .pipe(tiny)
+        .output()
+        .unwrap();
+    let continued = word_loss_of_first_epoch(&ok(out));
+    assert!(continued < fresh, "continuing should start from the trained weights: {continued} vs {fresh}");
+
+    let pred = ok(laya().args(["predict", "--model"]).arg(&second).args(["--json", "今天"]).output().unwrap());
+    assert!(pred.contains("天气"), "{pred}");
+}
+
+#[test]
+fn init_refuses_a_quantized_model_and_a_second_lexicon() {
+    let (events, lexicon) = fixtures();
+    let model = tmp("q.laya");
+    let (meta, tensors) = laya_format::testing::random_model(
+        &laya_format::testing::TinyConfig::default(),
+        3,
+        laya_format::GgmlType::Q8_0,
+    );
+    std::fs::write(&model, laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+    let out = laya().args(["train", "--init"]).arg(&model).arg("--events").arg(&events).arg("--out").arg(tmp("x.laya")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("before `laya quantize`"), "{err}");
+
+    let out = laya()
+        .args(["train", "--init"])
+        .arg(&model)
+        .arg("--lexicon")
+        .arg(&lexicon)
+        .arg("--events")
+        .arg(&events)
+        .arg("--out")
+        .arg(tmp("y.laya"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lexicon"));
+}
+
+trait Pipe {
+    fn pipe(&mut self, f: impl FnOnce(&mut Self) -> &mut Self) -> &mut Self;
+}
+
+impl Pipe for Command {
+    fn pipe(&mut self, f: impl FnOnce(&mut Self) -> &mut Self) -> &mut Self {
+        f(self)
+    }
+}
