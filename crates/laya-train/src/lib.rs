@@ -22,15 +22,20 @@ pub use rng::Rng;
 
 mod data;
 mod export;
+mod prune;
 mod train;
 
 pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
 pub use train::{
-    evaluate, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_step, EpochReport,
+    evaluate, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_from, train_step, EpochReport,
     LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason, TrainHooks, TrainOutcome, TrainState,
     ValidReport,
 };
 pub use export::{ExportInfo, Precision};
+pub use prune::{
+    check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError, PruneReport, Saliency,
+    PRUNE_GROUP, WIDTH_MULTIPLE,
+};
 pub use ce::{gelu_tanh, soft_cross_entropy};
 
 /// The README's example runs as a doctest.

@@ -353,7 +353,39 @@ pub fn train(
 ) -> Result<TrainOutcome> {
     cfg.validate()?;
     model_cfg.validate()?;
-    let net = LayaNet::new(model_cfg.clone(), cfg.seed)?;
+    let net = LayaNet::new(model_cfg, cfg.seed)?;
+    train_from(net, cfg, train_events, valid_events, opts, hooks)
+}
+
+/// Trains an existing network further (for example one that [`crate::prune()`] shrank, or one
+/// read back with [`LayaNet::from_laya`]): the same loop as [`train`], starting from `net`'s
+/// weights and fresh optimiser moments. With `opts.resume` the checkpoint's weights replace
+/// `net`'s, as in [`train`].
+///
+/// ```
+/// use laya_train::{train_from, Event, LayaNet, Mapping, ModelConfig, NoHooks, RunOptions, Shown, TrainConfig};
+/// let words: Vec<String> = ["天气", "不错"].iter().map(|s| s.to_string()).collect();
+/// let mut mc = ModelConfig::standard(words, vec![1, 1], Mapping::Table(vec![]));
+/// mc.d_model = 32;
+/// mc.ffn = vec![32];
+/// let net = LayaNet::new(mc, 3).unwrap();
+/// let ev = |c: &str, w: &str| Event { context: c.into(), shown: vec![Shown { word: w.into(), replace: 0 }], clicked: Some(0), weight: 1.0 };
+/// let events = vec![ev("今天", "天气"), ev("天气", "不错")];
+/// let tc = TrainConfig { epochs: 1, batch_size: 2, warmup_steps: 1, ..TrainConfig::default() };
+/// let out = train_from(net, tc, &events, &events, &RunOptions::default(), &mut NoHooks).unwrap();
+/// assert_eq!(out.state.epochs.len(), 1);
+/// ```
+pub fn train_from(
+    net: LayaNet,
+    cfg: TrainConfig,
+    train_events: &[Event],
+    valid_events: &[Event],
+    opts: &RunOptions,
+    hooks: &mut dyn TrainHooks,
+) -> Result<TrainOutcome> {
+    cfg.validate()?;
+    let model_cfg = net.config().clone();
+    model_cfg.validate()?;
     let mut opt = AdamW::new(net.params(), &cfg);
     let mut state = TrainState::default();
     if let Some(dir) = &opts.checkpoint_dir {
