@@ -16,6 +16,7 @@ mod install;
 mod predict;
 mod predictors;
 mod progress;
+mod prune;
 mod quantize;
 mod simulate;
 mod train;
@@ -55,6 +56,8 @@ enum Command {
     Install(install::Args),
     /// Quantise a float model: INT4 embedding with error compensation, INT8 linears.
     Quantize(quantize::Args),
+    /// Prune FFN blocks in whole 4×4 blocks to narrower widths, optionally fine-tuning after.
+    Prune(prune::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train::run(a),
         Command::Install(a) => install::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Prune(a) => prune::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -128,7 +128,7 @@ pub struct Args {
     training_data: String,
 }
 
-fn read_log(path: &Path, strict: bool, what: &str) -> Result<Vec<Event>, CliError> {
+pub(crate) fn read_log(path: &Path, strict: bool, what: &str) -> Result<Vec<Event>, CliError> {
     let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
     let mode = if strict { OnError::Stop } else { OnError::Skip };
     let (events, stats) = read_events(BufReader::new(f), mode)?;
@@ -145,7 +145,7 @@ fn read_log(path: &Path, strict: bool, what: &str) -> Result<Vec<Event>, CliErro
 }
 
 /// An even stride through the log keeps every part of the corpus represented.
-fn stride(events: Vec<Event>, max: usize) -> Vec<Event> {
+pub(crate) fn stride(events: Vec<Event>, max: usize) -> Vec<Event> {
     if events.len() <= max || max == 0 {
         return events;
     }
@@ -153,9 +153,32 @@ fn stride(events: Vec<Event>, max: usize) -> Vec<Event> {
     events.into_iter().enumerate().filter(|(i, _)| (i * max) / n != ((i + 1) * max) / n).map(|(_, e)| e).collect()
 }
 
-struct BarHooks {
-    bar: ProgressBar,
-    stop: Arc<AtomicBool>,
+pub(crate) struct BarHooks {
+    pub(crate) bar: ProgressBar,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+impl BarHooks {
+    /// A step progress bar plus a Ctrl-C handler that asks the loop to stop at the next batch.
+    pub(crate) fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let stop = stop.clone();
+            // A second Ctrl-C while the checkpoint is written still kills the process.
+            let _ = ctrlc::set_handler(move || {
+                if stop.swap(true, Ordering::Relaxed) {
+                    std::process::exit(130);
+                }
+            });
+        }
+        let bar = ProgressBar::new(1);
+        bar.set_style(
+            ProgressStyle::with_template("[{elapsed_precise}] [{bar:30}] {pos}/{len} steps ETA {eta} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        BarHooks { bar, stop }
+    }
 }
 
 impl TrainHooks for BarHooks {
@@ -254,23 +277,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let opts = RunOptions { checkpoint_dir: args.checkpoint_dir.clone(), resume: args.resume, checkpoint_every: args.checkpoint_every };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while the checkpoint is written still kills the process.
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::Relaxed) {
-                std::process::exit(130);
-            }
-        });
-    }
-    let bar = ProgressBar::new(1);
-    bar.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] [{bar:30}] {pos}/{len} steps ETA {eta} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    let mut hooks = BarHooks { bar: bar.clone(), stop: stop.clone() };
+    let mut hooks = BarHooks::start();
+    let (bar, stop) = (hooks.bar.clone(), hooks.stop.clone());
     let outcome = match (init, lexicon) {
         (Some(net), _) => train_from(net, cfg, &events, &valid, &opts, &mut hooks)?,
         (None, Some(lexicon)) => {
@@ -328,7 +336,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
 }
 
 /// Temp file in the same directory, fsync, rename: an interrupted write never leaves a torn model.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     use std::io::Write;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("model"), std::process::id()));
@@ -341,6 +349,6 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 }
 
 /// UTC date as ISO 8601 (YYYY-MM-DD).
-fn today() -> String {
+pub(crate) fn today() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()[..10].to_string()
 }
