@@ -143,8 +143,9 @@ impl LayaNet {
         laya_format::write_model(&self.config().to_meta(info), &tensors).map_err(fmt_err)
     }
 
-    /// Builds a network from a parsed model file (any tensor type is dequantised to f32), for
-    /// example to fine-tune a shipped model on domain text.
+    /// Builds a network from a parsed model file (any tensor type is dequantised to f32, and a
+    /// quantised embedding gets its error-compensation rows added back exactly as the runtime
+    /// does at lookup), for example to fine-tune a shipped model on domain text.
     pub fn from_laya(file: &LayaFile<'_>) -> Result<Self> {
         let cfg = ModelConfig::from_meta(&file.meta)?;
         let net = LayaNet::new(cfg, 0)?;
@@ -158,7 +159,12 @@ impl LayaNet {
             let t = by_name
                 .get(p.name.as_str())
                 .ok_or_else(|| TrainError::Export(format!("model file lacks tensor {}", p.name)))?;
-            let values = t.to_f32().map_err(fmt_err)?;
+            let mut values = t.to_f32().map_err(fmt_err)?;
+            if p.name == file.token_embd.name {
+                if let Some(comp) = &file.token_embd_comp {
+                    add_compensation(&mut values, &comp.to_f32().map_err(fmt_err)?, net.config().d_model)?;
+                }
+            }
             if values.len() != p.var.elem_count() {
                 return Err(TrainError::Export(format!("tensor {} has {} values, expected {}", p.name, values.len(), p.var.elem_count())));
             }
@@ -166,4 +172,25 @@ impl LayaNet {
         }
         Ok(net)
     }
+}
+
+/// Adds row `r / COMP_GROUP_ROWS` of the compensation table to every embedding row `r`
+/// (docs/format.md §7), so the f32 table equals what the runtime looks up.
+fn add_compensation(table: &mut [f32], comp: &[f32], d: usize) -> Result<()> {
+    let group = laya_format::COMP_GROUP_ROWS as usize;
+    let rows = table.len() / d.max(1);
+    if d == 0 || comp.len() != rows.div_ceil(group) * d {
+        return Err(TrainError::Export(format!(
+            "token_embd_comp.weight has {} values; {} embedding rows of {d} need {}",
+            comp.len(),
+            rows,
+            rows.div_ceil(group) * d
+        )));
+    }
+    for (r, row) in table.chunks_exact_mut(d).enumerate() {
+        for (x, &c) in row.iter_mut().zip(&comp[(r / group) * d..][..d]) {
+            *x += c;
+        }
+    }
+    Ok(())
 }

@@ -46,3 +46,34 @@ fn runtime_matches_candle_on_the_exported_file() {
         eprintln!("{precision:?}: worst relative difference {worst:.2e} (tolerance {tol:.0e})");
     }
 }
+
+/// A quantised embedding with its compensation table, loaded back for fine-tuning, must give the
+/// network the runtime computes: `from_laya` adds the compensation rows as the runtime does.
+#[test]
+fn from_laya_applies_the_embedding_compensation() {
+    let net = LayaNet::new(config(), 9).unwrap();
+    let info = ExportInfo { name: "q".into(), language: "zh".into(), training_data: "random".into(), created: "2026-11-29".into() };
+    let bytes = net.export_bytes(&info, Precision::F32).unwrap();
+    let file = laya_format::LayaFile::parse(&bytes).unwrap();
+    let opts = laya_format::quantize::QuantizeOptions {
+        embedding: laya_format::GgmlType::Q4_1,
+        linear: laya_format::GgmlType::F32,
+        head: laya_format::GgmlType::F32,
+        compensation: true,
+    };
+    let q = laya_format::quantize::quantize_model(&file, &opts).unwrap();
+    assert!(q.tensors.iter().any(|t| t.name == "token_embd_comp.weight"));
+    let qbytes = laya_format::write_model(&q.meta, &q.tensors).unwrap();
+    let back = LayaNet::from_laya(&laya_format::LayaFile::parse(&qbytes).unwrap()).unwrap();
+    let (want_w, _) = back.predict_logits(CONTEXTS).unwrap();
+    let mut s = laya_runtime::Session::new(laya_runtime::Model::from_bytes(qbytes).unwrap());
+    s.set_act_precision(laya_runtime::ActPrecision::F32);
+    let mut worst = 0f32;
+    for (i, ctx) in CONTEXTS.iter().enumerate() {
+        let (w, _) = s.logits(ctx);
+        for (a, b) in w.iter().zip(&want_w[i]) {
+            worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+        }
+    }
+    assert!(worst <= TOL_F32, "candle on the dequantised file vs runtime: {worst}");
+}
