@@ -29,6 +29,10 @@ pub struct Args {
     /// Which predictor types.
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
+    /// Completion exponent β of the model's ranking: a completion of the typed characters
+    /// scores P(w)·P(i)^β (1 = the format's rule; smaller shows more completions; 0..=1).
+    #[arg(long, default_value_t = 1.0)]
+    completion_exponent: f32,
     /// The n-gram file for --predictor ngram.
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -46,7 +50,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let in_lex = |w: &str| lexicon.contains(w);
     let report = match args.predictor {
         Kind::Model => {
-            let mut p = ModelPredictor { session: Session::new(model.clone()) };
+            let mut session = Session::new(model.clone());
+            session.set_completion_exponent(args.completion_exponent);
+            let mut p = ModelPredictor { session };
             evaluate(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
         }
         Kind::Ngram => {

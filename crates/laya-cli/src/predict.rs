@@ -29,6 +29,10 @@ pub struct Args {
     /// Which predictor answers.
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
+    /// Completion exponent β of the model's ranking: a completion of the typed characters
+    /// scores P(w)·P(i)^β (1 = the format's rule; smaller shows more completions; 0..=1).
+    #[arg(long, default_value_t = 1.0)]
+    completion_exponent: f32,
     /// The n-gram file for --predictor ngram (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -77,7 +81,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let mut backend = match args.predictor {
         Kind::Model => {
             let model = crate::load_model(args.model.as_deref())?;
-            Backend::Model(Session::with_max_k(model, args.top.max(1)))
+            let mut session = Session::with_max_k(model, args.top.max(1));
+            session.set_completion_exponent(args.completion_exponent);
+            Backend::Model(session)
         }
         Kind::Ngram => Backend::Ngram(load_ngram(args.ngram.as_deref())?, Vec::new()),
     };

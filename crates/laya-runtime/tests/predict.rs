@@ -108,3 +108,59 @@ fn every_kernel_tier_agrees_with_the_scalar_reference() {
         }
     }
 }
+
+/// The naive reference of the ranking (docs/format.md §3 step 6, with the completion exponent β):
+/// every admissible pair scored from the session's own logits, sorted. The fast path must give
+/// the same top-k and the same probabilities.
+#[test]
+fn ranking_matches_a_naive_reference_for_every_completion_exponent() {
+    let cfg = TinyConfig::default();
+    for seed in [3, 11] {
+        let m = model(&cfg, seed, GgmlType::F32);
+        let mut s = Session::new(m.clone());
+        for beta in [1.0f32, 0.5, 0.25, 0.0] {
+            s.set_completion_exponent(beta);
+            for ctx in CONTEXTS {
+                let (wl, rl) = s.logits(ctx);
+                let softmax = |x: &[f32]| -> Vec<f64> {
+                    let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                    let e: Vec<f64> = x.iter().map(|&v| (v as f64 - mx).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    e.iter().map(|v| v / z).collect()
+                };
+                let (pw, pi) = (softmax(&wl), softmax(&rl));
+                let chars: Vec<char> = ctx
+                    .chars()
+                    .map(|ch| match ch as u32 {
+                        0xFF01..=0xFF5E => char::from_u32(ch as u32 - 0xFEE0).unwrap(),
+                        0x3000 => ' ',
+                        _ => ch,
+                    })
+                    .collect();
+                let n = chars.len().min(m.config().context_length);
+                let mut pairs: Vec<(f64, String, usize)> = Vec::new();
+                for id in 0..m.lexicon_len() {
+                    let w = m.word(id).unwrap();
+                    pairs.push((pw[id] * pi[0], w.to_string(), 0));
+                    for i in 1..pi.len().min(n + 1) {
+                        let tail: String = chars[chars.len() - i..].iter().collect();
+                        if w.starts_with(&tail) && w.chars().count() > i {
+                            pairs.push((pw[id] * pi[i].powf(beta as f64), w.to_string(), i));
+                        }
+                    }
+                }
+                let total: f64 = pairs.iter().map(|p| p.0).sum();
+                pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
+                let got = s.predict(ctx, 5);
+                assert_eq!(got.len(), 5.min(pairs.len()));
+                let fifth = pairs[got.len() - 1].0 / total;
+                for c in got.iter() {
+                    let r = pairs.iter().find(|p| p.1 == c.word && p.2 == c.replace).expect("admissible");
+                    let want = r.0 / total;
+                    assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "β {beta} {ctx:?} {c:?}: reference p {want}");
+                    assert!(c.p as f64 >= fifth - 1e-5, "β {beta} {ctx:?}: {c:?} is not among the reference top 5");
+                }
+            }
+        }
+    }
+}
