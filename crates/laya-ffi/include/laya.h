@@ -111,6 +111,12 @@ laya_status laya_session_predict(laya_session* session, const char* utf8, size_t
  * Same threading rule as laya_session_predict. */
 laya_status laya_session_checksum(const laya_session* session, uint64_t* out_checksum);
 
+/* Sets how many completions of the typed characters the session shows: a completion scores
+ * P(w)*P(i)^beta (beta = 1, the default, is the model format's rule; smaller values show more
+ * completions). Values outside [0, 1] are clamped, NaN means 1. Kept across model swaps.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
+laya_status laya_session_set_completion_exponent(laya_session* session, float beta);
+
 #ifdef __cplusplus
 }
 #endif

@@ -392,6 +392,23 @@ pub unsafe extern "C" fn laya_session_checksum(session: *const laya_session, out
     })
 }
 
+/// Sets how many completions of the typed characters the session shows: a completion scores
+/// `P(w)·P(i)^beta` (`beta = 1`, the default, is docs/format.md's rule; smaller shows more
+/// completions, see `Session::set_completion_exponent`). Values outside `0..=1` are clamped,
+/// NaN means 1. Kept across model swaps.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_set_completion_exponent(session: *mut laya_session, beta: f32) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        s.inner.session().set_completion_exponent(beta);
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,6 +207,8 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
         let mut sum = 0u64;
         assert_eq!(laya_engine_checksum(ptr::null(), &mut sum), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_checksum(h.session, ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_set_completion_exponent(ptr::null_mut(), 0.5), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_set_completion_exponent(h.session, f32::NAN), LAYA_OK);
         let mut s = ptr::null_mut();
         assert_eq!(laya_session_new(ptr::null(), &mut s), LAYA_ERR_NULL_ARGUMENT);
         assert!(s.is_null());
@@ -221,4 +223,17 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
     .join()
     .unwrap();
     assert_eq!(other, "");
+}
+
+#[test]
+fn completion_exponent_through_the_c_abi_matches_the_rust_session() {
+    let mut h = handles("beta");
+    for beta in [0.0f32, 0.25, 1.0] {
+        // SAFETY: a live session used by this thread only.
+        assert_eq!(unsafe { laya_session_set_completion_exponent(h.session, beta) }, LAYA_OK);
+        h.reference.set_completion_exponent(beta);
+        for ctx in ["hel", "今天天", "a", "", "wor", "x y"] {
+            check(&mut h, ctx.as_bytes(), 8).unwrap();
+        }
+    }
 }
