@@ -50,21 +50,7 @@ fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, 
         grads.dense.push(if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) });
     }
     let g: Vec<f32> = store.remove(leaf.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-    let d = net.config().d_model;
-    let mut order: Vec<usize> = (0..batch.rows.len()).collect();
-    order.sort_by_key(|&i| batch.rows[i]);
-    for &i in &order {
-        let r = batch.rows[i];
-        if grads.embedding_rows.last() != Some(&r) {
-            grads.embedding_rows.push(r);
-            grads.embedding_grad.extend_from_slice(&g[i * d..(i + 1) * d]);
-        } else {
-            let base = grads.embedding_grad.len() - d;
-            for (a, &x) in grads.embedding_grad[base..].iter_mut().zip(&g[i * d..(i + 1) * d]) {
-                *a += x;
-            }
-        }
-    }
+    grads.add_embedding_rows(&batch.rows, &g, net.config().d_model);
     let norm = AdamW::grad_norm(&grads).unwrap();
     let scale = if norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
     opt.step(net.params(), &grads, 1e-3, scale).unwrap();

@@ -7,13 +7,7 @@ use rayon::prelude::*;
 
 fn rows<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<(&'a [f32], usize, usize)> {
     let (b, v) = l.shape().dims2()?;
-    let (start, end) = l
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("soft cross-entropy: {what} must be contiguous")))?;
-    match s {
-        CpuStorage::F32(x) => Ok((&x[start..end], b, v)),
-        _ => Err(candle_core::Error::Msg(format!("soft cross-entropy: {what} must be f32"))),
-    }
+    Ok((cpu_f32(s, l, what)?, b, v))
 }
 
 /// Per row: `max` and `log Σ exp(z − max)`.
@@ -166,10 +160,10 @@ struct BiasSoftCe;
 fn cpu_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
     let (start, end) = l
         .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("biased soft cross-entropy: {what} must be contiguous")))?;
+        .ok_or_else(|| candle_core::Error::Msg(format!("laya op: {what} must be contiguous")))?;
     match s {
         CpuStorage::F32(x) => Ok(&x[start..end]),
-        _ => Err(candle_core::Error::Msg(format!("biased soft cross-entropy: {what} must be f32"))),
+        _ => Err(candle_core::Error::Msg(format!("laya op: {what} must be f32"))),
     }
 }
 

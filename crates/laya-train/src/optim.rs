@@ -68,6 +68,29 @@ pub struct Grads {
     pub embedding_grad: Vec<f32>,
 }
 
+impl Grads {
+    /// Adds the gradient of gathered embedding rows: `g` holds one `d`-vector per entry of
+    /// `rows` (the rows a batch gathered, repeats included); repeated rows are summed, so the
+    /// result is the row-sparse gradient of the table, rows sorted.
+    pub fn add_embedding_rows(&mut self, rows: &[u32], g: &[f32], d: usize) {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| rows[i]);
+        for &i in &order {
+            let r = rows[i];
+            let gi = &g[i * d..(i + 1) * d];
+            if self.embedding_rows.last() != Some(&r) {
+                self.embedding_rows.push(r);
+                self.embedding_grad.extend_from_slice(gi);
+            } else {
+                let base = self.embedding_grad.len() - d;
+                for (acc, &x) in self.embedding_grad[base..].iter_mut().zip(gi) {
+                    *acc += x;
+                }
+            }
+        }
+    }
+}
+
 impl AdamW {
     /// Fresh state (zero moments) for `params`.
     pub fn new(params: &[Param], cfg: &TrainConfig) -> Self {

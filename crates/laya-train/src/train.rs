@@ -67,22 +67,8 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
         grads.dense.push(if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) });
     }
     if let Some(g) = store.remove(leaf.as_tensor()) {
-        let d = net.config().d_model;
         let g: Vec<f32> = g.flatten_all()?.to_vec1()?;
-        let mut order: Vec<usize> = (0..batch.rows.len()).collect();
-        order.sort_by_key(|&i| batch.rows[i]);
-        for &i in &order {
-            let r = batch.rows[i];
-            if grads.embedding_rows.last() != Some(&r) {
-                grads.embedding_rows.push(r);
-                grads.embedding_grad.extend_from_slice(&g[i * d..(i + 1) * d]);
-            } else {
-                let base = grads.embedding_grad.len() - d;
-                for (acc, &x) in grads.embedding_grad[base..].iter_mut().zip(&g[i * d..(i + 1) * d]) {
-                    *acc += x;
-                }
-            }
-        }
+        grads.add_embedding_rows(&batch.rows, &g, net.config().d_model);
     }
     let norm = AdamW::grad_norm(&grads)?;
     let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
