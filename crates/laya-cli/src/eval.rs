@@ -29,10 +29,15 @@ pub struct Args {
     /// Which predictor types.
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
-    /// Completion exponent β of the model's ranking: a completion of the typed characters
-    /// scores P(w)·P(i)^β (1 = the format's rule; smaller shows more completions; 0..=1).
+    /// Exponent β of `--completion-rule product`: a completion of the typed characters scores
+    /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
     #[arg(long, default_value_t = 1.0)]
     completion_exponent: f32,
+    /// How the word and replace heads combine (docs/format.md §3 step 6): `marginal` splits
+    /// each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
+    /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
+    #[arg(long, default_value = "marginal")]
+    completion_rule: laya_runtime::CompletionRule,
     /// The n-gram file for --predictor ngram.
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -52,6 +57,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Kind::Model => {
             let mut session = Session::new(model.clone());
             session.set_completion_exponent(args.completion_exponent);
+            session.set_completion_rule(args.completion_rule);
             let mut p = ModelPredictor { session };
             evaluate(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
         }

@@ -134,3 +134,32 @@ fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     assert!(v["p50_us"].as_f64().unwrap() > 0.0);
     assert_eq!(v["stages"].as_array().unwrap().len(), laya_runtime::Stage::COUNT);
 }
+
+#[test]
+fn completion_rule_is_a_flag_of_predict_and_eval_with_marginal_the_default() {
+    let m = model_file("rule.laya", GgmlType::F32);
+    let predict = |extra: &[&str]| {
+        let out = laya().args(["predict", "--json", "--top", "8", "--model"]).arg(&m).args(extra).arg("hel").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let default = predict(&[]);
+    assert_eq!(default, predict(&["--completion-rule", "marginal"]));
+    assert_ne!(default, predict(&["--completion-rule", "product"]));
+    assert_ne!(predict(&["--completion-rule", "product"]), predict(&["--completion-rule", "conditional"]));
+    let bad = laya().args(["predict", "--completion-rule", "both", "x"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("unknown completion rule `both`") && err.contains("marginal"), "{err}");
+
+    let text = tmp("rule.txt");
+    std::fs::write(&text, "hello world\nhello there\n").unwrap();
+    let eval = |rule: &str| {
+        let out = laya().args(["eval", "--json", "--completion-rule", rule, "--model"]).arg(&m).arg("--text").arg(&text).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for rule in ["marginal", "product", "conditional"] {
+        assert!(eval(rule).contains("\"top5_k1\""), "{rule}");
+    }
+}

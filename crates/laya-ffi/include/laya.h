@@ -50,6 +50,18 @@ typedef int32_t laya_status;
 #define LAYA_ERR_UNSUPPORTED_MODEL 5
 /* A bug inside Laya, caught at the boundary; freeing the handles involved is still safe. */
 #define LAYA_ERR_PANIC 6
+/* An argument is outside the values the call accepts (an unknown completion rule, ...). */
+#define LAYA_ERR_INVALID_ARGUMENT 7
+
+/* How a session combines the word and replace heads into candidate scores (model format
+ * section 3, step 6). */
+typedef int32_t laya_completion_rule;
+/* Splits each word's probability between "next word" and "completion" (the default). */
+#define LAYA_COMPLETION_MARGINAL 0
+/* P(w)*P(i)^beta, beta set by laya_session_set_completion_exponent. */
+#define LAYA_COMPLETION_PRODUCT 1
+/* P(i)*P(w) renormalised over the words that start with the typed characters. */
+#define LAYA_COMPLETION_CONDITIONAL 2
 
 /* Opaque handles. */
 typedef struct laya_engine laya_engine;
@@ -111,9 +123,15 @@ laya_status laya_session_predict(laya_session* session, const char* utf8, size_t
  * Same threading rule as laya_session_predict. */
 laya_status laya_session_checksum(const laya_session* session, uint64_t* out_checksum);
 
-/* Sets how many completions of the typed characters the session shows: a completion scores
- * P(w)*P(i)^beta (beta = 1, the default, is the model format's rule; smaller values show more
- * completions). Values outside [0, 1] are clamped, NaN means 1. Kept across model swaps.
+/* Chooses how the session combines the two heads: LAYA_COMPLETION_MARGINAL (the default),
+ * LAYA_COMPLETION_PRODUCT or LAYA_COMPLETION_CONDITIONAL. Kept across model swaps.
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_INVALID_ARGUMENT (unknown rule; the session keeps
+ * its rule). Same threading rule as laya_session_predict. */
+laya_status laya_session_set_completion_rule(laya_session* session, laya_completion_rule rule);
+
+/* Sets the exponent beta of LAYA_COMPLETION_PRODUCT: a completion scores P(w)*P(i)^beta
+ * (smaller values show more completions); no effect under the other rules. Values outside
+ * [0, 1] are clamped, NaN means 1. Kept across model swaps.
  * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
 laya_status laya_session_set_completion_exponent(laya_session* session, float beta);
 

@@ -56,6 +56,18 @@ pub const LAYA_ERR_UNSUPPORTED_MODEL: laya_status = 5;
 /// A bug inside Laya was caught at the boundary (no panic crosses into C); freeing the handles
 /// involved is still safe.
 pub const LAYA_ERR_PANIC: laya_status = 6;
+/// An argument is outside the values the call accepts (an unknown completion rule, ...).
+pub const LAYA_ERR_INVALID_ARGUMENT: laya_status = 7;
+
+/// How a session combines the word and replace heads into candidate scores
+/// (`laya_runtime::CompletionRule`; docs/format.md §3 step 6).
+pub type laya_completion_rule = i32;
+/// Splits each word's probability between "next word" and "completion" (the default).
+pub const LAYA_COMPLETION_MARGINAL: laya_completion_rule = 0;
+/// `P(w)·P(i)^beta` (see [`laya_session_set_completion_exponent`]).
+pub const LAYA_COMPLETION_PRODUCT: laya_completion_rule = 1;
+/// `P(i)·P(w)` renormalised over the words that start with the typed characters.
+pub const LAYA_COMPLETION_CONDITIONAL: laya_completion_rule = 2;
 
 /// One candidate word of a prediction.
 #[repr(C)]
@@ -175,6 +187,7 @@ pub extern "C" fn laya_status_name(status: laya_status) -> *const c_char {
         LAYA_ERR_INVALID_MODEL => c"LAYA_ERR_INVALID_MODEL",
         LAYA_ERR_UNSUPPORTED_MODEL => c"LAYA_ERR_UNSUPPORTED_MODEL",
         LAYA_ERR_PANIC => c"LAYA_ERR_PANIC",
+        LAYA_ERR_INVALID_ARGUMENT => c"LAYA_ERR_INVALID_ARGUMENT",
         _ => c"LAYA_UNKNOWN_STATUS",
     };
     name.as_ptr()
@@ -392,10 +405,38 @@ pub unsafe extern "C" fn laya_session_checksum(session: *const laya_session, out
     })
 }
 
-/// Sets how many completions of the typed characters the session shows: a completion scores
-/// `P(w)·P(i)^beta` (`beta = 1`, the default, is docs/format.md's rule; smaller shows more
-/// completions, see `Session::set_completion_exponent`). Values outside `0..=1` are clamped,
-/// NaN means 1. Kept across model swaps.
+/// Chooses how the session combines the word and replace heads: `LAYA_COMPLETION_MARGINAL`
+/// (the default), `LAYA_COMPLETION_PRODUCT` or `LAYA_COMPLETION_CONDITIONAL` (see
+/// `laya_runtime::CompletionRule`). Any other value is refused with `LAYA_ERR_INVALID_ARGUMENT`
+/// and leaves the session as it was. Kept across model swaps.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_set_completion_rule(session: *mut laya_session, rule: laya_completion_rule) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        let rule = match rule {
+            LAYA_COMPLETION_MARGINAL => laya_runtime::CompletionRule::Marginal,
+            LAYA_COMPLETION_PRODUCT => laya_runtime::CompletionRule::Product,
+            LAYA_COMPLETION_CONDITIONAL => laya_runtime::CompletionRule::Conditional,
+            other => {
+                return Err((
+                    LAYA_ERR_INVALID_ARGUMENT,
+                    format!("unknown completion rule {other} (expected LAYA_COMPLETION_MARGINAL, _PRODUCT or _CONDITIONAL)"),
+                ))
+            }
+        };
+        s.inner.session().set_completion_rule(rule);
+        Ok(())
+    })
+}
+
+/// Sets the exponent `beta` of `LAYA_COMPLETION_PRODUCT`: a completion scores
+/// `P(w)·P(i)^beta` (smaller shows more completions, see `Session::set_completion_exponent`);
+/// no effect under the other rules. Values outside `0..=1` are clamped, NaN means 1. Kept
+/// across model swaps.
 ///
 /// # Safety
 /// `session` is NULL or a live session used by no other thread during the call.

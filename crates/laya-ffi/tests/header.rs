@@ -139,7 +139,7 @@ fn every_exported_function_is_declared_identically_and_vice_versa() {
 }
 
 #[test]
-fn status_constants_agree() {
+fn constants_agree() {
     let mut c = BTreeMap::new();
     for line in HEADER.lines() {
         if let Some(rest) = line.trim().strip_prefix("#define LAYA_") {
@@ -151,7 +151,8 @@ fn status_constants_agree() {
     let mut rust = BTreeMap::new();
     for line in SOURCE.lines() {
         if let Some(rest) = line.trim().strip_prefix("pub const LAYA_") {
-            let (name, value) = rest.split_once(": laya_status = ").unwrap();
+            let (name, rest) = rest.split_once(": ").unwrap();
+            let (_ty, value) = rest.split_once(" = ").unwrap();
             rust.insert(format!("LAYA_{name}"), value.trim_end_matches(';').parse::<i32>().unwrap());
         }
     }

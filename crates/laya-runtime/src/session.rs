@@ -68,6 +68,11 @@ struct Scratch {
     rlogits: Vec<f32>,
     suffix: Vec<u8>,
     hits: Vec<Hit>,
+    /// Per replace class `i ≥ 1`: the factor its admissible words' `P(w)` is multiplied by.
+    fi: Vec<f32>,
+    /// Per word: the share of its `P(w)` already given to completions (marginal rule; zero
+    /// between predictions).
+    share: Vec<f32>,
     /// Int8 blocks of whichever activation a Q8_0 layer consumes next (at most T x max(d, F)).
     xq: Vec<ActBlock>,
 }
@@ -95,7 +100,55 @@ pub struct Session {
     profiling: bool,
     act: ActPrecision,
     completion_exponent: f32,
+    rule: CompletionRule,
     times: StageTimes,
+}
+
+/// How a session turns the two heads into scores of `(w, i)` pairs (docs/format.md §3 step 6):
+/// a next word `(w, 0)` against a completion `(w, i ≥ 1)` of the `i` typed characters.
+///
+/// The word head's `P(w)` is trained on the word being typed *whatever* has been typed of it,
+/// so when the context ends mid-word it already puts its mass on the completions of the typed
+/// characters: it is the marginal of `w` over `i`, not `P(w | i)`. Multiplying it by `P(i)`
+/// ([`CompletionRule::Product`]) counts the mid-word evidence twice and pushes completions out of
+/// the bar; [`CompletionRule::Marginal`], the default, splits each word's `P(w)` between its
+/// pairs instead. Measured on the default model (README, People's Daily held-out slice):
+/// marginal raises both `top5_k0` and `top5_k1` over product.
+///
+/// ```
+/// use laya_runtime::CompletionRule;
+/// assert_eq!(CompletionRule::default(), CompletionRule::Marginal);
+/// assert_eq!("product".parse::<CompletionRule>(), Ok(CompletionRule::Product));
+/// assert!("both".parse::<CompletionRule>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompletionRule {
+    /// Each completion `(w, i)` scores `P(w)·f_i` with `f_i = min(1, P(i) / M_i)`, where `M_i` is
+    /// the word head's mass on the words admissible with `i`; a next word `(w, 0)` scores what is
+    /// left of its `P(w)`, `P(w)·max(0, 1 − Σ f_i)` over the `i` it is admissible with (so a
+    /// word that starts with nothing typed keeps all of `P(w)`). A word's pairs never score more
+    /// than its `P(w)`. No tuning constant.
+    #[default]
+    Marginal,
+    /// `P(w)·P(i)^β`, with the session's completion exponent `β` (1 by default): the two heads
+    /// taken as independent.
+    Product,
+    /// `(w, 0)` scores `P(w)·P(0)`, a completion `P(i)·P(w) / M_i`: the replace head says how
+    /// likely the person is mid-word, the word head renormalised over the admissible words which
+    /// word. Shows the most completions. No tuning constant.
+    Conditional,
+}
+
+impl std::str::FromStr for CompletionRule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "product" => Ok(CompletionRule::Product),
+            "conditional" => Ok(CompletionRule::Conditional),
+            "marginal" => Ok(CompletionRule::Marginal),
+            other => Err(format!("unknown completion rule `{other}` (expected `product`, `conditional` or `marginal`)")),
+        }
+    }
 }
 
 /// The candidates of one prediction, borrowed from the session until the next call.
@@ -155,6 +208,8 @@ impl Session {
             rlogits: vec![0.0; c.replace_classes],
             suffix: Vec::with_capacity(4 * c.replace_classes),
             hits: Vec::with_capacity(max_k.min(c.vocab * c.replace_classes).max(1)),
+            fi: vec![0.0; c.replace_classes],
+            share: vec![0.0; c.vocab],
             xq: vec![ActBlock::ZERO; t * d.max(fmax) / QK],
         };
         Session {
@@ -164,6 +219,7 @@ impl Session {
             profiling: false,
             act: ActPrecision::default(),
             completion_exponent: 1.0,
+            rule: CompletionRule::default(),
             times: StageTimes::default(),
         }
     }
@@ -179,19 +235,18 @@ impl Session {
         self.act
     }
 
-    /// How much the replace head weighs against completing the typed characters: a pair
-    /// `(w, i ≥ 1)` scores `P(w)·P(i)^β` (next words keep `P(w)·P(0)`); `β = 1`, the default,
-    /// is docs/format.md's rule. The word head already gives completions of the typed
-    /// characters their probability *given* those characters, so `P(i)` on top of it counts the
-    /// "mid-word" evidence twice; smaller `β` shows more completions. Measured on the default
-    /// model (README): `β = 0.25` trades about 0.3 points of `top5_k0` for 3.5–4.5 points of
-    /// `top5_k1`. Values are clamped to `0..=1`; NaN means 1. Allocates nothing.
+    /// The exponent `β` of [`CompletionRule::Product`] (no effect under the other rules): a pair
+    /// `(w, i ≥ 1)` scores `P(w)·P(i)^β` (next words keep `P(w)·P(0)`); `β = 1` is the plain
+    /// product, smaller `β` shows more completions. Measured on the default model (README):
+    /// `β = 0.25` trades about 0.3 points of `top5_k0` for 3.5–4.5 points of `top5_k1`.
+    /// Values are clamped to `0..=1`; NaN means 1. Allocates nothing.
     ///
     /// ```
     /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
     /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
     /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
     /// let mut s = laya_runtime::Session::new(model);
+    /// s.set_completion_rule(laya_runtime::CompletionRule::Product);
     /// s.set_completion_exponent(0.25);
     /// assert_eq!(s.completion_exponent(), 0.25);
     /// s.set_completion_exponent(7.0);
@@ -199,6 +254,27 @@ impl Session {
     /// ```
     pub fn set_completion_exponent(&mut self, beta: f32) {
         self.completion_exponent = if beta.is_nan() { 1.0 } else { beta.clamp(0.0, 1.0) };
+    }
+
+    /// Chooses how the two heads are combined into candidate scores (see [`CompletionRule`];
+    /// default [`CompletionRule::Marginal`]). Allocates nothing.
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// assert_eq!(s.completion_rule(), laya_runtime::CompletionRule::Marginal);
+    /// s.set_completion_rule(laya_runtime::CompletionRule::Conditional);
+    /// assert_eq!(s.completion_rule(), laya_runtime::CompletionRule::Conditional);
+    /// ```
+    pub fn set_completion_rule(&mut self, rule: CompletionRule) {
+        self.rule = rule;
+    }
+
+    /// The completion rule (see [`Session::set_completion_rule`]).
+    pub fn completion_rule(&self) -> CompletionRule {
+        self.rule
     }
 
     /// The completion exponent `β` (see [`Session::set_completion_exponent`]).
@@ -225,11 +301,12 @@ impl Session {
         if same_shape {
             self.model = model;
         } else {
-            let (profiling, act, beta) = (self.profiling, self.act, self.completion_exponent);
+            let (profiling, act, beta, rule) = (self.profiling, self.act, self.completion_exponent, self.rule);
             *self = Session::with_max_k(model, self.max_k);
             self.profiling = profiling;
             self.act = act;
             self.completion_exponent = beta;
+            self.rule = rule;
         }
     }
 
@@ -422,12 +499,11 @@ impl Session {
         n
     }
 
-    /// Top-k admissible (word, replace) pairs by P(w)·P(i) (`P(i)^β` for `i ≥ 1`, see
-    /// [`Session::set_completion_exponent`]), normalised over all admissible pairs
-    /// (docs/format.md §3 step 6).
+    /// Top-k admissible (word, replace) pairs scored by the session's [`CompletionRule`],
+    /// normalised over all admissible pairs (docs/format.md §3 step 6).
     fn rank(&mut self, n_chars: usize, k: usize, clock: &mut Clock) {
-        let Session { model, s, completion_exponent, .. } = self;
-        let beta = *completion_exponent;
+        let Session { model, s, completion_exponent, rule, .. } = self;
+        let (beta, rule) = (*completion_exponent, *rule);
         let m: &Model = model;
         let t = m.cfg.context_length;
         let pw = &s.logits;
@@ -439,33 +515,58 @@ impl Session {
             return;
         }
 
-        // i = 0: every word is admissible, and P(w) sums to 1.
-        let mut total = pi[0];
-        for (id, &p) in pw.iter().enumerate() {
-            push_top(hits, k, Hit { id: id as u32, replace: 0, score: p * pi[0] });
-        }
-        // i >= 1: words that start with the last i characters and are longer than i.
         let max_i = (pi.len() - 1).min(n_chars);
-        for i in 1..=max_i {
-            s.suffix.clear();
+        let admissible = |i: usize, posn: usize| {
+            let id = m.lexicon.id_at(posn);
+            (m.lexicon.char_len(id) > i).then_some(id)
+        };
+        // The admissible words of `i >= 1` are those that start with the last `i` characters
+        // and are longer than `i`: one sorted-lexicon range per `i`.
+        let suffix_range = |suffix: &mut Vec<u8>, i: usize| {
+            suffix.clear();
             for &cp in &s.cps[t - i..t] {
                 let c = char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER);
                 let mut buf = [0u8; 4];
-                s.suffix.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                suffix.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
             }
-            let range = m.lexicon.prefix_range(&s.suffix);
-            let fi = if beta == 1.0 { pi[i] } else { pi[i].powf(beta) };
-            let mut mass = 0.0f32;
-            for posn in range {
-                let id = m.lexicon.id_at(posn);
-                if m.lexicon.char_len(id) <= i {
-                    continue;
-                }
-                let p = pw[id];
-                mass += p;
-                push_top(hits, k, Hit { id: id as u32, replace: i as u32, score: p * fi });
-            }
+            m.lexicon.prefix_range(suffix)
+        };
+        let mut total = 0.0f32;
+        for i in 1..=max_i {
+            let range = suffix_range(&mut s.suffix, i);
+            let mass: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id]).sum();
+            let fi = match rule {
+                CompletionRule::Product if beta == 1.0 => pi[i],
+                CompletionRule::Product => pi[i].powf(beta),
+                // An empty or underflowed admissible set offers nothing to renormalise.
+                CompletionRule::Conditional if mass > 0.0 => pi[i] / mass,
+                CompletionRule::Marginal if mass > 0.0 => (pi[i] / mass).min(1.0),
+                CompletionRule::Conditional | CompletionRule::Marginal => 0.0,
+            };
+            s.fi[i] = fi;
             total += mass * fi;
+            if rule == CompletionRule::Marginal {
+                for id in range.filter_map(|p| admissible(i, p)) {
+                    s.share[id] += fi;
+                }
+            }
+        }
+        // i = 0: every word is admissible.
+        for (id, &p) in pw.iter().enumerate() {
+            let score = match rule {
+                CompletionRule::Marginal => p * (1.0 - s.share[id]).max(0.0),
+                _ => p * pi[0],
+            };
+            total += score;
+            push_top(hits, k, Hit { id: id as u32, replace: 0, score });
+        }
+        for i in 1..=max_i {
+            let range = suffix_range(&mut s.suffix, i);
+            let fi = s.fi[i];
+            for id in range.filter_map(|p| admissible(i, p)) {
+                s.share[id] = 0.0;
+                push_top(hits, k, Hit { id: id as u32, replace: i as u32, score: pw[id] * fi });
+            }
         }
         if total > 0.0 && total.is_finite() {
             for h in hits.iter_mut() {

@@ -109,16 +109,26 @@ fn every_kernel_tier_agrees_with_the_scalar_reference() {
     }
 }
 
-/// The naive reference of the ranking (docs/format.md §3 step 6, with the completion exponent β):
-/// every admissible pair scored from the session's own logits, sorted. The fast path must give
-/// the same top-k and the same probabilities.
+/// The naive reference of the ranking (docs/format.md §3 step 6) under every completion rule:
+/// every admissible pair scored from the session's own logits, straight from the rule's
+/// definition, sorted. The fast path must give the same top-k and the same probabilities.
 #[test]
-fn ranking_matches_a_naive_reference_for_every_completion_exponent() {
+fn ranking_matches_a_naive_reference_for_every_completion_rule() {
+    use laya_runtime::CompletionRule;
     let cfg = TinyConfig::default();
+    let rules = [
+        (CompletionRule::Marginal, 1.0f32),
+        (CompletionRule::Conditional, 1.0),
+        (CompletionRule::Product, 1.0),
+        (CompletionRule::Product, 0.5),
+        (CompletionRule::Product, 0.25),
+        (CompletionRule::Product, 0.0),
+    ];
     for seed in [3, 11] {
         let m = model(&cfg, seed, GgmlType::F32);
         let mut s = Session::new(m.clone());
-        for beta in [1.0f32, 0.5, 0.25, 0.0] {
+        for (rule, beta) in rules {
+            s.set_completion_rule(rule);
             s.set_completion_exponent(beta);
             for ctx in CONTEXTS {
                 let (wl, rl) = s.logits(ctx);
@@ -138,15 +148,41 @@ fn ranking_matches_a_naive_reference_for_every_completion_exponent() {
                     })
                     .collect();
                 let n = chars.len().min(m.config().context_length);
+                // adm[i]: the ids admissible with i >= 1 typed characters.
+                let adm: Vec<Vec<usize>> = (0..pi.len().min(n + 1))
+                    .map(|i| {
+                        if i == 0 {
+                            return Vec::new();
+                        }
+                        let tail: String = chars[chars.len() - i..].iter().collect();
+                        (0..m.lexicon_len())
+                            .filter(|&id| {
+                                let w = m.word(id).unwrap();
+                                w.starts_with(&tail) && w.chars().count() > i
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let mass: Vec<f64> = adm.iter().map(|ids| ids.iter().map(|&id| pw[id]).sum()).collect();
+                let factor = |i: usize| -> f64 {
+                    match rule {
+                        CompletionRule::Product => pi[i].powf(beta as f64),
+                        CompletionRule::Conditional if mass[i] > 0.0 => pi[i] / mass[i],
+                        CompletionRule::Marginal if mass[i] > 0.0 => (pi[i] / mass[i]).min(1.0),
+                        _ => 0.0,
+                    }
+                };
                 let mut pairs: Vec<(f64, String, usize)> = Vec::new();
                 for id in 0..m.lexicon_len() {
-                    let w = m.word(id).unwrap();
-                    pairs.push((pw[id] * pi[0], w.to_string(), 0));
-                    for i in 1..pi.len().min(n + 1) {
-                        let tail: String = chars[chars.len() - i..].iter().collect();
-                        if w.starts_with(&tail) && w.chars().count() > i {
-                            pairs.push((pw[id] * pi[i].powf(beta as f64), w.to_string(), i));
-                        }
+                    let w = m.word(id).unwrap().to_string();
+                    let taken: f64 = (1..adm.len()).filter(|&i| adm[i].contains(&id)).map(factor).sum();
+                    let next = match rule {
+                        CompletionRule::Marginal => pw[id] * (1.0 - taken).max(0.0),
+                        _ => pw[id] * pi[0],
+                    };
+                    pairs.push((next, w.clone(), 0));
+                    for i in (1..adm.len()).filter(|&i| adm[i].contains(&id)) {
+                        pairs.push((pw[id] * factor(i), w.clone(), i));
                     }
                 }
                 let total: f64 = pairs.iter().map(|p| p.0).sum();
@@ -157,8 +193,8 @@ fn ranking_matches_a_naive_reference_for_every_completion_exponent() {
                 for c in got.iter() {
                     let r = pairs.iter().find(|p| p.1 == c.word && p.2 == c.replace).expect("admissible");
                     let want = r.0 / total;
-                    assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "β {beta} {ctx:?} {c:?}: reference p {want}");
-                    assert!(c.p as f64 >= fifth - 1e-5, "β {beta} {ctx:?}: {c:?} is not among the reference top 5");
+                    assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "{rule:?} β {beta} {ctx:?} {c:?}: reference p {want}");
+                    assert!(c.p as f64 >= fifth - 1e-5, "{rule:?} β {beta} {ctx:?}: {c:?} is not among the reference top 5");
                 }
             }
         }
