@@ -25,6 +25,14 @@ pub enum ObjectiveArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShownScopeArg {
+    /// Every other shown candidate.
+    All,
+    /// Only those shown with the clicked candidate's replace.
+    SameReplace,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrecisionArg {
     F32,
     F16,
@@ -74,6 +82,11 @@ pub struct Args {
     /// Weight of every other shown candidate.
     #[arg(long, default_value_t = 1.0)]
     shown_weight: f32,
+    /// Which other shown candidates join the click-weighted target: `all`, or `same-replace`
+    /// (only those shown with the clicked candidate's replace: next words shown mid-word are
+    /// not alternatives to the word being typed).
+    #[arg(long, value_enum, default_value_t = ShownScopeArg::SameReplace)]
+    shown_scope: ShownScopeArg,
     #[arg(long, default_value_t = 3)]
     epochs: usize,
     #[arg(long, default_value_t = 128)]
@@ -267,6 +280,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         },
         click_weight: args.click_weight,
         shown_weight: args.shown_weight,
+        shown_scope: match args.shown_scope {
+            ShownScopeArg::All => laya_train::ShownScope::All,
+            ShownScopeArg::SameReplace => laya_train::ShownScope::SameReplace,
+        },
         seed: args.seed,
         patience: args.patience,
         log_every: 20,

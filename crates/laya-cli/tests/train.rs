@@ -125,3 +125,36 @@ impl Pipe for Command {
         f(self)
     }
 }
+
+/// Mid-word events whose bar also shows a next word: with the default `--shown-scope
+/// same-replace` the next word is not part of the target, with `all` it is, so the model trained
+/// with `all` gives it more probability after the typed character.
+#[test]
+fn shown_scope_decides_whether_next_words_shown_mid_word_are_targets() {
+    let mut log = String::new();
+    for _ in 0..60 {
+        log.push_str(r#"{"v":1,"context":"今","shown":[{"word":"今天","replace":1},{"word":"不错","replace":0}],"clicked":0}"#);
+        log.push('\n');
+    }
+    let events = tmp("midword.jsonl");
+    std::fs::write(&events, log).unwrap();
+    let lexicon = fixtures().1;
+    let p_next_word = |scope: Option<&str>| -> f64 {
+        let out = tmp(&format!("scope-{}.laya", scope.unwrap_or("default")));
+        let mut cmd = laya();
+        cmd.args(["train", "--events"]).arg(&events).arg("--lexicon").arg(&lexicon).arg("--out").arg(&out).pipe(tiny);
+        if let Some(s) = scope {
+            cmd.args(["--shown-scope", s]);
+        }
+        ok(cmd.output().unwrap());
+        let pred = ok(laya().args(["predict", "--top", "6", "--completion-rule", "product", "--json", "--model"]).arg(&out).arg("今").output().unwrap());
+        let v: serde_json::Value = serde_json::from_str(pred.lines().next().unwrap()).unwrap();
+        let hit = v["candidates"].as_array().unwrap().iter().find(|c| c["word"] == "不错" && c["replace"] == 0).cloned();
+        hit.map_or(0.0, |c| c["p"].as_f64().unwrap())
+    };
+    let (default, same, all) = (p_next_word(None), p_next_word(Some("same-replace")), p_next_word(Some("all")));
+    assert_eq!(default, same, "same-replace is the default");
+    assert!(all > same * 1.05, "all {all} vs same-replace {same}");
+    let bad = laya().args(["train", "--shown-scope", "some"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}

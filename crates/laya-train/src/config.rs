@@ -142,6 +142,22 @@ pub enum Objective {
     Clicked,
 }
 
+/// Which of the other shown candidates join the click-weighted target. `TrainConfig::default()`
+/// uses `SameReplace`; the enum's `Default`, `All`, is what a checkpoint written before this
+/// setting existed was trained with, so resuming one keeps its target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShownScope {
+    /// Every other shown in-lexicon word (the original behaviour).
+    #[default]
+    All,
+    /// Only those with the clicked candidate's `replace`: alternatives for the same reading of
+    /// the context. A bar shown mid-word often holds next words too (`replace` 0 after a typed
+    /// character); the word head predicts the word being typed, so with `All` it learns to put
+    /// mass on next words exactly where the person is in the middle of one.
+    SameReplace,
+}
+
 /// Learning-rate decay after warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -185,6 +201,9 @@ pub struct TrainConfig {
     pub click_weight: f32,
     /// Weight of every other shown in-lexicon word in the click-weighted target.
     pub shown_weight: f32,
+    /// Which other shown words the click-weighted target includes.
+    #[serde(default)]
+    pub shown_scope: ShownScope,
     /// λ: total loss = word loss + λ · replace loss.
     pub replace_loss_weight: f32,
     /// Seed of the initialisation and of the shuffling.
@@ -212,6 +231,7 @@ impl Default for TrainConfig {
             objective: Objective::ClickWeighted,
             click_weight: 3.0,
             shown_weight: 1.0,
+            shown_scope: ShownScope::SameReplace,
             replace_loss_weight: 1.0,
             seed: 42,
             log_every: 50,

@@ -1,7 +1,7 @@
 //! Click events → tensors: context rows, the soft word target and the replace class.
 
 use crate::codec::encode_context_into;
-use crate::config::{ModelConfig, Objective, TrainConfig};
+use crate::config::{ModelConfig, Objective, ShownScope, TrainConfig};
 use crate::error::Result;
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
@@ -62,8 +62,9 @@ pub fn word_index(cfg: &ModelConfig) -> HashMap<&str, u32> {
 
 /// The word-head target of one event: `(word id, weight)` pairs normalised to sum 1, sorted by id.
 /// `ClickWeighted`: the clicked word weighs `click_weight`, every other distinct shown word in the
-/// lexicon `shown_weight`. `Clicked`: the clicked word alone. Empty when the event has no valid
-/// click or the clicked word is not in the lexicon.
+/// lexicon `shown_weight` (with [`ShownScope::SameReplace`], only those shown with the clicked
+/// one's `replace`). `Clicked`: the clicked word alone. Empty when the event has no valid click
+/// or the clicked word is not in the lexicon.
 ///
 /// ```
 /// use laya_train::{word_target, Event, Shown, TrainConfig};
@@ -72,6 +73,17 @@ pub fn word_index(cfg: &ModelConfig) -> HashMap<&str, u32> {
 /// let shown = |w: &str| Shown { word: w.into(), replace: 0 };
 /// let ev = Event { context: "x".into(), shown: vec![shown("b"), shown("a"), shown("zz")], clicked: Some(1), weight: 1.0 };
 /// assert_eq!(word_target(&ev, &lex, &TrainConfig::default()), vec![(0, 0.75), (1, 0.25)]);
+/// let all = TrainConfig { shown_scope: laya_train::ShownScope::All, ..TrainConfig::default() };
+/// // Mid-word ("x" typed, "xa" clicked), the next word "b" is not an alternative:
+/// let lex: HashMap<&str, u32> = [("xa", 0), ("b", 1), ("xb", 2)].into_iter().collect();
+/// let ev = Event {
+///     context: "x".into(),
+///     shown: vec![Shown { word: "xa".into(), replace: 1 }, shown("b"), Shown { word: "xb".into(), replace: 1 }],
+///     clicked: Some(0),
+///     weight: 1.0,
+/// };
+/// assert_eq!(word_target(&ev, &lex, &TrainConfig::default()), vec![(0, 0.75), (2, 0.25)]);
+/// assert_eq!(word_target(&ev, &lex, &all), vec![(0, 0.6), (1, 0.2), (2, 0.2)]);
 /// ```
 pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> Vec<(u32, f32)> {
     let Some(clicked) = ev.clicked.and_then(|c| ev.shown.get(c)) else {
@@ -83,6 +95,9 @@ pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> V
     let mut weights: Vec<(u32, f32)> = vec![(cid, cfg.click_weight)];
     if cfg.objective == Objective::ClickWeighted {
         for s in &ev.shown {
+            if cfg.shown_scope == ShownScope::SameReplace && s.replace != clicked.replace {
+                continue;
+            }
             if let Some(&id) = lex.get(s.word.as_str()) {
                 if !weights.iter().any(|&(w, _)| w == id) {
                     weights.push((id, cfg.shown_weight));

@@ -14,7 +14,7 @@ mod optim;
 mod rng;
 
 pub use codec::{encode_context, encode_context_into, normalize, Mapping, NormRule};
-pub use config::{Activation, Decay, ModelConfig, Objective, TrainConfig};
+pub use config::{Activation, Decay, ModelConfig, Objective, ShownScope, TrainConfig};
 pub use error::{Result, TrainError};
 pub use model::{layer_norm, log_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};

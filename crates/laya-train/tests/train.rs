@@ -135,16 +135,22 @@ fn click_weighted_targets_as_data() {
     let cw = TrainConfig::default();
     let cl = TrainConfig { objective: Objective::Clicked, ..TrainConfig::default() };
     let custom = TrainConfig { click_weight: 1.0, shown_weight: 0.0, ..TrainConfig::default() };
+    let all = TrainConfig { shown_scope: laya_train::ShownScope::All, ..TrainConfig::default() };
     // (event, config, expected target)
     type Case<'a> = (Event, &'a TrainConfig, Vec<(u32, f32)>);
     let cases: Vec<Case> = vec![
-        (ev("x", &[("a", 0), ("b", 0), ("c", 1)], Some(0)), &cw, vec![(0, 0.6), (1, 0.2), (2, 0.2)]),
+        (ev("x", &[("a", 0), ("b", 0), ("c", 1)], Some(0)), &all, vec![(0, 0.6), (1, 0.2), (2, 0.2)]),
+        // Default scope: only the shown words with the clicked one's replace.
+        (ev("x", &[("a", 0), ("b", 0), ("c", 1)], Some(0)), &cw, vec![(0, 0.75), (1, 0.25)]),
+        (ev("x", &[("a", 1), ("b", 0), ("c", 1)], Some(0)), &cw, vec![(0, 0.75), (2, 0.25)]),
+        (ev("x", &[("a", 2), ("b", 0), ("c", 1)], Some(0)), &cw, vec![(0, 1.0)]),
         (ev("x", &[("b", 0), ("zz", 0)], Some(0)), &cw, vec![(1, 1.0)]),
         (ev("x", &[("zz", 0), ("c", 0)], Some(1)), &cw, vec![(2, 1.0)]),
         (ev("x", &[("a", 0), ("zz", 0)], Some(1)), &cw, vec![]),
         (ev("x", &[("a", 0), ("b", 0)], None), &cw, vec![]),
         (ev("x", &[("a", 0), ("b", 0)], Some(5)), &cw, vec![]),
-        (ev("x", &[("a", 0), ("a", 1), ("b", 0)], Some(1)), &cw, vec![(0, 0.75), (1, 0.25)]),
+        (ev("x", &[("a", 0), ("a", 1), ("b", 0)], Some(1)), &all, vec![(0, 0.75), (1, 0.25)]),
+        (ev("x", &[("a", 0), ("a", 1), ("b", 0)], Some(1)), &cw, vec![(0, 1.0)]),
         (ev("x", &[("a", 0), ("b", 0), ("c", 0)], Some(2)), &cl, vec![(2, 1.0)]),
         (ev("x", &[("a", 0), ("b", 0), ("c", 0)], Some(2)), &custom, vec![(2, 1.0)]),
     ];
