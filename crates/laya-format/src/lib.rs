@@ -36,7 +36,7 @@ pub mod writer;
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
 pub use schema::{
-    check_lexicon, checksum, checksum_report, keys, Activation, ChecksumReport, HParams, LayaFile,
+    check_lexicon, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport, HParams, LayaFile,
     LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
     COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, TOKEN_EMBD_COMP,
 };

@@ -94,3 +94,51 @@ fn fifty_thousand_words() {
     assert_eq!(model.output_w.ne, vec![32, 50_000]);
     assert_eq!(model.output_b.n_elements(), 50_000);
 }
+
+/// The naive references of the lexicon checks: a front-to-back scan with a map of words seen
+/// (what `check_lexicon` was before it sorted), and a plain sort by bytes then id.
+fn naive_lexicon_error(words: &[String]) -> Option<(usize, String)> {
+    let mut seen = std::collections::HashMap::new();
+    for (i, w) in words.iter().enumerate() {
+        let bad = w.is_empty() || w.chars().count() > 64 || w.chars().any(|c| c.is_whitespace() || c.is_control());
+        if bad {
+            return Some((i, "word".into()));
+        }
+        if let Some(first) = seen.insert(w.as_str(), i) {
+            return Some((i, format!("{w:?} duplicates laya.lexicon.words[{first}]")));
+        }
+    }
+    None
+}
+
+proptest! {
+    #[test]
+    fn lexicon_order_and_checks_match_naive_references(
+        words in proptest::collection::vec(
+            prop_oneof![
+                // Few distinct short valid words: several duplicate runs per lexicon.
+                4 => "[ab天]{1,3}",
+                // NUL and space exercise the zero padding and the refusals.
+                1 => "[ab\u{0}天 ]{0,4}",
+                // Shared 8-byte prefixes: ties the key alone cannot break.
+                1 => "[ab天]{6,12}",
+                1 => "\\PC{1,6}",
+            ],
+            1..40,
+        ),
+    ) {
+        let mut naive: Vec<u32> = (0..words.len() as u32).collect();
+        naive.sort_by(|&a, &b| words[a as usize].as_bytes().cmp(words[b as usize].as_bytes()).then(a.cmp(&b)));
+        prop_assert_eq!(laya_format::lexicon_order(&words), naive.clone());
+        match (laya_format::checked_lexicon_order(&words), naive_lexicon_error(&words)) {
+            (Ok(order), None) => prop_assert_eq!(order, naive),
+            (Err(laya_format::FormatError::Lexicon { index, reason }), Some((want, why))) => {
+                prop_assert_eq!(index, want, "{} vs {}", reason, why);
+                if why != "word" {
+                    prop_assert_eq!(reason, why);
+                }
+            }
+            (got, want) => prop_assert!(false, "{:?} vs {:?}", got.map(|_| ()), want),
+        }
+    }
+}

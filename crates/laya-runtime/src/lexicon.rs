@@ -10,13 +10,19 @@ pub(crate) struct Lexicon {
     offsets: Vec<u32>,
     /// Length of each word in Unicode scalar values (`replace` is counted in these).
     char_lens: Vec<u16>,
-    /// Word ids in byte order. `None` when the file already stores the words sorted, which
-    /// is what Laya's writer does, so loading costs one linear check instead of a sort.
+    /// Word ids in byte order. `None` when the file stores the words sorted.
     order: Option<Vec<u32>>,
 }
 
 impl Lexicon {
+    #[cfg(test)]
     pub(crate) fn new(words: &[String]) -> Lexicon {
+        Self::with_order(words, laya_format::lexicon_order(words))
+    }
+
+    /// `order`: the ids in byte order, as validation computed them
+    /// ([`laya_format::LayaFile::word_order`]).
+    pub(crate) fn with_order(words: &[String], order: Vec<u32>) -> Lexicon {
         let total: usize = words.iter().map(|w| w.len()).sum();
         let mut bytes = String::with_capacity(total);
         let mut offsets = Vec::with_capacity(words.len() + 1);
@@ -27,14 +33,9 @@ impl Lexicon {
             offsets.push(bytes.len() as u32);
             char_lens.push(w.chars().count().min(u16::MAX as usize) as u16);
         }
-        let sorted = words.windows(2).all(|p| p[0].as_bytes() < p[1].as_bytes());
-        let order = if sorted {
-            None
-        } else {
-            let mut ids: Vec<u32> = (0..words.len() as u32).collect();
-            ids.sort_by(|&a, &b| words[a as usize].as_bytes().cmp(words[b as usize].as_bytes()));
-            Some(ids)
-        };
+        debug_assert_eq!(order.len(), words.len());
+        let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
+        let order = (!sorted).then_some(order);
         Lexicon { bytes, offsets, char_lens, order }
     }
 

@@ -155,7 +155,7 @@ impl Model {
 
     fn from_storage(storage: Storage, kernels: Kernels) -> Result<Model, LoadError> {
         let bytes = storage.bytes();
-        let file = LayaFile::parse(bytes)?;
+        let mut file = LayaFile::parse(bytes)?;
         let base = bytes.as_ptr() as usize;
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
             let ty = wtype(t.ty);
@@ -222,7 +222,7 @@ impl Model {
             output_b: f32s(&file.output_b),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
-            lexicon: Lexicon::new(&file.meta.words),
+            lexicon: Lexicon::with_order(&file.meta.words, std::mem::take(&mut file.word_order)),
             layers,
             cfg,
             info,
