@@ -551,15 +551,33 @@ impl Session {
                 }
             }
         }
-        // i = 0: every word is admissible.
-        for (id, &p) in pw.iter().enumerate() {
-            let score = match rule {
-                CompletionRule::Marginal => p * (1.0 - s.share[id]).max(0.0),
-                _ => p * pi[0],
-            };
-            total += score;
-            push_top(hits, k, Hit { id: id as u32, replace: 0, score });
+        // i = 0: every word is admissible; it scores P(w)·(c0 − share), share being zero except
+        // under the marginal rule. Chunks of LANES keep the score, sum and max loops
+        // vectorisable; a chunk touches the bar only when its best score could enter it.
+        const LANES: usize = 16;
+        let c0 = if rule == CompletionRule::Marginal { 1.0 } else { pi[0] };
+        let mut sums = [0.0f32; LANES];
+        let mut threshold = f32::NEG_INFINITY;
+        for (chunk, (ps, ss)) in pw.chunks(LANES).zip(s.share.chunks(LANES)).enumerate() {
+            let mut scores = [0.0f32; LANES];
+            for ((out, &p), &sh) in scores.iter_mut().zip(ps).zip(ss) {
+                *out = p * (c0 - sh).max(0.0);
+            }
+            for (acc, &v) in sums.iter_mut().zip(&scores) {
+                *acc += v;
+            }
+            if scores.iter().fold(false, |any, &v| any | (v > threshold)) {
+                for (j, &score) in scores[..ps.len()].iter().enumerate() {
+                    if score > threshold {
+                        push_top(hits, k, Hit { id: (chunk * LANES + j) as u32, replace: 0, score });
+                        if hits.len() == k {
+                            threshold = hits[k - 1].score;
+                        }
+                    }
+                }
+            }
         }
+        total += sums.iter().sum::<f32>();
         for i in 1..=max_i {
             let range = suffix_range(&mut s.suffix, i);
             let fi = s.fi[i];
