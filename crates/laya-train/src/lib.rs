@@ -37,7 +37,7 @@ pub use prune::{
     check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError, PruneReport, Saliency,
     PRUNE_GROUP, WIDTH_MULTIPLE,
 };
-pub use ce::{add_columns, biased_soft_cross_entropy, gelu_tanh, scale_shift_columns, soft_cross_entropy};
+pub use ce::{add_columns, biased_soft_cross_entropy, gelu_tanh, normalize_rows, scale_shift_columns, soft_cross_entropy, softmax_rows};
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

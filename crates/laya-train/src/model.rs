@@ -69,13 +69,9 @@ pub struct LayaNet {
     replace: (Tensor, Tensor),
 }
 
-/// Differentiable softmax over the last dimension. The max is detached: softmax is
-/// shift-invariant, so the gradient is exact without differentiating through it.
+/// Differentiable softmax over the last dimension (a fused op, see [`crate::softmax_rows`]).
 pub fn softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
-    let m = x.max_keepdim(D::Minus1)?.detach();
-    let e = x.broadcast_sub(&m)?.exp()?;
-    let s = e.sum_keepdim(D::Minus1)?;
-    e.broadcast_div(&s)
+    crate::ce::softmax_rows(x)
 }
 
 /// Differentiable log-softmax over the last dimension.
@@ -90,11 +86,7 @@ pub fn log_softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let dims = x.dims().to_vec();
     let x = x.reshape(((), w.dim(0)?))?;
-    let mean = x.mean_keepdim(D::Minus1)?;
-    let xc = x.broadcast_sub(&mean)?;
-    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    let inv = (var + eps)?.sqrt()?.recip()?;
-    scale_shift_columns(&xc.broadcast_mul(&inv)?, w, b)?.reshape(dims)
+    scale_shift_columns(&crate::ce::normalize_rows(&x, eps)?, w, b)?.reshape(dims)
 }
 
 fn linear(x: &Tensor, wb: &(Tensor, Tensor)) -> candle_core::Result<Tensor> {
