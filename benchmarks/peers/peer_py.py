@@ -116,7 +116,9 @@ def build_onnx(hp, W):
          helper.make_tensor_value_info("logits", TensorProto.FLOAT, [V]),
          helper.make_tensor_value_info("rlogits", TensorProto.FLOAT, [C])],
         inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    # IR 9 is the IR of opset 20 (ONNX 1.15); pinning it lets an older onnxruntime load a graph
+    # that a newer `onnx` package would otherwise stamp with its own, newer IR version.
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
     onnx.checker.check_model(model)
     return model
 

@@ -26,6 +26,9 @@ TIMEOUT_S = int(os.environ.get("PEERS_TIMEOUT_S", "900"))
 # Largest allowed |peer - Laya| / max|Laya| over the word logits of one context.
 REL_TOL = float(os.environ.get("PEERS_REL_TOL", "1e-3"))
 PY_PEERS = ["onnxruntime", "torch", "torch-compile", "mlx", "mlx-compile"]
+# PEERS_ONLY=laya,onnxruntime runs a subset (Laya is always run: every ratio is against it).
+_only = [p for p in os.environ.get("PEERS_ONLY", "").split(",") if p]
+PEERS = [p for p in ["laya", "candle"] + PY_PEERS if not _only or p == "laya" or p in _only]
 
 # ~50 fixed contexts: Chinese, ASCII, mixed, full-width, empty, emoji, long, control characters.
 CONTEXTS = [
@@ -158,7 +161,7 @@ def main():
         work = os.path.join(out_dir, label.replace(" ", "_"))
         os.makedirs(work, exist_ok=True)
         rows = []
-        for peer in ["laya", "candle"] + PY_PEERS:
+        for peer in PEERS:
             print(f"[{label}] {peer} ...", file=sys.stderr, flush=True)
             r = run_peer(peer, path, ctx_path, work)
             if "error" not in r:
