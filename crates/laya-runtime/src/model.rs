@@ -140,7 +140,7 @@ impl Model {
     /// Validates a model compiled into the program (`include_bytes!`). The bytes must be
     /// 64-byte aligned for in-place use; if they are not, they are copied once.
     pub fn from_static(bytes: &'static [u8]) -> Result<Arc<Model>, LoadError> {
-        let storage = if (bytes.as_ptr() as usize) % 64 == 0 {
+        let storage = if (bytes.as_ptr() as usize).is_multiple_of(64) {
             Storage::Static(bytes)
         } else {
             Storage::Owned(bytes.to_vec())

@@ -532,15 +532,15 @@ impl Session {
             m.lexicon.prefix_range(suffix)
         };
         let mut total = 0.0f32;
-        for i in 1..=max_i {
+        for (i, &p_i) in pi.iter().enumerate().take(max_i + 1).skip(1) {
             let range = suffix_range(&mut s.suffix, i);
             let mass: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id]).sum();
             let fi = match rule {
-                CompletionRule::Product if beta == 1.0 => pi[i],
-                CompletionRule::Product => pi[i].powf(beta),
+                CompletionRule::Product if beta == 1.0 => p_i,
+                CompletionRule::Product => p_i.powf(beta),
                 // An empty or underflowed admissible set offers nothing to renormalise.
-                CompletionRule::Conditional if mass > 0.0 => pi[i] / mass,
-                CompletionRule::Marginal if mass > 0.0 => (pi[i] / mass).min(1.0),
+                CompletionRule::Conditional if mass > 0.0 => p_i / mass,
+                CompletionRule::Marginal if mass > 0.0 => (p_i / mass).min(1.0),
                 CompletionRule::Conditional | CompletionRule::Marginal => 0.0,
             };
             s.fi[i] = fi;

@@ -173,16 +173,16 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                     }
                 };
                 let mut pairs: Vec<(f64, String, usize)> = Vec::new();
-                for id in 0..m.lexicon_len() {
+                for (id, &p) in pw.iter().enumerate() {
                     let w = m.word(id).unwrap().to_string();
                     let taken: f64 = (1..adm.len()).filter(|&i| adm[i].contains(&id)).map(factor).sum();
                     let next = match rule {
-                        CompletionRule::Marginal => pw[id] * (1.0 - taken).max(0.0),
-                        _ => pw[id] * pi[0],
+                        CompletionRule::Marginal => p * (1.0 - taken).max(0.0),
+                        _ => p * pi[0],
                     };
                     pairs.push((next, w.clone(), 0));
                     for i in (1..adm.len()).filter(|&i| adm[i].contains(&id)) {
-                        pairs.push((pw[id] * factor(i), w.clone(), i));
+                        pairs.push((p * factor(i), w.clone(), i));
                     }
                 }
                 let total: f64 = pairs.iter().map(|p| p.0).sum();
