@@ -70,6 +70,9 @@ struct Scratch {
     hits: Vec<Hit>,
     /// Per replace class `i ≥ 1`: the factor its admissible words' `P(w)` is multiplied by.
     fi: Vec<f32>,
+    /// Per replace class `i`: the sorted-lexicon range of the words starting with the last `i`
+    /// characters (entry 0 unused), found once per prediction.
+    ranges: Vec<std::ops::Range<usize>>,
     /// Per word: the share of its `P(w)` already given to completions (marginal rule; zero
     /// between predictions).
     share: Vec<f32>,
@@ -209,6 +212,7 @@ impl Session {
             suffix: Vec::with_capacity(4 * c.replace_classes),
             hits: Vec::with_capacity(max_k.min(c.vocab * c.replace_classes).max(1)),
             fi: vec![0.0; c.replace_classes],
+            ranges: vec![0..0; c.replace_classes],
             share: vec![0.0; c.vocab],
             xq: vec![ActBlock::ZERO; t * d.max(fmax) / QK],
         };
@@ -534,6 +538,7 @@ impl Session {
         let mut total = 0.0f32;
         for (i, &p_i) in pi.iter().enumerate().take(max_i + 1).skip(1) {
             let range = suffix_range(&mut s.suffix, i);
+            s.ranges[i] = range.clone();
             let mass: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id]).sum();
             let fi = match rule {
                 CompletionRule::Product if beta == 1.0 => p_i,
@@ -579,9 +584,8 @@ impl Session {
         }
         total += sums.iter().sum::<f32>();
         for i in 1..=max_i {
-            let range = suffix_range(&mut s.suffix, i);
             let fi = s.fi[i];
-            for id in range.filter_map(|p| admissible(i, p)) {
+            for id in s.ranges[i].clone().filter_map(|p| admissible(i, p)) {
                 s.share[id] = 0.0;
                 push_top(hits, k, Hit { id: id as u32, replace: i as u32, score: pw[id] * fi });
             }
