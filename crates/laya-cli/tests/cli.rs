@@ -1,21 +1,14 @@
 //! The `laya` binary as a user and a script see it: EVAL.md contracts, errors, exit codes.
 
+mod common;
+use common::{laya, tmp};
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType};
-
-fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("laya-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 fn model_file(name: &str, ty: GgmlType) -> PathBuf {
     let (meta, tensors) = random_model(&TinyConfig::default(), 3, ty);

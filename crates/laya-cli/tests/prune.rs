@@ -1,20 +1,12 @@
 //! `laya prune` as a user sees it: a float model in, a smaller valid model out, clear refusals.
 
+mod common;
+use common::{laya, tmp, ok, assert_one_line_error};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType, LayaFile};
-
-fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("laya-cli-prune-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 /// Two blocks of FFN 128 and 96, a 48-row table, 40 words: small enough for a debug build.
 fn tiny() -> TinyConfig {
@@ -26,19 +18,6 @@ fn model(name: &str, ty: GgmlType) -> PathBuf {
     let path = tmp(name);
     std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
     path
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn assert_one_line_error(out: &Output, needle: &str) {
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("laya: error: "), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(needle), "{err}");
 }
 
 fn matrix_types(path: &PathBuf) -> Vec<GgmlType> {

@@ -1,39 +1,18 @@
 //! `laya quantize` as a user sees it: a float model in, a smaller valid model out, clear errors.
 
+mod common;
+use common::{laya, tmp, ok, assert_one_line_error};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType};
-
-fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("laya-cli-quantize-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 fn float_model(name: &str) -> PathBuf {
     let (meta, tensors) = random_model(&TinyConfig::default(), 5, GgmlType::F32);
     let path = tmp(name);
     std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
     path
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn assert_one_line_error(out: &Output, needle: &str) {
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("laya: error: "), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(needle), "{err}");
 }
 
 #[test]

@@ -1,18 +1,11 @@
 //! `laya train` end to end on a tiny network: a fresh model, then `--init` continuing it, and
 //! the refusals a user can trip over.
 
+mod common;
+use common::{laya, tmp};
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("laya-cli-train-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 /// A log where "今天" is always followed by "天气" and "天气" by "不错".
 fn fixtures() -> (PathBuf, PathBuf) {
