@@ -70,6 +70,9 @@ pub struct Args {
     patience: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Threads for the fine-tuning steps (default: RAYON_NUM_THREADS, else the physical cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
     /// Precision of the output (default: the input's).
     #[arg(long, value_enum)]
     precision: Option<PrecisionArg>,
@@ -101,6 +104,7 @@ fn fmt_int(n: usize) -> String {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
+    crate::train::training_threads(args.threads);
     let path = args.model.display().to_string();
     let bytes = std::fs::read(&args.model).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
     let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;

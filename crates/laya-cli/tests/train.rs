@@ -81,6 +81,29 @@ fn trains_then_continues_from_the_model_with_init() {
 }
 
 #[test]
+fn threads_flag_sets_the_training_pool_and_refuses_zero() {
+    let (events, lexicon) = fixtures();
+    // --threads wins over the environment (which `tiny` sets to 1).
+    let out = laya()
+        .args(["train", "--events"])
+        .arg(&events)
+        .arg("--lexicon")
+        .arg(&lexicon)
+        .arg("--out")
+        .arg(tmp("threads.laya"))
+        .pipe(tiny)
+        .args(["--threads", "2"])
+        .output()
+        .unwrap();
+    let text = ok(out);
+    assert!(text.contains("lexicon 3 words, 2 threads"), "{text}");
+
+    let out = laya().args(["train", "--events"]).arg(&events).arg("--lexicon").arg(&lexicon).args(["--threads", "0"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--threads"), "{err}");
+}
+
+#[test]
 fn init_refuses_a_quantized_model_and_a_second_lexicon() {
     let (events, lexicon) = fixtures();
     let model = tmp("q.laya");

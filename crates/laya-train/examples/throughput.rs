@@ -64,7 +64,9 @@ fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, 
 
 fn child(vocab: usize, mapping: &str, batch_size: usize) {
     let words: Vec<String> = (0..vocab).map(|i| format!("w{i}")).collect();
-    let events = synthetic_events(batch_size * 24, vocab, 1);
+    // Timed steps after 4 warm-up steps (LAYA_STEPS, default 20).
+    let steps: usize = std::env::var("LAYA_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let events = synthetic_events(batch_size * (steps + 4), vocab, 1);
     let mapping = match mapping {
         "direct" => Mapping::Direct,
         _ => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), 4096, 1, &[NormRule::FullwidthAscii]),
@@ -77,14 +79,23 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     let batches: Vec<Batch> = (0..set.len() / batch_size)
         .map(|k| make_batch(&set, &((k * batch_size)..((k + 1) * batch_size)).collect::<Vec<_>>(), vocab, 8, net.device()).unwrap())
         .collect();
+    // As `train` does: the steps run on a worker of the training pool (`training_pool`), unless
+    // LAYA_NO_POOL is set (the calling thread then sleeps through every fork).
+    let pool = training_pool().unwrap();
+    let on_pool = std::env::var_os("LAYA_NO_POOL").is_none();
+    let run = |f: &mut (dyn FnMut() + Send)| if on_pool { pool.install(f) } else { f() };
     let mut b = Breakdown { samples: 0, forward: Duration::ZERO, backward: Duration::ZERO, optimizer: Duration::ZERO, total: Duration::ZERO };
-    for batch in &batches[..4] {
-        timed_step(&net, &mut opt, batch, &tc, &mut b); // warm-up
-    }
+    run(&mut || {
+        for batch in &batches[..4] {
+            timed_step(&net, &mut opt, batch, &tc, &mut b); // warm-up
+        }
+    });
     b = Breakdown { samples: 0, forward: Duration::ZERO, backward: Duration::ZERO, optimizer: Duration::ZERO, total: Duration::ZERO };
-    for batch in &batches[4..] {
-        timed_step(&net, &mut opt, batch, &tc, &mut b);
-    }
+    run(&mut || {
+        for batch in &batches[4..] {
+            timed_step(&net, &mut opt, batch, &tc, &mut b);
+        }
+    });
     let tot = b.total.as_secs_f64();
     println!(
         "V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s   forward {:>4.1}%  backward {:>4.1}%  optimizer {:>4.1}%",

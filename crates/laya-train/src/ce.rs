@@ -153,47 +153,55 @@ impl candle_core::CustomOp1 for GeluTanh {
             CpuStorage::F32(x) => &x[start..end],
             _ => return Err(candle_core::Error::Msg("gelu: input must be f32".into())),
         };
-        let y = x
-            .iter()
-            .map(|&x| 0.5 * x * (1.0 + fast_tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))))
-            .collect();
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(ELEMWISE_CHUNK).zip(x.par_chunks(ELEMWISE_CHUNK)).for_each(|(y, x)| {
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = 0.5 * x * (1.0 + fast_tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)));
+            }
+        });
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let d = arg.apply_op2_no_bwd(res, &GeluTanhGrad)?;
-        Ok(Some(d.mul(grad)?))
+        Ok(Some(arg.apply_op3_no_bwd(res, &grad.contiguous()?, &GeluTanhGrad)?))
     }
 }
 
-/// d gelu_tanh / dx given `x` and `y = gelu_tanh(x)`.
+/// Elements per task of this module's elementwise loops: large enough that a fork costs
+/// little against the work, small enough that two to sixteen threads all get some.
+const ELEMWISE_CHUNK: usize = 16 * 1024;
+
+/// `g · d gelu_tanh / dx` given `x`, `y = gelu_tanh(x)` and the incoming gradient `g`, in one
+/// pass (it was a derivative tensor, two input copies and a separate multiply).
 struct GeluTanhGrad;
 
-impl CustomOp2 for GeluTanhGrad {
+impl candle_core::CustomOp3 for GeluTanhGrad {
     fn name(&self) -> &'static str {
         "laya-gelu-tanh-grad"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let slice = |s: &'_ CpuStorage, l: &Layout| -> candle_core::Result<Vec<f32>> {
-            let (a, b) = l
-                .contiguous_offsets()
-                .ok_or_else(|| candle_core::Error::Msg("gelu grad: inputs must be contiguous".into()))?;
-            match s {
-                CpuStorage::F32(v) => Ok(v[a..b].to_vec()),
-                _ => Err(candle_core::Error::Msg("gelu grad: inputs must be f32".into())),
-            }
-        };
-        let (x, y) = (slice(s1, l1)?, slice(s2, l2)?);
-        let d = x
-            .iter()
-            .zip(&y)
-            .map(|(&x, &y)| {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, y, g) = (cpu_f32(s1, l1, "gelu input")?, cpu_f32(s2, l2, "gelu output")?, cpu_f32(s3, l3, "gradient")?);
+        if y.len() != x.len() || g.len() != x.len() {
+            return Err(candle_core::Error::Msg("gelu grad: input, output and gradient differ in size".into()));
+        }
+        let mut d = vec![0f32; x.len()];
+        let c = ELEMWISE_CHUNK;
+        d.par_chunks_mut(c).zip(x.par_chunks(c)).zip(y.par_chunks(c)).zip(g.par_chunks(c)).for_each(|(((d, x), y), g)| {
+            for (((d, &x), &y), &g) in d.iter_mut().zip(x).zip(y).zip(g) {
                 let t = if x.abs() > 1e-4 { (2.0 * y / x - 1.0).clamp(-1.0, 1.0) } else { (SQRT_2_OVER_PI * x).tanh() };
                 let du = SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
-                0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
-            })
-            .collect();
+                *d = g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du);
+            }
+        });
         Ok((CpuStorage::F32(d), l1.shape().clone()))
     }
 }

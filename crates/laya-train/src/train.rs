@@ -52,6 +52,37 @@ pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32)
     Ok((total, word, rep))
 }
 
+/// How many threads [`training_pool`] starts: candle's thread count, which comes from
+/// `RAYON_NUM_THREADS`, else the number of physical cores.
+pub fn training_threads() -> usize {
+    candle_core::utils::get_num_threads().max(1)
+}
+
+/// The threads a training step runs on: a pool of candle's thread count
+/// (`candle_core::utils::get_num_threads()`, i.e. `RAYON_NUM_THREADS` or the physical cores).
+///
+/// Run [`train_step`] inside it with `pool.install(..)`. Why: candle's matmuls (the `gemm`
+/// crate) and this crate's row loops fork onto the *current* rayon pool. Called from a thread
+/// outside any pool, every one of those hundreds of forks per step hands its work to the global
+/// pool and puts the caller to sleep until it is done, so the serial parts of a step (candle's
+/// gradient bookkeeping, small ops) and the parallel parts never share a core well. On a worker
+/// of this pool the calling thread takes its share of each fork itself; on two cores that was
+/// 1.1–1.2× more samples/s (docs/training.md).
+///
+/// ```
+/// let pool = laya_train::training_pool().unwrap();
+/// assert!(pool.current_num_threads() >= 1);
+/// assert_eq!(pool.install(|| 6 * 7), 42);
+/// ```
+pub fn training_pool() -> Result<rayon::ThreadPool> {
+    let n = training_threads();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("laya-train-{i}"))
+        .build()
+        .map_err(|e| TrainError::Config(format!("cannot start {n} training threads: {e}")))
+}
+
 /// One optimisation step on `batch`: forward, backward, gradient clipping, AdamW.
 /// The embedding gradient is taken at the gathered rows and kept row-sparse.
 pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, lr: f64) -> Result<(LossParts, f64)> {
@@ -410,6 +441,7 @@ pub fn train_from(
         )));
     }
     let (v, c) = (model_cfg.vocab(), model_cfg.replace_classes);
+    let pool = training_pool()?;
     let per_epoch = trainset.len().div_ceil(cfg.batch_size);
     let total_steps = per_epoch * cfg.epochs;
     let mut best: Option<Vec<Tensor>> = None;
@@ -443,7 +475,7 @@ pub fn train_from(
             let idx = &order[s..(s + cfg.batch_size).min(order.len())];
             let batch = make_batch(&trainset, idx, v, c, net.device())?;
             lr = lr_at(state.step, total_steps, &cfg);
-            let (parts, norm) = train_step(&net, &mut opt, &batch, &cfg, lr)?;
+            let (parts, norm) = pool.install(|| train_step(&net, &mut opt, &batch, &cfg, lr))?;
             if !parts.total.is_finite() {
                 return Err(TrainError::NoData(format!(
                     "training diverged at step {} (loss {}); lower the learning rate",
@@ -493,7 +525,7 @@ pub fn train_from(
         let valid = if validset.is_empty() {
             ValidReport::default()
         } else {
-            evaluate(&net, &validset, &cfg, 256)?
+            pool.install(|| evaluate(&net, &validset, &cfg, 256))?
         };
         let is_best = !validset.is_empty() && state.best_valid.is_none_or(|b| valid.loss.total < b);
         if is_best {

@@ -364,13 +364,19 @@ fn fused_gelu_matches_candle_gelu_and_its_gradient() {
     let dev = candle_core::Device::Cpu;
     let mut xs: Vec<f32> = (-400..=400).map(|i| i as f32 * 0.025).collect();
     xs.extend([0.0, 1e-6, -1e-6, 30.0, -30.0]);
+    // Several of the op's parallel chunks, the last one partial.
+    let mut rng = Rng::new(5, 2);
+    xs.extend((0..40_000).map(|_| (rng.normal() * 3.0) as f32));
+    // A non-uniform upstream gradient: the backward multiplies by it in the same pass.
+    let up: Vec<f32> = (0..xs.len()).map(|_| rng.normal() as f32).collect();
+    let up = Tensor::new(up.as_slice(), &dev).unwrap();
     let x = candle_core::Var::from_tensor(&Tensor::new(xs.as_slice(), &dev).unwrap()).unwrap();
     let ours = gelu_tanh(x.as_tensor()).unwrap();
     let theirs = x.as_tensor().gelu().unwrap();
     let d = (&ours - &theirs).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     assert!(d < 1e-5, "values differ by {d}");
-    let go = ours.sum_all().unwrap().backward().unwrap();
-    let gt = theirs.sum_all().unwrap().backward().unwrap();
+    let go = ours.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
+    let gt = theirs.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
     let d = (go.get(x.as_tensor()).unwrap() - gt.get(x.as_tensor()).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     assert!(d < 1e-4, "gradients differ by {d}");
 }
