@@ -84,6 +84,10 @@ pub fn log_softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Differentiable LayerNorm over the last dimension with the biased variance (format.md §3).
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    if x.rank() == 2 {
+        // Already rows: no reshape nodes (their backward is not free in candle).
+        return scale_shift_columns(&crate::ce::normalize_rows(x, eps)?, w, b);
+    }
     let dims = x.dims().to_vec();
     let x = x.reshape(((), w.dim(0)?))?;
     scale_shift_columns(&crate::ce::normalize_rows(&x, eps)?, w, b)?.reshape(dims)
@@ -231,42 +235,48 @@ impl LayaNet {
         let dh = d / h;
         let eps = cfg.eps as f64;
         let scale = 1.0 / (dh as f64).sqrt();
-        let mut x = tok.reshape((b, t, d))?.broadcast_add(&self.pos_embd)?;
+        // Rows stay 2-D, `[b·t, d]` (one row per position), outside the attention: every
+        // reshape is a graph node, and candle's backward pays a zero-filled tensor plus an add
+        // for each node's input.
+        let mut x = tok.reshape((b, t, d))?.broadcast_add(&self.pos_embd)?.reshape((b * t, d))?;
         let nblocks = self.blocks.len();
         for (l, blk) in self.blocks.iter().enumerate() {
-            // Only the last position feeds the heads, so the last block computes queries,
-            // attention output and FFN for that position alone (format.md §3 step 4).
             let tq = if l + 1 == nblocks { 1 } else { t };
             let hn = layer_norm(&x, &blk.attn_norm.0, &blk.attn_norm.1, eps)?;
-            let h2 = hn.reshape((b * t, d))?;
-            let heads = |y: Tensor, n: usize| -> candle_core::Result<Tensor> {
-                y.reshape((b, n, h, dh))?.transpose(1, 2)?.contiguous()
-            };
-            let k = heads(linear(&h2, &blk.k)?, t)?;
-            let v = heads(linear(&h2, &blk.v)?, t)?;
+            let k = linear(&hn, &blk.k)?;
+            let v = linear(&hn, &blk.v)?;
             let (xq, hq) = if tq == t {
-                (x.clone(), h2)
+                (x.clone(), hn)
             } else {
-                (x.narrow(1, t - 1, 1)?, hn.narrow(1, t - 1, 1)?.reshape((b, d))?)
+                // The last block only computes each window's last position.
+                let last = self.last_rows(b)?;
+                (x.index_select(&last, 0)?, hn.index_select(&last, 0)?)
             };
-            let q = heads(linear(&hq, &blk.q)?, tq)?;
-            let att = softmax_last(&(q.matmul(&k.t()?)? * scale)?)?;
-            let o = att.matmul(&v)?.transpose(1, 2)?.reshape((b * tq, d))?;
-            let x1 = xq.broadcast_add(&linear(&o, &blk.o)?.reshape((b, tq, d))?)?;
-            let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, eps)?.reshape((b * tq, d))?;
+            let q = linear(&hq, &blk.q)?;
+            let heads = |y: &Tensor, n: usize| -> candle_core::Result<Tensor> { y.reshape((b, n, h, dh))?.transpose(1, 2)?.contiguous() };
+            let (q4, k4, v4) = (heads(&q, tq)?, heads(&k, t)?, heads(&v, t)?);
+            let att = softmax_last(&(q4.matmul(&k4.t()?)? * scale)?)?;
+            let o = att.matmul(&v4)?.transpose(1, 2)?.reshape((b * tq, d))?;
+            let x1 = (xq + linear(&o, &blk.o)?)?;
+            let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, eps)?;
             let up = linear(&hf, &blk.up)?;
             let act = match cfg.activation {
                 Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
                 Activation::Relu => up.relu()?,
             };
-            x = x1.broadcast_add(&linear(&act, &blk.down)?.reshape((b, tq, d))?)?;
+            x = (x1 + linear(&act, &blk.down)?)?;
         }
-        let last = x.narrow(1, x.dim(1)? - 1, 1)?.reshape((b, d))?;
-        Ok(layer_norm(&last, &self.output_norm.0, &self.output_norm.1, eps)?)
+        // The last block's rows are the windows' last positions (`ModelConfig::validate`: ≥ 1 block).
+        Ok(layer_norm(&x, &self.output_norm.0, &self.output_norm.1, eps)?)
     }
 
-    /// Word and replace logits for raw contexts (normalised and mapped exactly as the runtime
-    /// does), one `Vec` per context: `(words[i][w], replace[i][c])`.
+    /// Row indices `t−1, 2t−1, …` of each window's last position in a `[b·t, d]` tensor.
+    fn last_rows(&self, b: usize) -> Result<Tensor> {
+        let t = self.cfg.context as u32;
+        let idx: Vec<u32> = (1..=b as u32).map(|s| s * t - 1).collect();
+        Ok(Tensor::from_vec(idx, b, &self.device)?)
+    }
+
     #[allow(clippy::type_complexity)] // the signature the runtime parity test was promised
     pub fn predict_logits(&self, contexts: &[&str]) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
         if contexts.is_empty() {
