@@ -18,20 +18,11 @@ use crate::CliError;
 
 /// Thread set-up of the commands that train (`train`, and `prune` for its fine-tuning). Call it
 /// first, before any tensor operation and before this process starts a thread: candle reads
-/// both variables from the environment.
-///
-/// * `threads` becomes `RAYON_NUM_THREADS`, the size of the pool the steps run on
-///   (`laya_train::training_pool`) and of candle's matmuls.
-/// * `CANDLE_NUM_THREADS=1` (unless the user set it) turns off candle 0.11's second pool, the one
-///   for elementwise operations: its workers spin for a while after every operation, on the
-///   cores the rayon pool needs. Measured on the 2-core machine (docs/training.md): 1.1–1.2×
-///   more samples/s without it.
+/// `RAYON_NUM_THREADS` from the environment, for its matmuls, its elementwise pool and the
+/// size of the pool the steps run on (`laya_train::training_pool`).
 pub fn training_threads(threads: Option<u16>) {
     if let Some(n) = threads {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-    }
-    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
-        std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
 }
 

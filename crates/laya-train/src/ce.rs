@@ -219,7 +219,13 @@ pub fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
 /// gradient plus two zero-fill-and-add gradient accumulations of `[B, V]` — at V = 20,000 that
 /// was about a third of a training step. Here the bias is added on the fly and its gradient is
 /// a contiguous column sum of the logits gradient.
-struct BiasSoftCe;
+///
+/// The forward keeps each row's log-normaliser `max + log Σ exp(x + b − max)` for the backward,
+/// which would otherwise make the same two passes over `[B, V]` again.
+#[derive(Default)]
+struct BiasSoftCe {
+    shifts: std::sync::Mutex<Vec<f32>>,
+}
 
 fn cpu_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
     let (start, end) = l
@@ -266,20 +272,23 @@ impl candle_core::CustomOp3 for BiasSoftCe {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, v) = check_shapes(l1, l2, l3)?;
         let (x, b, t) = (cpu_f32(s1, l1, "logits")?, cpu_f32(s2, l2, "bias")?, cpu_f32(s3, l3, "targets")?);
-        let out: Vec<f32> = x
+        let (out, shifts): (Vec<f32>, Vec<f32>) = x
             .par_chunks_exact(v)
             .zip(t.par_chunks_exact(v))
             .map(|(xr, tr)| {
                 let (m, lse) = biased_row_lse(xr, b);
                 let shift = m + lse;
-                xr.iter()
+                let loss: f32 = xr
+                    .iter()
                     .zip(b)
                     .zip(tr)
                     .filter(|(_, &t)| t != 0.0)
                     .map(|((&x, &b), &t)| -t * (x + b - shift))
-                    .sum()
+                    .sum();
+                (loss, shift)
             })
-            .collect();
+            .unzip();
+        *self.shifts.lock().map_err(|_| candle_core::Error::Msg("cross-entropy: lock poisoned".into()))? = shifts;
         Ok((CpuStorage::F32(out), Shape::from(rows)))
     }
 
@@ -292,7 +301,8 @@ impl candle_core::CustomOp3 for BiasSoftCe {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let scale: Vec<f32> = grad.to_vec1()?;
-        let g = logits.apply_op3_no_bwd(bias, targets, &BiasSoftCeGrad { scale })?;
+        let shifts = std::mem::take(&mut *self.shifts.lock().map_err(|_| candle_core::Error::Msg("cross-entropy: lock poisoned".into()))?);
+        let g = logits.apply_op3_no_bwd(bias, targets, &BiasSoftCeGrad { scale, shifts })?;
         let gb = g.apply_op1_no_bwd(&ColumnSum)?;
         Ok((Some(g), Some(gb), None))
     }
@@ -301,6 +311,9 @@ impl candle_core::CustomOp3 for BiasSoftCe {
 /// `∂loss/∂x = (softmax(x + b)·Σt − t) · scale_row`.
 struct BiasSoftCeGrad {
     scale: Vec<f32>,
+    /// Per row, the forward's log-normaliser; empty (a second backward through the same
+    /// node) means compute it again.
+    shifts: Vec<f32>,
 }
 
 impl candle_core::CustomOp3 for BiasSoftCeGrad {
@@ -318,7 +331,7 @@ impl candle_core::CustomOp3 for BiasSoftCeGrad {
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, v) = check_shapes(l1, l2, l3)?;
-        if self.scale.len() != rows {
+        if self.scale.len() != rows || !(self.shifts.is_empty() || self.shifts.len() == rows) {
             return Err(candle_core::Error::Msg("biased soft cross-entropy: gradient has the wrong length".into()));
         }
         let (x, b, t) = (cpu_f32(s1, l1, "logits")?, cpu_f32(s2, l2, "bias")?, cpu_f32(s3, l3, "targets")?);
@@ -327,10 +340,13 @@ impl candle_core::CustomOp3 for BiasSoftCeGrad {
             .zip(x.par_chunks_exact(v))
             .zip(t.par_chunks_exact(v))
             .zip(self.scale.par_iter())
-            .for_each(|(((orow, xr), tr), &s)| {
-                let (m, lse) = biased_row_lse(xr, b);
+            .enumerate()
+            .for_each(|(r, (((orow, xr), tr), &s))| {
+                let shift = self.shifts.get(r).copied().unwrap_or_else(|| {
+                    let (m, lse) = biased_row_lse(xr, b);
+                    m + lse
+                });
                 let tsum: f32 = tr.iter().sum();
-                let shift = m + lse;
                 for (((o, &x), &b), &t) in orow.iter_mut().zip(xr).zip(b).zip(tr) {
                     *o = (fast_exp(x + b - shift) * tsum - t) * s;
                 }
@@ -382,7 +398,7 @@ impl candle_core::CustomOp1 for ColumnSum {
 /// assert!(fused.iter().zip(&plain).all(|(a, b)| (a - b).abs() < 1e-6));
 /// ```
 pub fn biased_soft_cross_entropy(logits: &Tensor, bias: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
-    logits.contiguous()?.apply_op3(&bias.contiguous()?, &targets.contiguous()?, BiasSoftCe)
+    logits.contiguous()?.apply_op3(&bias.contiguous()?, &targets.contiguous()?, BiasSoftCe::default())
 }
 
 /// Per-column affine map of a contiguous `[N, F]` tensor: `y = x·w + b` with `w`, `b` `[F]`
