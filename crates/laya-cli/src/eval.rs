@@ -4,7 +4,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use laya_runtime::Session;
-use laya_text::{evaluate, SegmentMode, Segmenter};
+use laya_text::{evaluate_parallel, PredictError, SegmentMode, Segmenter};
 
 use crate::predictors::{self, Kind, ModelPredictor};
 use crate::CliError;
@@ -41,6 +41,10 @@ pub struct Args {
     /// The n-gram file for --predictor ngram.
     #[arg(long)]
     ngram: Option<PathBuf>,
+    /// Lines typed at once, each thread with its own predictor (default: every core). The
+    /// figures do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
@@ -48,22 +52,34 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let lexicon = predictors::lexicon_set(&model);
     let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
+    let lines: Vec<String> = std::io::BufReader::new(file)
+        .lines()
+        .collect::<Result<_, _>>()
+        .map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let seg = Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto });
     let bar = crate::progress::bytes_bar(total, "typing", args.json);
-    let mut progress = |n: u64| bar.inc(n);
+    let progress = |n: u64| bar.inc(n);
     let in_lex = |w: &str| lexicon.contains(w);
+    let threads = args.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
     let report = match args.predictor {
         Kind::Model => {
-            let mut session = Session::new(model.clone());
-            session.set_completion_exponent(args.completion_exponent);
-            session.set_completion_rule(args.completion_rule);
-            let mut p = ModelPredictor { session };
-            evaluate(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
+            let make = || -> Result<ModelPredictor, PredictError> {
+                let mut session = Session::new(model.clone());
+                session.set_completion_exponent(args.completion_exponent);
+                session.set_completion_rule(args.completion_rule);
+                Ok(ModelPredictor { session })
+            };
+            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)
         }
         Kind::Ngram => {
-            let mut p = predictors::load_ngram(args.ngram.as_deref())?;
-            evaluate(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
+            // Loaded here for a clear message on a bad file; the first thread takes this copy,
+            // the others load their own.
+            let first = std::sync::Mutex::new(Some(predictors::load_ngram(args.ngram.as_deref())?));
+            let make = || match first.lock().ok().and_then(|mut f| f.take()) {
+                Some(p) => Ok(p),
+                None => predictors::load_ngram(args.ngram.as_deref()).map_err(|e| PredictError(e.0)),
+            };
+            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)
         }
     }?;
     bar.finish_and_clear();

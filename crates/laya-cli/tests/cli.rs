@@ -156,3 +156,24 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_marginal_the_default() {
         assert!(eval(rule).contains("\"top5_k1\""), "{rule}");
     }
 }
+
+#[test]
+fn eval_threads_do_not_change_the_figures() {
+    let m = model_file("threads.laya", GgmlType::F32);
+    let text = tmp("threads.txt");
+    let lines: Vec<String> = (0..120).map(|i| ["hello world", "", "hello there world", "the end"][i % 4].to_string()).collect();
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    let eval = |threads: &str| {
+        let out = laya().args(["eval", "--json", "--limit", "70", "--threads", threads, "--model"]).arg(&m).arg("--text").arg(&text).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("seconds");
+        v
+    };
+    let one = eval("1");
+    // 70 non-empty lines of 2, 3, 2 words: 23 rounds of 7 words and one of 2.
+    assert_eq!(one["words"], 23 * 7 + 2, "{one}");
+    assert_eq!(one, eval("3"));
+    let out = laya().args(["eval", "--threads", "0", "--text"]).arg(&text).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--threads"));
+}

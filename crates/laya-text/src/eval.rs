@@ -124,84 +124,216 @@ pub fn evaluate(
     progress: &mut dyn FnMut(u64),
 ) -> Result<EvalReport, PredictError> {
     let start = Instant::now();
-    let (mut words, mut chars, mut keystrokes, mut predictions, mut oov) = (0usize, 0usize, 0usize, 0usize, 0usize);
-    let (mut t1k0, mut t5k0, mut t1k1, mut t5k1, mut k1_words) = (0usize, 0usize, 0usize, 0usize, 0usize);
-    let mut out = Vec::with_capacity(16);
-    let mut ctx = String::new();
+    let mut tally = Tally::default();
+    let mut scratch = Scratch::default();
     let mut n_lines = 0usize;
     for raw in lines {
         if limit.is_some_and(|l| n_lines >= l) {
             break;
         }
         progress(raw.len() as u64 + 1);
-        let raw = raw.trim_end_matches(['\n', '\r']);
-        if raw.trim().is_empty() {
-            continue;
+        if type_line(pred, &raw, seg, in_lexicon, &mut tally, &mut scratch)? {
+            n_lines += 1;
         }
-        n_lines += 1;
-        let line = seg.typed_line(raw);
-        let total = line.text.chars().count();
-        chars += total;
-        let mut word_chars = 0;
-        for r in &line.words {
-            let w = &line.text[r.clone()];
-            let wc: Vec<(usize, char)> = w.char_indices().collect();
-            let n = wc.len();
-            word_chars += n;
-            words += 1;
-            let known = in_lexicon(w);
-            if !known {
-                oov += 1;
-            }
-            if n >= 2 {
-                k1_words += 1;
-            }
-            let mut found = false;
-            for i in 0..n {
-                if found && i >= 2 {
-                    break;
-                }
-                ctx.clear();
-                ctx.push_str(&line.text[..r.start]);
-                ctx.push_str(&w[..wc[i].0]);
-                out.clear();
-                pred.predict(&ctx, BAR, &mut out)?;
-                predictions += 1;
-                let rank = if known { rank_of(&out, w, i) } else { None };
-                match i {
-                    0 => {
-                        t1k0 += usize::from(rank == Some(0));
-                        t5k0 += usize::from(rank.is_some());
-                    }
-                    1 => {
-                        t1k1 += usize::from(rank == Some(0));
-                        t5k1 += usize::from(rank.is_some());
-                    }
-                    _ => {}
-                }
-                if !found && rank.is_some() {
-                    found = true;
-                    keystrokes += i + 1;
-                }
-            }
-            if !found {
-                keystrokes += n;
-            }
-        }
-        // Everything outside the words is whitespace: typed, one keystroke each.
-        keystrokes += total - word_chars;
     }
-    let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    Ok(EvalReport {
-        words,
-        chars,
-        ksr: if chars == 0 { 0.0 } else { 1.0 - keystrokes as f64 / chars as f64 },
-        top1_k0: ratio(t1k0, words),
-        top5_k0: ratio(t5k0, words),
-        top1_k1: ratio(t1k1, k1_words),
-        top5_k1: ratio(t5k1, k1_words),
-        oov_rate: ratio(oov, words),
-        predictions,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    Ok(tally.report(start))
+}
+
+/// [`evaluate`] on `threads` threads, each typing whole lines with its own predictor from
+/// `make` (a model session, or a copy of the n-gram baseline). The counts are sums over
+/// lines, so the report equals [`evaluate`]'s on the same lines whatever the thread count
+/// (only `seconds` differs). Lines are taken up to `limit` non-empty ones first, as there.
+///
+/// ```
+/// use laya_text::{evaluate, evaluate_parallel, Candidate, PredictError, Predictor, Segmenter, SegmentMode};
+/// // Always shows the word "c".
+/// struct C;
+/// impl Predictor for C {
+///     fn predict(&mut self, _: &str, _: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+///         out.clear();
+///         out.push(Candidate { word: "c".into(), replace: 0, p: 1.0 });
+///         Ok(())
+///     }
+/// }
+/// let seg = Segmenter::new(SegmentMode::Segmented);
+/// let lines: Vec<String> = (0..50).map(|i| if i % 3 == 0 { "ab c".into() } else { "c d".into() }).collect();
+/// let one = evaluate(&mut C, lines.clone().into_iter(), &seg, &|_| true, None, &mut |_| {}).unwrap();
+/// let four = evaluate_parallel(4, &|| Ok(C), lines, &seg, &|_| true, None, &|_| {}).unwrap();
+/// assert_eq!((one.words, one.ksr, one.top1_k0), (four.words, four.ksr, four.top1_k0));
+/// ```
+#[allow(clippy::too_many_arguments)] // evaluate's arguments plus the thread count
+pub fn evaluate_parallel<P: Predictor>(
+    threads: usize,
+    make: &(dyn Fn() -> Result<P, PredictError> + Sync),
+    lines: Vec<String>,
+    seg: &Segmenter,
+    in_lexicon: &(dyn Fn(&str) -> bool + Sync),
+    limit: Option<usize>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<EvalReport, PredictError> {
+    let start = Instant::now();
+    let mut lines = lines;
+    if let Some(l) = limit {
+        // Keep the first `l` non-empty lines and the empty ones between them.
+        let mut seen = 0;
+        let cut = lines
+            .iter()
+            .position(|raw| {
+                let typed = !raw.trim_end_matches(['\n', '\r']).trim().is_empty();
+                seen += usize::from(typed);
+                typed && seen > l
+            })
+            .unwrap_or(lines.len());
+        lines.truncate(cut);
+    }
+    // Small chunks from a shared cursor: lines differ a lot in length.
+    const CHUNK: usize = 32;
+    let cursor = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Result<Tally, PredictError>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut pred = make()?;
+                    let (mut tally, mut scratch) = (Tally::default(), Scratch::default());
+                    loop {
+                        let at = cursor.fetch_add(CHUNK, std::sync::atomic::Ordering::Relaxed);
+                        if at >= lines.len() {
+                            return Ok(tally);
+                        }
+                        for raw in &lines[at..(at + CHUNK).min(lines.len())] {
+                            progress(raw.len() as u64 + 1);
+                            type_line(&mut pred, raw, seg, in_lexicon, &mut tally, &mut scratch)?;
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(PredictError("an evaluation thread panicked".into())))).collect()
+    });
+    let mut total = Tally::default();
+    for r in results {
+        total.add(&r?);
+    }
+    Ok(total.report(start))
+}
+
+/// Integer counts of the harness; a report is a function of their sum.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    words: usize,
+    chars: usize,
+    keystrokes: usize,
+    predictions: usize,
+    oov: usize,
+    t1k0: usize,
+    t5k0: usize,
+    t1k1: usize,
+    t5k1: usize,
+    k1_words: usize,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        self.words += o.words;
+        self.chars += o.chars;
+        self.keystrokes += o.keystrokes;
+        self.predictions += o.predictions;
+        self.oov += o.oov;
+        self.t1k0 += o.t1k0;
+        self.t5k0 += o.t5k0;
+        self.t1k1 += o.t1k1;
+        self.t5k1 += o.t5k1;
+        self.k1_words += o.k1_words;
+    }
+
+    fn report(&self, start: Instant) -> EvalReport {
+        let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        EvalReport {
+            words: self.words,
+            chars: self.chars,
+            ksr: if self.chars == 0 { 0.0 } else { 1.0 - self.keystrokes as f64 / self.chars as f64 },
+            top1_k0: ratio(self.t1k0, self.words),
+            top5_k0: ratio(self.t5k0, self.words),
+            top1_k1: ratio(self.t1k1, self.k1_words),
+            top5_k1: ratio(self.t5k1, self.k1_words),
+            oov_rate: ratio(self.oov, self.words),
+            predictions: self.predictions,
+            seconds: start.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// Buffers one typing thread reuses from line to line.
+#[derive(Default)]
+struct Scratch {
+    out: Vec<Candidate>,
+    ctx: String,
+}
+
+/// Types one line into `tally`; false (and nothing counted) for a blank line.
+fn type_line<P: Predictor + ?Sized>(
+    pred: &mut P,
+    raw: &str,
+    seg: &Segmenter,
+    in_lexicon: &dyn Fn(&str) -> bool,
+    tally: &mut Tally,
+    scratch: &mut Scratch,
+) -> Result<bool, PredictError> {
+    let Scratch { out, ctx } = scratch;
+    let raw = raw.trim_end_matches(['\n', '\r']);
+    if raw.trim().is_empty() {
+        return Ok(false);
+    }
+    let line = seg.typed_line(raw);
+    let total = line.text.chars().count();
+    tally.chars += total;
+    let mut word_chars = 0;
+    for r in &line.words {
+        let w = &line.text[r.clone()];
+        let wc: Vec<(usize, char)> = w.char_indices().collect();
+        let n = wc.len();
+        word_chars += n;
+        tally.words += 1;
+        let known = in_lexicon(w);
+        if !known {
+            tally.oov += 1;
+        }
+        if n >= 2 {
+            tally.k1_words += 1;
+        }
+        let mut found = false;
+        for i in 0..n {
+            if found && i >= 2 {
+                break;
+            }
+            ctx.clear();
+            ctx.push_str(&line.text[..r.start]);
+            ctx.push_str(&w[..wc[i].0]);
+            out.clear();
+            pred.predict(ctx, BAR, out)?;
+            tally.predictions += 1;
+            let rank = if known { rank_of(out, w, i) } else { None };
+            match i {
+                0 => {
+                    tally.t1k0 += usize::from(rank == Some(0));
+                    tally.t5k0 += usize::from(rank.is_some());
+                }
+                1 => {
+                    tally.t1k1 += usize::from(rank == Some(0));
+                    tally.t5k1 += usize::from(rank.is_some());
+                }
+                _ => {}
+            }
+            if !found && rank.is_some() {
+                found = true;
+                tally.keystrokes += i + 1;
+            }
+        }
+        if !found {
+            tally.keystrokes += n;
+        }
+    }
+    // Everything outside the words is whitespace: typed, one keystroke each.
+    tally.keystrokes += total - word_chars;
+    Ok(true)
 }

@@ -1,10 +1,11 @@
 //! The EVAL.md §2 harness against hand-computed expectations (tests/data/eval_cases.json).
 
-use laya_text::{evaluate, Candidate, PredictError, Predictor, SegmentMode, Segmenter};
+use laya_text::{evaluate, evaluate_parallel, Candidate, PredictError, Predictor, SegmentMode, Segmenter};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
 /// Answers from a fixed table; unknown contexts get no candidates.
+#[derive(Clone)]
 struct Table(HashMap<String, Vec<(String, usize)>>);
 
 impl Predictor for Table {
@@ -40,7 +41,15 @@ fn eval_cases() {
         let lex: Option<HashSet<String>> = case.lexicon.map(|l| l.into_iter().collect());
         let in_lex = |w: &str| lex.as_ref().is_none_or(|l| l.contains(w));
         let mut p = Table(case.table);
-        let r = evaluate(&mut p, case.lines.into_iter(), seg, &in_lex, case.limit, &mut |_| {}).unwrap();
+        let r = evaluate(&mut p, case.lines.clone().into_iter(), seg, &in_lex, case.limit, &mut |_| {}).unwrap();
+        // The threaded harness gives the same report on one, two and five threads (every
+        // field but the wall time).
+        for threads in [1, 2, 5] {
+            let make = || Ok(p.clone());
+            let mut rp = evaluate_parallel(threads, &make, case.lines.clone(), seg, &in_lex, case.limit, &|_| {}).unwrap();
+            rp.seconds = r.seconds;
+            assert_eq!(rp, r, "{}: {threads} threads", case.name);
+        }
         let got = serde_json::to_value(&r).unwrap();
         for (k, want) in &case.expect {
             let g = got[k].as_f64().unwrap_or_else(|| panic!("{}: no key {k}", case.name));
@@ -62,5 +71,8 @@ impl Predictor for Failing {
 fn predictor_errors_propagate() {
     let gold = Segmenter::new(SegmentMode::Segmented);
     let e = evaluate(&mut Failing, ["a".to_string()].into_iter(), &gold, &|_| true, None, &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("boom"));
+    let lines: Vec<String> = (0..100).map(|_| "a b".to_string()).collect();
+    let e = evaluate_parallel(3, &|| Ok(Failing), lines, &gold, &|_| true, None, &|_| {}).unwrap_err();
     assert!(e.to_string().contains("boom"));
 }
