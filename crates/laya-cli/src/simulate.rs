@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 
-use laya_text::{simulate_events, write_event, SegmentMode, Segmenter};
+use laya_text::{simulate_events_parallel, write_event, PredictError, SegmentMode, Segmenter};
 
 use crate::CliError;
 
@@ -26,18 +26,32 @@ pub struct Args {
     /// Output keyboard log (JSON lines).
     #[arg(long)]
     out: PathBuf,
+    /// Lines simulated at once, each thread with its own copy of the ranker (default: every
+    /// core). The log is the same for any value.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let mut ranker = crate::predictors::load_ngram(Some(&args.ngram))?;
+    // Loaded here for a clear message on a bad file; the first thread takes this copy, the
+    // others load their own.
+    let first = std::sync::Mutex::new(Some(crate::predictors::load_ngram(Some(&args.ngram))?));
+    let make = || match first.lock().ok().and_then(|mut f| f.take()) {
+        Some(r) => Ok(r),
+        None => crate::predictors::load_ngram(Some(&args.ngram)).map_err(|e| PredictError(e.0)),
+    };
     let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let lines: Vec<String> = std::io::BufReader::new(file)
+        .lines()
+        .collect::<Result<_, _>>()
+        .map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let seg = Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto });
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     let mut out = BufWriter::new(out);
     let bar = crate::progress::bytes_bar(total, "typing", false);
-    let lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
-    let stats = simulate_events(lines, &seg, &mut ranker, args.shown, &mut |e| write_event(&mut out, &e), &mut |n| bar.inc(n))?;
+    let threads = args.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    let stats = simulate_events_parallel(threads, &make, lines, &seg, args.shown, &mut |e| write_event(&mut out, &e), &|n| bar.inc(n))?;
     out.flush()?;
     bar.finish_and_clear();
     if stats.events == 0 {

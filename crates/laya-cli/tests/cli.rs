@@ -177,3 +177,30 @@ fn eval_threads_do_not_change_the_figures() {
     let out = laya().args(["eval", "--threads", "0", "--text"]).arg(&text).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--threads"));
 }
+
+#[test]
+fn simulate_threads_write_the_same_log() {
+    let text = tmp("sim.txt");
+    let lines: Vec<String> = (0..300).map(|i| ["the cat sat", "", "a cat on the mat", "the end of it"][i % 4].to_string()).collect();
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    let ngram = tmp("sim-ngram.json");
+    let out = laya().args(["ngram", "--segmented", "--open-vocabulary", "--train"]).arg(&text).arg("--out").arg(&ngram).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let simulate = |threads: &str| {
+        let log = tmp(&format!("sim-{threads}.jsonl"));
+        let out = laya()
+            .args(["simulate", "--segmented", "--threads", threads, "--text"])
+            .arg(&text)
+            .arg("--ngram")
+            .arg(&ngram)
+            .arg("--out")
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read(&log).unwrap()
+    };
+    let one = simulate("1");
+    assert!(one.len() > 10_000);
+    assert!(one == simulate("3"), "the log depends on the thread count");
+}

@@ -5,7 +5,8 @@
 //!   gold-segmented text, and the text as a person types it.
 //! * Corpus preparation ([`prepare_zh`], [`prepare_en`]) for `scripts/fetch-data.sh`.
 //! * Lexicon building ([`build_lexicon`]) from corpus counts with the jieba dictionary as prior.
-//! * Keyboard logs (docs/logs.md): [`read_events`], [`write_event`], [`simulate_events`].
+//! * Keyboard logs (docs/logs.md): [`read_events`], [`write_event`], [`simulate_events`]
+//!   ([`simulate_events_parallel`] on several threads).
 //! * The n-gram baseline [`NgramPredictor`] and the EVAL.md §2 harness [`evaluate`] over any
 //!   [`Predictor`].
 //!
@@ -38,7 +39,7 @@ pub use lexicon::{
     LexiconError, LexiconOptions, MAX_WORD_CHARS,
 };
 pub use logs::{
-    parse_event, read_events, simulate_events, write_event, Event, EventErrorKind, LogError, OnError, ReadStats,
+    parse_event, read_events, simulate_events, simulate_events_parallel, write_event, Event, EventErrorKind, LogError, OnError, ReadStats,
     Shown, SimulateError, SimulateStats, LOG_VERSION,
 };
 pub use ngram::{NgramError, NgramPredictor};

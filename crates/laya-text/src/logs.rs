@@ -327,38 +327,163 @@ pub fn simulate_events(
     let mut out: Vec<Candidate> = Vec::with_capacity(k + 1);
     for raw in lines {
         progress(raw.len() as u64 + 1);
-        let raw = raw.trim_end_matches(['\n', '\r']);
-        if raw.trim().is_empty() {
-            continue;
-        }
-        stats.lines += 1;
-        let line = seg.typed_line(raw);
-        for r in &line.words {
-            stats.words += 1;
-            let w = &line.text[r.clone()];
-            for (i, (b, _)) in w.char_indices().enumerate() {
-                let context = format!("{}{}", &line.text[..r.start], &w[..b]);
-                out.clear();
-                ranker.predict(&context, k, &mut out).map_err(SimulateError::Predict)?;
-                let mut shown: Vec<Shown> = out
-                    .iter()
-                    .take(k)
-                    .map(|c| Shown { word: c.word.clone(), replace: c.replace as u32 })
-                    .collect();
-                let clicked = match shown.iter().position(|s| s.word == w && s.replace as usize == i) {
-                    Some(p) => p,
-                    None => {
-                        stats.appended += 1;
-                        shown.push(Shown { word: w.to_string(), replace: i as u32 });
-                        shown.len() - 1
-                    }
-                };
-                stats.events += 1;
-                sink(Event { context, shown, clicked: Some(clicked), weight: 1.0 }).map_err(SimulateError::Io)?;
-            }
-        }
+        simulate_line(&raw, seg, ranker, k, &mut out, &mut stats, &mut |e| sink(e).map_err(SimulateError::Io))?;
     }
     Ok(stats)
+}
+
+/// [`simulate_events`] on `threads` threads, each with its own ranker from `make`; the events
+/// reach `sink` in the order of the lines, so the log is byte-identical to the serial one
+/// whatever the thread count.
+///
+/// ```
+/// use laya_text::{simulate_events, simulate_events_parallel, Candidate, PredictError, Predictor, Segmenter, SegmentMode};
+/// struct Empty;
+/// impl Predictor for Empty {
+///     fn predict(&mut self, _: &str, _: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> { out.clear(); Ok(()) }
+/// }
+/// let seg = Segmenter::new(SegmentMode::Segmented);
+/// let lines: Vec<String> = (0..300).map(|i| format!("w{i} x")).collect();
+/// let (mut one, mut three) = (Vec::new(), Vec::new());
+/// simulate_events(lines.clone().into_iter(), &seg, &mut Empty, 5, &mut |e| { one.push(e); Ok(()) }, &mut |_| {}).unwrap();
+/// simulate_events_parallel(3, &|| Ok(Empty), lines, &seg, 5, &mut |e| { three.push(e); Ok(()) }, &|_| {}).unwrap();
+/// assert_eq!(one, three);
+/// ```
+pub fn simulate_events_parallel<P: Predictor>(
+    threads: usize,
+    make: &(dyn Fn() -> Result<P, PredictError> + Sync),
+    lines: Vec<String>,
+    seg: &Segmenter,
+    k: usize,
+    sink: &mut dyn FnMut(Event) -> io::Result<()>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<SimulateStats, SimulateError> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const CHUNK: usize = 64;
+    type Done = (usize, Result<(Vec<Event>, SimulateStats), SimulateError>);
+    let threads = threads.max(1);
+    let (cursor, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    // Workers take chunks of lines in order from a shared cursor and hand back each chunk's
+    // events; this thread writes them in chunk order. The channel is bounded so a slow sink
+    // holds the workers back instead of buffering the whole log.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Done>(threads * 4);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (cursor, stop, lines) = (&cursor, &stop, &lines);
+            scope.spawn(move || {
+                let mut ranker = match make() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        let _ = tx.send((usize::MAX, Err(SimulateError::Predict(e))));
+                        return;
+                    }
+                };
+                let mut out: Vec<Candidate> = Vec::with_capacity(k + 1);
+                while !stop.load(Ordering::Relaxed) {
+                    let c = cursor.fetch_add(1, Ordering::Relaxed);
+                    let Some(chunk) = lines.chunks(CHUNK).nth(c) else { return };
+                    let (mut events, mut stats) = (Vec::new(), SimulateStats::default());
+                    let mut result = Ok(());
+                    for raw in chunk {
+                        progress(raw.len() as u64 + 1);
+                        result = simulate_line(raw, seg, &mut ranker, k, &mut out, &mut stats, &mut |e| {
+                            events.push(e);
+                            Ok(())
+                        });
+                        if result.is_err() {
+                            break;
+                        }
+                    }
+                    if tx.send((c, result.map(|()| (events, stats)))).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut pending = std::collections::BTreeMap::new();
+        let (mut next, mut total, mut first_err) = (0usize, SimulateStats::default(), None);
+        // Drained to the end even after an error, so no worker stays blocked on a full channel.
+        for (c, done) in rx {
+            if c == usize::MAX {
+                // A worker could not make its ranker.
+                if let Err(e) = done {
+                    first_err.get_or_insert(e);
+                }
+                continue;
+            }
+            pending.insert(c, done);
+            while let Some(done) = pending.remove(&next) {
+                next += 1;
+                if first_err.is_some() {
+                    continue;
+                }
+                let written = done.and_then(|(events, stats)| {
+                    for e in events {
+                        sink(e).map_err(SimulateError::Io)?;
+                    }
+                    Ok(stats)
+                });
+                match written {
+                    Ok(st) => {
+                        total.lines += st.lines;
+                        total.words += st.words;
+                        total.events += st.events;
+                        total.appended += st.appended;
+                    }
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    })
+}
+
+/// The events of one line of text (nothing for a blank line), in order, into `emit`.
+fn simulate_line<P: Predictor + ?Sized>(
+    raw: &str,
+    seg: &Segmenter,
+    ranker: &mut P,
+    k: usize,
+    out: &mut Vec<Candidate>,
+    stats: &mut SimulateStats,
+    emit: &mut dyn FnMut(Event) -> Result<(), SimulateError>,
+) -> Result<(), SimulateError> {
+    let raw = raw.trim_end_matches(['\n', '\r']);
+    if raw.trim().is_empty() {
+        return Ok(());
+    }
+    stats.lines += 1;
+    let line = seg.typed_line(raw);
+    for r in &line.words {
+        stats.words += 1;
+        let w = &line.text[r.clone()];
+        for (i, (b, _)) in w.char_indices().enumerate() {
+            let context = format!("{}{}", &line.text[..r.start], &w[..b]);
+            out.clear();
+            ranker.predict(&context, k, out).map_err(SimulateError::Predict)?;
+            let mut shown: Vec<Shown> = out.iter().take(k).map(|c| Shown { word: c.word.clone(), replace: c.replace as u32 }).collect();
+            let clicked = match shown.iter().position(|s| s.word == w && s.replace as usize == i) {
+                Some(p) => p,
+                None => {
+                    stats.appended += 1;
+                    shown.push(Shown { word: w.to_string(), replace: i as u32 });
+                    shown.len() - 1
+                }
+            };
+            stats.events += 1;
+            emit(Event { context, shown, clicked: Some(clicked), weight: 1.0 })?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
