@@ -5,6 +5,7 @@ cross-entropy over the word head with a click-weighted target of six words, plus
 cross-entropy), AdamW. Prints samples/s per (vocabulary, threads) in the format of the Rust example.
 
     python benchmarks/train-peer/torch_train.py            # needs torch (benchmarks/peers/run.sh installs it)
+    LAYA_LAYERS=2 LAYA_FFN=256 LAYA_BATCH=512 python benchmarks/train-peer/torch_train.py   # the default model's shape
 """
 import math
 import os
@@ -15,7 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-D, H, T, FFN, LAYERS, ROWS, C, BATCH = 128, 2, 16, 512, 3, 3002, 8, 128
+D, H, T, ROWS, C = 128, 2, 16, 3002, 8
+# The Rust example's knobs: LAYA_FFN / LAYA_LAYERS (default 512 / 3), LAYA_BATCH (one value here).
+FFN = int(os.environ.get("LAYA_FFN", "512"))
+LAYERS = int(os.environ.get("LAYA_LAYERS", "3"))
+BATCH = int(os.environ.get("LAYA_BATCH", "128"))
 
 
 class Block(nn.Module):

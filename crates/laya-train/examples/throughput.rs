@@ -1,6 +1,8 @@
 //! Training throughput on synthetic events (d 128, 3 blocks, FFN 512, lexicon 512 and 20,000).
 //!
 //! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
+//! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS=2 LAYA_FFN=256` for the default
+//! model's shape, `LAYA_STEPS` timed steps).
 //!
 //! The parent process re-runs itself once per thread count because candle reads
 //! `RAYON_NUM_THREADS` once per process.
@@ -71,7 +73,10 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
         "direct" => Mapping::Direct,
         _ => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), 4096, 1, &[NormRule::FullwidthAscii]),
     };
-    let mc = ModelConfig::standard(words, vec![1; vocab], mapping);
+    let mut mc = ModelConfig::standard(words, vec![1; vocab], mapping);
+    // LAYA_FFN / LAYA_LAYERS: the blocks (default 512 / 3; the default model is 256 / 2).
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
+    mc.ffn = vec![env("LAYA_FFN", 512); env("LAYA_LAYERS", 3)];
     let tc = TrainConfig { batch_size, ..TrainConfig::default() };
     let net = LayaNet::new(mc.clone(), 1).unwrap();
     let mut opt = AdamW::new(net.params(), &tc);
