@@ -3,8 +3,8 @@
 # fetch the corpora, choose the lexicon, train the n-gram baseline, simulate keyboard logs,
 # train the transformer with the click-weighted objective, evaluate model and baseline.
 # The committed model's three stages were run on a 16-core Xeon (README); on a 2-core machine the
-# whole script takes about 53 minutes (README: stage 1 measured at 893 samples/s on both cores,
-# the rest extrapolated) — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
+# whole script took 31.5 minutes end to end (README: simulated logs removed first, training at
+# 1,191-1,209 samples/s on both cores) — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
 #
 #   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya)
 set -euo pipefail
