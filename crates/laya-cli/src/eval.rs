@@ -60,7 +60,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let bar = crate::progress::bytes_bar(total, "typing", args.json);
     let progress = |n: u64| bar.inc(n);
     let in_lex = |w: &str| lexicon.contains(w);
-    let threads = args.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    let threads = predictors::thread_count(args.threads);
     let report = match args.predictor {
         Kind::Model => {
             let make = || -> Result<ModelPredictor, PredictError> {
@@ -72,13 +72,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)
         }
         Kind::Ngram => {
-            // Loaded here for a clear message on a bad file; the first thread takes this copy,
-            // the others load their own.
-            let first = std::sync::Mutex::new(Some(predictors::load_ngram(args.ngram.as_deref())?));
-            let make = || match first.lock().ok().and_then(|mut f| f.take()) {
-                Some(p) => Ok(p),
-                None => predictors::load_ngram(args.ngram.as_deref()).map_err(|e| PredictError(e.0)),
-            };
+            let make = predictors::ngram_factory(args.ngram.as_deref())?;
             evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)
         }
     }?;

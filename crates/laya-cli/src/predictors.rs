@@ -43,6 +43,22 @@ pub fn load_ngram(path: Option<&Path>) -> Result<NgramPredictor, CliError> {
         .map_err(|e| CliError(format!("{} is not a Laya n-gram file: {e}", path.display())))
 }
 
+/// A factory of n-gram predictors, one per worker thread of `laya eval` / `laya simulate`. The
+/// file is loaded once here, so a bad file fails before any thread starts with a clear message;
+/// the first call hands out that copy and later calls load their own.
+pub fn ngram_factory(path: Option<&Path>) -> Result<impl Fn() -> Result<NgramPredictor, PredictError> + Sync + '_, CliError> {
+    let first = std::sync::Mutex::new(Some(load_ngram(path)?));
+    Ok(move || match first.lock().ok().and_then(|mut f| f.take()) {
+        Some(p) => Ok(p),
+        None => load_ngram(path).map_err(|e| PredictError(e.0)),
+    })
+}
+
+/// `--threads`, or every core the process may use.
+pub fn thread_count(threads: Option<u16>) -> usize {
+    threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from)
+}
+
 /// The model's lexicon as a set: what counts as in-vocabulary for both predictors, since the
 /// baseline is trained with the model's lexicon as its vocabulary.
 pub fn lexicon_set(model: &Arc<Model>) -> HashSet<String> {

@@ -104,7 +104,7 @@ fn fmt_int(n: usize) -> String {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    crate::train::training_threads(args.threads);
+    crate::train::set_training_threads(args.threads);
     let path = args.model.display().to_string();
     let bytes = std::fs::read(&args.model).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
     let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;

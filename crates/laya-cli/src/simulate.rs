@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 
-use laya_text::{simulate_events_parallel, write_event, PredictError, SegmentMode, Segmenter};
+use laya_text::{simulate_events_parallel, write_event, SegmentMode, Segmenter};
 
 use crate::CliError;
 
@@ -33,13 +33,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    // Loaded here for a clear message on a bad file; the first thread takes this copy, the
-    // others load their own.
-    let first = std::sync::Mutex::new(Some(crate::predictors::load_ngram(Some(&args.ngram))?));
-    let make = || match first.lock().ok().and_then(|mut f| f.take()) {
-        Some(r) => Ok(r),
-        None => crate::predictors::load_ngram(Some(&args.ngram)).map_err(|e| PredictError(e.0)),
-    };
+    let make = crate::predictors::ngram_factory(Some(&args.ngram))?;
     let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let lines: Vec<String> = std::io::BufReader::new(file)
@@ -50,7 +44,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     let mut out = BufWriter::new(out);
     let bar = crate::progress::bytes_bar(total, "typing", false);
-    let threads = args.threads.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    let threads = crate::predictors::thread_count(args.threads);
     let stats = simulate_events_parallel(threads, &make, lines, &seg, args.shown, &mut |e| write_event(&mut out, &e), &|n| bar.inc(n))?;
     out.flush()?;
     bar.finish_and_clear();

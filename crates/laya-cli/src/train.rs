@@ -20,7 +20,7 @@ use crate::CliError;
 /// first, before any tensor operation and before this process starts a thread: candle reads
 /// `RAYON_NUM_THREADS` from the environment, for its matmuls, its elementwise pool and the
 /// size of the pool the steps run on (`laya_train::training_pool`).
-pub fn training_threads(threads: Option<u16>) {
+pub fn set_training_threads(threads: Option<u16>) {
     if let Some(n) = threads {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
@@ -253,7 +253,7 @@ fn load_init(path: &Path) -> Result<LayaNet, CliError> {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    training_threads(args.threads);
+    set_training_threads(args.threads);
     if args.resume && args.checkpoint_dir.is_none() {
         return Err(CliError("--resume needs --checkpoint-dir (where the interrupted run saved its state)".into()));
     }
