@@ -8,7 +8,7 @@
 //! used to print the fraction of peak. Results are the best of several timed batches, so they
 //! reflect the kernel rather than scheduling noise; on a shared machine expect some variance.
 
-use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, WType, QK};
+use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, PackedQ8, WType, QK};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -158,15 +158,17 @@ fn main() {
     }
     println!();
     println!("int8 activations x Q8_0 weights (GFLOP/s-equivalent: 2 x MACs / time) against the");
-    println!("f32-activation Q8_0 matmul of the best level; `int8+q` includes quantising x:");
+    println!("f32-activation Q8_0 matmul of the best level; `int8+q` includes quantising x;");
+    println!("`packed` is matmul_q8_packed on the 16-row interleaved copy (PackedQ8):");
     println!(
-        "{:<12} {:>5} {:>5} {:>5} {:>10} {:>10} {:>10}",
-        "int8 set", "n_pos", "rows", "cols", "f32-act", "int8", "int8+q"
+        "{:<12} {:>5} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}",
+        "int8 set", "n_pos", "rows", "cols", "f32-act", "int8", "int8+q", "packed"
     );
     let best = Kernels::detect();
     for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512), (1, 128, 128), (1, 20000, 128)] {
         let w = weights(WType::Q8_0, rows, cols);
         let m = Matrix::new(WType::Q8_0, rows, cols, &w).unwrap();
+        let pk = PackedQ8::new(&m).unwrap();
         let x: Vec<f32> = (0..n_pos * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
         let b = vec![0.1f32; rows];
         let mut y = vec![0.0f32; n_pos * rows];
@@ -184,9 +186,10 @@ fn main() {
                 },
                 200,
             ));
+            let packed = gf(time(|| k.matmul_q8_packed(&pk, black_box(&xq), n_pos, Some(&b), black_box(&mut y)), 200));
             println!(
-                "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>10.1} {:>10.1}",
-                isa.to_string(), n_pos, rows, cols, f32_act, int8, with_q
+                "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                isa.to_string(), n_pos, rows, cols, f32_act, int8, with_q, packed
             );
         }
     }

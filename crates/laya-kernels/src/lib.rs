@@ -49,12 +49,17 @@ mod avx512;
 #[cfg(target_arch = "aarch64")]
 #[allow(clippy::needless_range_loop)]
 mod neon;
+mod packed;
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[allow(clippy::needless_range_loop)]
+mod packed_x86;
 mod q8;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[allow(clippy::needless_range_loop)]
 mod q8_x86;
 mod scalar;
 
+pub use packed::{PackedQ8, PACK_ROWS};
 pub use q8::ActBlock;
 
 /// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
@@ -194,6 +199,11 @@ pub enum KernelError {
         /// Bytes given.
         actual: usize,
     },
+    /// [`PackedQ8`] was asked to repack a matrix that is not Q8_0.
+    NotQ8_0 {
+        /// The matrix's type.
+        ty: WType,
+    },
     /// `rows * row_bytes` does not fit in `usize`.
     SizeOverflow {
         /// Rows requested.
@@ -221,6 +231,10 @@ impl fmt::Display for KernelError {
                 f,
                 "a {rows}x{cols} {ty} matrix needs {expected} bytes but {actual} were given \
                  (the tensor data is truncated or its shape/type is wrong)"
+            ),
+            KernelError::NotQ8_0 { ty } => write!(
+                f,
+                "only Q8_0 matrices can be packed for the int8 kernels, this one is {ty}"
             ),
             KernelError::SizeOverflow { rows, cols } => {
                 write!(
@@ -687,6 +701,52 @@ impl Kernels {
             // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
             Int8Isa::Avx512Vnni => unsafe { q8_x86::avx512vnni::matmul(&a, xq, n_pos, bias, y) },
             _ => q8::matmul(&a, xq, n_pos, bias, y),
+        }
+    }
+
+    /// Whether [`Kernels::matmul_q8_packed`] has a SIMD tier on this handle's int8 set
+    /// (AVX-512 VNNI, AVX-VNNI). Where it does, a runtime should repack its Q8_0 matrices
+    /// ([`PackedQ8::new`]) at load and multiply them with `matmul_q8_packed`; elsewhere
+    /// [`Kernels::matmul_q8`] on the file's bytes is the faster choice (the packed scalar twin
+    /// exists for the tests).
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// assert!(!Kernels::scalar().packs_q8());
+    /// ```
+    pub fn packs_q8(&self) -> bool {
+        matches!(self.int8, Int8Isa::AvxVnni | Int8Isa::Avx512Vnni)
+    }
+
+    /// [`Kernels::matmul_q8`] on a [`PackedQ8`] matrix: the same formula, with every block's
+    /// integer dot product exact and the f32 results differing from `matmul_q8`'s only by
+    /// summation order (the scalar twins of the two agree bit for bit). Panics if a slice is
+    /// shorter than the shape needs. Example at [`PackedQ8`].
+    pub fn matmul_q8_packed(
+        &self,
+        w: &PackedQ8,
+        xq: &[ActBlock],
+        n_pos: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let nb = w.cols() / QK;
+        debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q8_packed: xq is not n_pos x cols/32");
+        debug_assert_eq!(y.len(), n_pos * w.rows(), "matmul_q8_packed: y is not n_pos x rows");
+        let xq = &xq[..n_pos * nb];
+        let y = &mut y[..n_pos * w.rows()];
+        let bias = bias.map(|b| {
+            debug_assert_eq!(b.len(), w.rows(), "matmul_q8_packed: bias length is not rows");
+            &b[..w.rows()]
+        });
+        match self.int8 {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-VNNI and AVX2 were detected at construction (struct invariant).
+            Int8Isa::AvxVnni => unsafe { packed_x86::avxvnni::matmul(w, xq, n_pos, bias, y) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
+            Int8Isa::Avx512Vnni => unsafe { packed_x86::avx512vnni::matmul(w, xq, n_pos, bias, y) },
+            _ => packed::matmul(w, xq, n_pos, bias, y),
         }
     }
 

@@ -1,5 +1,6 @@
-//! The int8 path (`quantize_act`, `matmul_q8`): every int8 instruction set this CPU has against
-//! the scalar twin, and the scalar twin against an independent f64 computation.
+//! The int8 path (`quantize_act`, `matmul_q8`, `matmul_q8_packed` on `PackedQ8`): every int8
+//! instruction set this CPU has against the scalar twin, the packed scalar twin against the
+//! row-major one (bit for bit), and the scalar twin against an independent f64 computation.
 //!
 //! Instruction sets the CPU lacks (AVX-512 VNNI and AVX-VNNI on the Zen 3 dev machine) are
 //! skipped with a printed note; `cargo test -p laya-kernels --release -- --nocapture` on a VNNI
@@ -7,7 +8,7 @@
 
 #![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= tol)` also fails on NaN, on purpose
 
-use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, WType, QK};
+use laya_kernels::{ActBlock, Int8Isa, KernelError, Kernels, Level, Matrix, PackedQ8, WType, QK};
 use proptest::prelude::*;
 use std::sync::Once;
 
@@ -161,14 +162,26 @@ proptest! {
             }).sum::<f64>() + bias.map_or(0.0, |b| b[o].abs() as f64)
         }).collect();
 
+        // The packed scalar twin does the row-major twin's arithmetic in the same order.
+        let pk = PackedQ8::new(&m).unwrap();
+        let mut y = vec![f32::NAN; n_pos * rows];
+        Kernels::scalar().matmul_q8_packed(&pk, &xq, n_pos, bias, &mut y);
+        prop_assert_eq!(&y, &want, "packed scalar twin");
+
         for k in isas() {
-            let mut y = vec![f32::NAN; n_pos * rows];
-            k.matmul_q8(&m, &xq, n_pos, bias, &mut y);
-            for i in 0..y.len() {
-                let tol = (nb + 32) as f64 * f32::EPSILON as f64 * mag[i] + 1e-30;
-                let e = (y[i] as f64 - want[i] as f64).abs();
-                prop_assert!(e <= tol, "{} rows {} cols {} n_pos {} at {}: {} vs {} (tol {})",
-                    k.int8_isa(), rows, cols, n_pos, i, y[i], want[i], tol);
+            for packed in [false, true] {
+                let mut y = vec![f32::NAN; n_pos * rows];
+                if packed {
+                    k.matmul_q8_packed(&pk, &xq, n_pos, bias, &mut y);
+                } else {
+                    k.matmul_q8(&m, &xq, n_pos, bias, &mut y);
+                }
+                for i in 0..y.len() {
+                    let tol = (nb + 32) as f64 * f32::EPSILON as f64 * mag[i] + 1e-30;
+                    let e = (y[i] as f64 - want[i] as f64).abs();
+                    prop_assert!(e <= tol, "{} packed {} rows {} cols {} n_pos {} at {}: {} vs {} (tol {})",
+                        k.int8_isa(), packed, rows, cols, n_pos, i, y[i], want[i], tol);
+                }
             }
         }
     }
@@ -207,10 +220,14 @@ proptest! {
             }
             s as f32
         }).collect();
+        let pk = PackedQ8::new(&m).unwrap();
         for k in isas() {
             let mut y = vec![f32::NAN; n_pos * rows];
             k.matmul_q8(&m, &xq, n_pos, None, &mut y);
             prop_assert_eq!(&y, &exact, "{}", k.int8_isa());
+            let mut y = vec![f32::NAN; n_pos * rows];
+            k.matmul_q8_packed(&pk, &xq, n_pos, None, &mut y);
+            prop_assert_eq!(&y, &exact, "{} packed", k.int8_isa());
         }
     }
 
@@ -271,6 +288,11 @@ fn zero_activations_give_the_bias_exactly() {
             for p in 0..5 {
                 assert_eq!(&y[p * rows..(p + 1) * rows], &bias[..], "{}", k.int8_isa());
             }
+            let mut y = vec![f32::NAN; 5 * rows];
+            k.matmul_q8_packed(&PackedQ8::new(&m).unwrap(), &xq, 5, Some(&bias), &mut y);
+            for p in 0..5 {
+                assert_eq!(&y[p * rows..(p + 1) * rows], &bias[..], "{} packed", k.int8_isa());
+            }
         }
     }
 }
@@ -297,9 +319,14 @@ fn model_shapes() {
         let mut exact = vec![0.0f32; n_pos * rows];
         Kernels::scalar().matmul(&m, &x, n_pos, Some(&bias), &mut exact);
         let scale = exact.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        for k in isas() {
+        let pk = PackedQ8::new(&m).unwrap();
+        for (k, packed) in isas().into_iter().flat_map(|k| [(k, false), (k, true)]) {
             let mut y = vec![f32::NAN; n_pos * rows];
-            k.matmul_q8(&m, &xq, n_pos, Some(&bias), &mut y);
+            if packed {
+                k.matmul_q8_packed(&pk, &xq, n_pos, Some(&bias), &mut y);
+            } else {
+                k.matmul_q8(&m, &xq, n_pos, Some(&bias), &mut y);
+            }
             for i in 0..y.len() {
                 assert!(
                     (y[i] - want[i]).abs() <= 1e-5 * (1.0 + scale),
@@ -344,6 +371,20 @@ fn matmul_q8_refuses_other_types() {
     let w = [0u8; 18];
     let m = Matrix::new(WType::Q4_0, 1, 32, &w).unwrap();
     Kernels::detect().matmul_q8(&m, &[ActBlock::ZERO], 1, None, &mut [0.0]);
+}
+
+#[test]
+fn packing_refuses_other_types_and_bad_lengths() {
+    let w = [0u8; 18];
+    let m = Matrix::new(WType::Q4_0, 1, 32, &w).unwrap();
+    assert_eq!(PackedQ8::new(&m).unwrap_err(), KernelError::NotQ8_0 { ty: WType::Q4_0 });
+    assert!(PackedQ8::new(&m).unwrap_err().to_string().contains("Q4_0"));
+    // A hand-built Matrix whose bytes do not match its shape.
+    let short = Matrix { ty: WType::Q8_0, rows: 2, cols: 32, data: &[0u8; 34] };
+    assert!(matches!(PackedQ8::new(&short), Err(KernelError::DataLength { .. })));
+    let ok = PackedQ8::new(&Matrix::new(WType::Q8_0, 17, 64, &[0u8; 17 * 68]).unwrap()).unwrap();
+    assert_eq!((ok.rows(), ok.cols()), (17, 64));
+    assert_eq!(ok.heap_bytes(), 2 * (64 + 2 * 512)); // two groups of 16 rows
 }
 
 #[test]

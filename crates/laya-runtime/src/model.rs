@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, TensorRef};
-use laya_kernels::{Kernels, Level, Matrix, WType};
+use laya_kernels::{Kernels, Level, Matrix, PackedQ8, WType};
 
 use crate::error::LoadError;
 use crate::lexicon::Lexicon;
@@ -65,6 +65,9 @@ pub(crate) struct Mat {
     pub rows: usize,
     pub cols: usize,
     pub range: Range<usize>,
+    /// A Q8_0 linear layer's weights repacked for the VNNI kernels, made at load where the
+    /// CPU has them (`Kernels::packs_q8`); `None` otherwise.
+    pub packed: Option<PackedQ8>,
 }
 
 pub(crate) struct Layer {
@@ -165,7 +168,18 @@ impl Model {
             // the two crates is an error at load, never an out-of-bounds read later.
             Matrix::new(ty, rows, cols, t.data)
                 .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
-            Ok(Mat { ty, rows, cols, range: start..start + t.data.len() })
+            Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packed: None })
+        };
+        // A linear layer: on VNNI CPUs its Q8_0 weights also get the interleaved copy the
+        // packed int8 kernels read (a few percent more than the tensor, once, at load).
+        let lin = |t: &TensorRef| -> Result<Mat, LoadError> {
+            let mut m = mat(t)?;
+            if m.ty == WType::Q8_0 && kernels.packs_q8() {
+                let w = Matrix::new(m.ty, m.rows, m.cols, t.data)
+                    .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
+                m.packed = Some(PackedQ8::new(&w).map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?);
+            }
+            Ok(m)
         };
         let hp = &file.meta.hparams;
         let cfg = Config {
@@ -186,19 +200,19 @@ impl Model {
             layers.push(Layer {
                 attn_norm_w: f32s(&l.attn_norm_w),
                 attn_norm_b: f32s(&l.attn_norm_b),
-                q: mat(&l.attn_q_w)?,
+                q: lin(&l.attn_q_w)?,
                 q_b: f32s(&l.attn_q_b),
-                k: mat(&l.attn_k_w)?,
+                k: lin(&l.attn_k_w)?,
                 k_b: f32s(&l.attn_k_b),
-                v: mat(&l.attn_v_w)?,
+                v: lin(&l.attn_v_w)?,
                 v_b: f32s(&l.attn_v_b),
-                o: mat(&l.attn_out_w)?,
+                o: lin(&l.attn_out_w)?,
                 o_b: f32s(&l.attn_out_b),
                 ffn_norm_w: f32s(&l.ffn_norm_w),
                 ffn_norm_b: f32s(&l.ffn_norm_b),
-                up: mat(&l.ffn_up_w)?,
+                up: lin(&l.ffn_up_w)?,
                 up_b: f32s(&l.ffn_up_b),
-                down: mat(&l.ffn_down_w)?,
+                down: lin(&l.ffn_down_w)?,
                 down_b: f32s(&l.ffn_down_b),
             });
         }
@@ -218,7 +232,7 @@ impl Model {
             pos: mat(&file.pos_embd)?,
             out_norm_w: f32s(&file.output_norm_w),
             out_norm_b: f32s(&file.output_norm_b),
-            output: mat(&file.output_w)?,
+            output: lin(&file.output_w)?,
             output_b: f32s(&file.output_b),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
@@ -287,6 +301,12 @@ impl Model {
             acc ^= bytes[i];
         }
         std::hint::black_box(acc);
+    }
+
+    /// Heap bytes of the packed copies of Q8_0 layers (0 where the CPU has no VNNI kernels).
+    pub fn packed_bytes(&self) -> usize {
+        let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
+        l.chain([&self.output]).filter_map(|m| m.packed.as_ref()).map(PackedQ8::heap_bytes).sum()
     }
 
     #[inline]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use laya_format::Activation;
-use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
+use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ8, WType, QK};
 
 use crate::model::Model;
 use crate::stages::{Stage, StageTimes};
@@ -29,9 +29,18 @@ pub enum ActPrecision {
     F32,
     /// Activations are quantised to int8 blocks of 32 (one f32 scale each) and multiplied with
     /// the int8 weights in integer arithmetic (`Kernels::matmul_q8`): faster, and within the
-    /// activation rounding (half a step of `max|x|/127` per value) of the f32 path.
+    /// activation rounding (half a step of `max|x|/127` per value) of the f32 path. Used where
+    /// this CPU's int8 kernels beat the f32 ones: in every Q8_0 layer on CPUs with AVX-512
+    /// VNNI or AVX-VNNI (the packed kernels, `Kernels::packs_q8`), in the one-position layers
+    /// (the last block's query side and the word head) elsewhere. So the logits of a Q8_0
+    /// model differ between those two kinds of CPU by the activation rounding of the other
+    /// layers; [`ActPrecision::Int8All`] computes the VNNI CPUs' numbers on any CPU.
     #[default]
     Int8,
+    /// Int8 activations in every Q8_0 layer on every CPU (slower than [`ActPrecision::Int8`]
+    /// on CPUs without VNNI; the same results as it on CPUs with VNNI, up to float summation
+    /// order). For evaluating what VNNI devices compute.
+    Int8All,
 }
 
 /// One candidate word.
@@ -382,13 +391,13 @@ impl Session {
         let Session { model, s, act, .. } = self;
         let m: &Model = model;
         let kern = m.kernels;
-        let int8 = *act == ActPrecision::Int8;
-        // Measured (benchmarks/README.md, kernel_bench): the int8 kernels beat the f32-activation
-        // Q8_0 panel matmul only for one position (the last block and the word head: 1.3x on an
-        // AVX-512 VNNI Xeon, 1.6x with AVX2 on Zen 3). For 16 positions the panel is faster on
-        // every tier measured (Xeon: 79-94 GFLOP/s against 41-64 for AVX-512 VNNI), so those
-        // layers keep f32 activations.
-        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && n == 1;
+        let int8 = *act != ActPrecision::F32;
+        // Measured (benchmarks/README.md, kernel_bench): the row-major int8 kernels beat the
+        // f32-activation Q8_0 panel matmul only for one position (the last block and the word
+        // head: 1.6x with AVX2 on Zen 3); for 16 positions the panel is faster there. The
+        // packed VNNI kernels beat it for every shape, so VNNI CPUs run every Q8_0 layer in int8.
+        let all = *act == ActPrecision::Int8All || kern.packs_q8();
+        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && (n == 1 || all);
         let cfg = &m.cfg;
         let (t, d) = (cfg.context_length, cfg.d_model);
         let nbd = d / QK;
@@ -443,9 +452,9 @@ impl Session {
                 kern.quantize_act(&s.h[..t * d], &mut s.xq[..t * nbd]);
             }
             let xq = &s.xq[..t * nbd];
-            linear(kern, &wk, &s.h, xq, t, &l.k_b, &mut s.k, k8);
-            linear(kern, &wv, &s.h, xq, t, &l.v_b, &mut s.v, v8);
-            linear(kern, &wq, &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&wq));
+            linear(kern, &wk, l.k.packed.as_ref(), &s.h, xq, t, &l.k_b, &mut s.k, k8);
+            linear(kern, &wv, l.v.packed.as_ref(), &s.h, xq, t, &l.v_b, &mut s.v, v8);
+            linear(kern, &wq, l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&wq));
             clock.lap(Stage::Qkv);
 
             kern.attention(
@@ -464,7 +473,7 @@ impl Session {
 
             let wo = m.matrix(&l.o);
             quantize_if(kern, q8(&wo), &s.att[first * d..], &mut s.xq);
-            linear(kern, &wo, &s.att[first * d..], &s.xq, np, &l.o_b, &mut s.tmp[..np * d], q8(&wo));
+            linear(kern, &wo, l.o.packed.as_ref(), &s.att[first * d..], &s.xq, np, &l.o_b, &mut s.tmp[..np * d], q8(&wo));
             kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
             clock.lap(Stage::AttnOut);
 
@@ -477,7 +486,7 @@ impl Session {
             let hidden = &mut s.ffn[..np * f];
             let wup = m.matrix(&l.up);
             quantize_if(kern, q8(&wup), &s.h[first * d..], &mut s.xq);
-            linear(kern, &wup, &s.h[first * d..], &s.xq, np, &l.up_b, hidden, q8(&wup));
+            linear(kern, &wup, l.up.packed.as_ref(), &s.h[first * d..], &s.xq, np, &l.up_b, hidden, q8(&wup));
             clock.lap(Stage::FfnUp);
             match cfg.activation {
                 Activation::GeluTanh => kern.gelu_tanh(hidden),
@@ -486,7 +495,7 @@ impl Session {
             clock.lap(Stage::Activation);
             let wdown = m.matrix(&l.down);
             quantize_if(kern, q8(&wdown), hidden, &mut s.xq);
-            linear(kern, &wdown, hidden, &s.xq, np, &l.down_b, &mut s.tmp[..np * d], q8(&wdown));
+            linear(kern, &wdown, l.down.packed.as_ref(), hidden, &s.xq, np, &l.down_b, &mut s.tmp[..np * d], q8(&wdown));
             kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
             clock.lap(Stage::FfnDown);
         }
@@ -496,7 +505,7 @@ impl Session {
         clock.lap(Stage::OutputNorm);
         let wout = m.matrix(&m.output);
         quantize_if(kern, q8n(&wout, 1), &s.z, &mut s.xq);
-        linear(kern, &wout, &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&wout, 1));
+        linear(kern, &wout, m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&wout, 1));
         clock.lap(Stage::WordHead);
         kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
         clock.lap(Stage::ReplaceHead);
@@ -608,12 +617,27 @@ fn quantize_if(kern: Kernels, yes: bool, x: &[f32], xq: &mut [ActBlock]) {
 }
 
 /// `y = x·Wᵀ + b` over `n_pos` rows: in integer arithmetic from the already quantised `xq`
-/// when `int8`, otherwise from the f32 rows `x`.
+/// when `int8` (from the packed copy of the weights when the model made one), otherwise from
+/// the f32 rows `x`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn linear(kern: Kernels, w: &Matrix, x: &[f32], xq: &[ActBlock], n_pos: usize, b: &[f32], y: &mut [f32], int8: bool) {
+fn linear(
+    kern: Kernels,
+    w: &Matrix,
+    packed: Option<&PackedQ8>,
+    x: &[f32],
+    xq: &[ActBlock],
+    n_pos: usize,
+    b: &[f32],
+    y: &mut [f32],
+    int8: bool,
+) {
     if int8 {
-        kern.matmul_q8(w, &xq[..n_pos * w.cols / QK], n_pos, Some(b), y);
+        let xq = &xq[..n_pos * w.cols / QK];
+        match packed {
+            Some(p) => kern.matmul_q8_packed(p, xq, n_pos, Some(b), y),
+            None => kern.matmul_q8(w, xq, n_pos, Some(b), y),
+        }
     } else {
         kern.matmul(w, x, n_pos, Some(b), y);
     }

@@ -161,3 +161,56 @@ fn precision_only_affects_q8_0_layers_and_survives_a_model_swap() {
     s.set_model(model_with(&seed_shape(64), 3, GgmlType::Q8_0, k));
     assert_eq!(s.act_precision(), ActPrecision::F32);
 }
+
+/// On VNNI CPUs `Int8` runs every Q8_0 layer through the packed kernels (the model packs its
+/// Q8_0 layers at load); `Int8All` with the scalar int8 twin (same float level) runs the same
+/// layers in int8 with the row-major weights. The two differ only by the int8 kernels' float
+/// summation order (plus the rare activation that this moves across a rounding boundary of the
+/// next layer's quantisation), far inside the int8-vs-f32 tolerance.
+#[test]
+fn packed_int8_matches_int8_all_on_the_scalar_twin() {
+    let bytes = common::model_bytes(&seed_shape(300), 5, GgmlType::Q8_0);
+    let base = Kernels::detect();
+    let twin = base.with_int8(Int8Isa::Scalar).unwrap();
+    let scalar = laya_runtime::Model::from_bytes_with(bytes.clone(), twin).unwrap();
+    assert_eq!(scalar.packed_bytes(), 0, "the scalar int8 twin reads the file's bytes");
+    let mut reference = Session::new(scalar);
+    reference.set_act_precision(ActPrecision::Int8All);
+    for isa in Int8Isa::ALL {
+        let Some(k) = base.with_int8(isa) else {
+            eprintln!("note: int8 set {isa} not available here; skipped");
+            continue;
+        };
+        let model = laya_runtime::Model::from_bytes_with(bytes.clone(), k).unwrap();
+        assert_eq!(model.packed_bytes() > 0, k.packs_q8(), "{isa}");
+        let mut s = Session::new(model);
+        if !k.packs_q8() {
+            s.set_act_precision(ActPrecision::Int8All);
+        }
+        let (mut worst, mut sum, mut n) = (0f32, 0f64, 0usize);
+        for ctx in contexts(40, 5) {
+            let (a, ar) = reference.logits(&ctx);
+            let (b, br) = s.logits(&ctx);
+            for (x, y) in a.iter().chain(&ar).zip(b.iter().chain(&br)) {
+                let e = (x - y).abs();
+                (worst, sum, n) = (worst.max(e), sum + e as f64, n + 1);
+                assert!(e <= 0.05 + 0.02 * x.abs(), "{isa} {ctx:?}: {x} vs {y}");
+            }
+        }
+        let mean = sum / n as f64;
+        eprintln!("{isa}: |Δlogit| against Int8All on the scalar twin: max {worst:.2e}, mean {mean:.2e}");
+        assert!(mean < 2.5e-3, "{isa}: mean |Δlogit| {mean}");
+    }
+}
+
+/// `Int8All` really moves the 16-position layers to int8 where `Int8` keeps them in f32.
+#[test]
+fn int8_all_differs_from_the_non_vnni_policy() {
+    let bytes = common::model_bytes(&seed_shape(300), 5, GgmlType::Q8_0);
+    let m = laya_runtime::Model::from_bytes_with(bytes, Kernels::scalar()).unwrap();
+    let (mut a, mut b) = (Session::new(m.clone()), Session::new(m));
+    b.set_act_precision(ActPrecision::Int8All);
+    assert_eq!(b.act_precision(), ActPrecision::Int8All);
+    let differ = CONTEXTS.iter().filter(|c| a.logits(c) != b.logits(c)).count();
+    assert!(differ * 2 > CONTEXTS.len(), "only {differ} of {} contexts differ", CONTEXTS.len());
+}

@@ -1,0 +1,263 @@
+//! VNNI tiers of `Kernels::matmul_q8_packed` (layout and reasoning in `packed.rs`).
+//!
+//! Per block of 32 inputs and group of 16 rows, for each position: the i32 accumulator starts
+//! at `−128·Σx` (undoing the `+128` stored with the weights), takes eight `vpdpbusd` of a
+//! weight vector (4 bytes of each of 16 rows) against the position's next 4 activation bytes
+//! broadcast to every lane, and is then converted to f32 and accumulated with
+//! `d_w[16 rows] · d_x` in one FMA. Lane `r` is row `r` throughout, so a position's 16 outputs
+//! leave with one (masked) store.
+//!
+//! Tiles: several groups for one position (the word head: independent accumulator chains hide
+//! `vpdpbusd`'s latency while the weights stream), several positions for one group otherwise
+//! (each weight vector loaded once serves every position of the tile).
+
+#[cfg(target_arch = "x86")]
+use core::arch::x86::*;
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::*;
+
+use crate::packed::{PackedQ8, PACK_ROWS};
+use crate::q8::ActBlock;
+use crate::QK;
+
+/// Four activation bytes `qs[4k..4k+4]` as one little-endian i32 (the broadcast operand).
+#[inline(always)]
+fn x4(xb: &ActBlock, k: usize) -> i32 {
+    let q = &xb.qs[4 * k..4 * k + 4];
+    i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+}
+
+/// Checks once per call what the tiles rely on for memory safety.
+fn check(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &[f32]) {
+    assert!(w.bytes().len() == w.groups() * w.stride() && w.groups() * PACK_ROWS >= w.rows());
+    assert!(xq.len() >= n_pos * (w.cols() / QK) && y.len() >= n_pos * w.rows());
+    assert!(bias.is_none_or(|b| b.len() >= w.rows()));
+}
+
+/// AVX-512 VNNI: one 512-bit register per group of 16 rows.
+pub(crate) mod avx512vnni {
+    use super::*;
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    fn tile<const G: usize, const P: usize>(
+        w: &PackedQ8,
+        xq: &[ActBlock],
+        g0: usize,
+        p0: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let (rows, nb, stride, sc) = (w.rows(), w.cols() / QK, w.stride(), w.scales());
+        let data = &w.bytes()[g0 * stride..(g0 + G) * stride];
+        let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+        let mut acc = [[_mm512_setzero_ps(); P]; G];
+        for b in 0..nb {
+            let mut isum = [[_mm512_setzero_si512(); P]; G];
+            for p in 0..P {
+                let c = _mm512_set1_epi32(-128 * xr[p][b].sum);
+                for g in 0..G {
+                    isum[g][p] = c;
+                }
+            }
+            for k in 0..8 {
+                // SAFETY: g < G and b < nb, so g·stride + sc + 64·(8b+k) + 64 <= G·stride =
+                // data.len() (stride = sc + 512·nb); unaligned load, no alignment needed.
+                let wv: [__m512i; G] = core::array::from_fn(|g| unsafe {
+                    _mm512_loadu_si512(data.as_ptr().add(g * stride + sc + 64 * (8 * b + k)) as *const _)
+                });
+                for p in 0..P {
+                    let xv = _mm512_set1_epi32(x4(&xr[p][b], k));
+                    for g in 0..G {
+                        isum[g][p] = _mm512_dpbusd_epi32(isum[g][p], wv[g], xv);
+                    }
+                }
+            }
+            for g in 0..G {
+                // SAFETY: the 16 f16 scales of block b sit at g·stride + 32b .. + 32 < sc.
+                let dw = unsafe {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(data.as_ptr().add(g * stride + 32 * b) as *const __m256i))
+                };
+                for p in 0..P {
+                    let s = _mm512_mul_ps(dw, _mm512_set1_ps(xr[p][b].d));
+                    acc[g][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][p]), s, acc[g][p]);
+                }
+            }
+        }
+        for g in 0..G {
+            let o0 = (g0 + g) * PACK_ROWS;
+            let n = PACK_ROWS.min(rows - o0);
+            let mask: __mmask16 = ((1u32 << n) - 1) as __mmask16;
+            let bv = match bias {
+                // SAFETY: the mask enables only lanes o0..o0+n <= rows <= bias.len() (check);
+                // masked-off lanes are not read.
+                Some(bs) => unsafe { _mm512_maskz_loadu_ps(mask, bs.as_ptr().add(o0)) },
+                None => _mm512_setzero_ps(),
+            };
+            for p in 0..P {
+                // SAFETY: lanes (p0+p)·rows + o0 .. + n lie inside y (n_pos·rows, check);
+                // masked-off lanes are not written.
+                unsafe {
+                    _mm512_mask_storeu_ps(
+                        y.as_mut_ptr().add((p0 + p) * rows + o0),
+                        mask,
+                        _mm512_add_ps(acc[g][p], bv),
+                    )
+                };
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        check(w, xq, n_pos, bias, y);
+        let groups = w.groups();
+        if n_pos == 1 {
+            let mut g = 0;
+            while g + 4 <= groups {
+                tile::<4, 1>(w, xq, g, 0, bias, y);
+                g += 4;
+            }
+            while g < groups {
+                tile::<1, 1>(w, xq, g, 0, bias, y);
+                g += 1;
+            }
+            return;
+        }
+        for g in 0..groups {
+            let mut p = 0;
+            while p + 8 <= n_pos {
+                tile::<1, 8>(w, xq, g, p, bias, y);
+                p += 8;
+            }
+            if p + 4 <= n_pos {
+                tile::<1, 4>(w, xq, g, p, bias, y);
+                p += 4;
+            }
+            while p < n_pos {
+                tile::<1, 1>(w, xq, g, p, bias, y);
+                p += 1;
+            }
+        }
+    }
+}
+
+/// AVX-VNNI: 256-bit `vpdpbusd`, each group of 16 rows as two halves of 8.
+pub(crate) mod avxvnni {
+    use super::*;
+
+    /// `vpdpbusd` on 256-bit registers.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    #[inline]
+    fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, u, s)
+    }
+
+    /// `H` halves (8 rows each) starting at half `h0`, `P` positions from `p0`.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    #[inline]
+    fn tile<const H: usize, const P: usize>(
+        w: &PackedQ8,
+        xq: &[ActBlock],
+        h0: usize,
+        p0: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let (rows, nb, stride, sc) = (w.rows(), w.cols() / QK, w.stride(), w.scales());
+        let data = w.bytes();
+        // Byte offset of half h's group, and of the half inside a 64-byte weight vector.
+        let at = |h: usize| ((h0 + h) / 2 * stride, (h0 + h) % 2 * 32);
+        let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+        let mut acc = [[_mm256_setzero_ps(); P]; H];
+        for b in 0..nb {
+            let mut isum = [[_mm256_setzero_si256(); P]; H];
+            for p in 0..P {
+                let c = _mm256_set1_epi32(-128 * xr[p][b].sum);
+                for h in 0..H {
+                    isum[h][p] = c;
+                }
+            }
+            for k in 0..8 {
+                let wv: [__m256i; H] = core::array::from_fn(|h| {
+                    let (g, half) = at(h);
+                    // SAFETY: the caller keeps (h0+H)/2 <= groups, so g + sc + 64·(8b+k) +
+                    // half + 32 <= groups·stride = data.len() (check).
+                    unsafe { _mm256_loadu_si256(data.as_ptr().add(g + sc + 64 * (8 * b + k) + half) as *const __m256i) }
+                });
+                for p in 0..P {
+                    let xv = _mm256_set1_epi32(x4(&xr[p][b], k));
+                    for h in 0..H {
+                        isum[h][p] = dot(isum[h][p], wv[h], xv);
+                    }
+                }
+            }
+            for h in 0..H {
+                let (g, half) = at(h);
+                // SAFETY: 8 f16 scales at g + 32b + half/2 .. + 16 <= g + sc.
+                let dw = unsafe {
+                    _mm256_cvtph_ps(_mm_loadu_si128(data.as_ptr().add(g + 32 * b + half / 2) as *const __m128i))
+                };
+                for p in 0..P {
+                    let s = _mm256_mul_ps(dw, _mm256_set1_ps(xr[p][b].d));
+                    acc[h][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][p]), s, acc[h][p]);
+                }
+            }
+        }
+        for h in 0..H {
+            let o0 = (h0 + h) * 8;
+            if o0 >= rows {
+                continue; // a padding half of the last group
+            }
+            let n = 8.min(rows - o0);
+            let mut bv = [0.0f32; 8];
+            if let Some(bs) = bias {
+                bv[..n].copy_from_slice(&bs[o0..o0 + n]);
+            }
+            // SAFETY: bv is 8 floats.
+            let bv = unsafe { _mm256_loadu_ps(bv.as_ptr()) };
+            for p in 0..P {
+                let v = _mm256_add_ps(acc[h][p], bv);
+                let out = &mut y[(p0 + p) * rows + o0..][..n];
+                if n == 8 {
+                    // SAFETY: `out` is exactly 8 floats.
+                    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+                } else {
+                    let mut t = [0.0f32; 8];
+                    // SAFETY: t is 8 floats.
+                    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), v) };
+                    out.copy_from_slice(&t[..n]);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        check(w, xq, n_pos, bias, y);
+        let halves = 2 * w.groups();
+        if n_pos == 1 {
+            let mut h = 0;
+            while h + 4 <= halves {
+                tile::<4, 1>(w, xq, h, 0, bias, y);
+                h += 4;
+            }
+            while h < halves {
+                tile::<2, 1>(w, xq, h, 0, bias, y);
+                h += 2;
+            }
+            return;
+        }
+        for h in (0..halves).step_by(2) {
+            let mut p = 0;
+            while p + 3 <= n_pos {
+                tile::<2, 3>(w, xq, h, p, bias, y);
+                p += 3;
+            }
+            while p < n_pos {
+                tile::<2, 1>(w, xq, h, p, bias, y);
+                p += 1;
+            }
+        }
+    }
+}
