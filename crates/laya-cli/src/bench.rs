@@ -51,6 +51,8 @@ pub struct Args {
     /// Take contexts from the lines of this file instead of the built-in sample.
     #[arg(long)]
     text: Option<PathBuf>,
+    #[command(flatten)]
+    act: crate::predictors::ActivationsArg,
     /// Internal: load, predict once, report, exit (used to time cold start).
     #[arg(long, hide = true)]
     cold_probe: bool,
@@ -69,6 +71,11 @@ struct Report {
     file_bytes: usize,
     vocab: usize,
     kernel_level: String,
+    /// The int8 instruction set, the activation precision asked for, and the heap bytes of
+    /// the Q8_0 layers' packed copies (0 unless the CPU has VNNI kernels).
+    int8_isa: String,
+    activations: String,
+    packed_bytes: usize,
     threads: usize,
     predictions: usize,
     p50_us: f64,
@@ -108,6 +115,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
     // Allocation count over the whole timed loop on this thread, after warm-up.
     let mut session = Session::new(Arc::clone(&model));
+    session.set_act_precision(args.act.activations);
     session.warm_up();
     let mut lat = Vec::with_capacity(args.iterations);
     let mut sink = 0.0f32;
@@ -126,7 +134,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let (p50, p99, mean) = percentiles(&mut lat);
         (p50, p99, mean, 1e6 / mean)
     } else {
-        threaded(&model, &contexts, args.iterations, args.threads)
+        threaded(&model, &contexts, args.iterations, args.threads, args.act.activations)
     };
 
     session.set_profiling(true);
@@ -147,6 +155,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         file_bytes: model.info().file_len,
         vocab: model.lexicon_len(),
         kernel_level: model.kernel_level().to_string(),
+        int8_isa: model.int8_isa().to_string(),
+        activations: args.act.activations.to_string(),
+        packed_bytes: model.packed_bytes(),
         threads: args.threads,
         predictions: args.iterations,
         p50_us: p50,
@@ -173,6 +184,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
 fn print_report(r: &Report) {
     println!("model        {} ({} words, {:.2} MB, kernels {})", r.model, r.vocab, r.file_bytes as f64 / 1e6, r.kernel_level);
+    println!("int8         {} kernels, {} activations, {:.2} MB packed at load", r.int8_isa, r.activations, r.packed_bytes as f64 / 1e6);
     println!("predictions  {} on {} thread(s), batch 1", r.predictions, r.threads);
     println!();
     println!("| metric                      | value |");
@@ -226,7 +238,13 @@ fn percentiles(lat: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), mean)
 }
 
-fn threaded(model: &Arc<Model>, contexts: &[String], iterations: usize, threads: usize) -> (f64, f64, f64, f64) {
+fn threaded(
+    model: &Arc<Model>,
+    contexts: &[String],
+    iterations: usize,
+    threads: usize,
+    act: laya_runtime::ActPrecision,
+) -> (f64, f64, f64, f64) {
     let start = Instant::now();
     let all: Vec<Vec<f64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -234,6 +252,7 @@ fn threaded(model: &Arc<Model>, contexts: &[String], iterations: usize, threads:
                 let model = Arc::clone(model);
                 s.spawn(move || {
                     let mut session = Session::new(model);
+                    session.set_act_precision(act);
                     session.warm_up();
                     let mut lat = Vec::with_capacity(iterations);
                     for i in 0..iterations {
@@ -262,7 +281,7 @@ fn cold_start(args: &Args) -> Result<(f64, u64), CliError> {
     let mut rss = 0;
     for _ in 0..args.cold_runs.max(1) {
         let mut cmd = Command::new(&exe);
-        cmd.args(["bench", "--cold-probe"]);
+        cmd.args(["bench", "--cold-probe", "--activations", &args.act.activations.to_string()]);
         if let Some(m) = &args.model {
             cmd.arg("--model").arg(m);
         }
@@ -287,6 +306,7 @@ fn probe(args: &Args) -> Result<(), CliError> {
     let t0 = Instant::now();
     let model = crate::load_model(args.model.as_deref())?;
     let mut session = Session::new(model);
+    session.set_act_precision(args.act.activations);
     std::hint::black_box(session.predict("今天天气", 5).len());
     let us = t0.elapsed().as_secs_f64() * 1e6;
     println!("{}", serde_json::to_string(&Probe { first_prediction_us: us, peak_rss_kb: peak_rss_kb() })?);

@@ -38,6 +38,8 @@ pub struct Args {
     /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
     #[arg(long, default_value = "marginal")]
     completion_rule: laya_runtime::CompletionRule,
+    #[command(flatten)]
+    act: crate::predictors::ActivationsArg,
     /// The n-gram file for --predictor ngram.
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -67,6 +69,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 let mut session = Session::new(model.clone());
                 session.set_completion_exponent(args.completion_exponent);
                 session.set_completion_rule(args.completion_rule);
+                session.set_act_precision(args.act.activations);
                 Ok(ModelPredictor { session })
             };
             evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)

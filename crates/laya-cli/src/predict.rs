@@ -38,6 +38,8 @@ pub struct Args {
     /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
     #[arg(long, default_value = "marginal")]
     completion_rule: laya_runtime::CompletionRule,
+    #[command(flatten)]
+    act: crate::predictors::ActivationsArg,
     /// The n-gram file for --predictor ngram (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -89,6 +91,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             let mut session = Session::with_max_k(model, args.top.max(1));
             session.set_completion_exponent(args.completion_exponent);
             session.set_completion_rule(args.completion_rule);
+            session.set_act_precision(args.act.activations);
             Backend::Model(session)
         }
         Kind::Ngram => Backend::Ngram(load_ngram(args.ngram.as_deref())?, Vec::new()),

@@ -18,6 +18,16 @@ pub enum Kind {
     Ngram,
 }
 
+/// `--activations` of `predict`, `eval` and `bench`.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct ActivationsArg {
+    /// Activations of Q8_0 layers: `int8` where this CPU's int8 kernels are faster (every
+    /// layer with AVX-512 VNNI / AVX-VNNI, the one-position layers elsewhere), `int8-all` in
+    /// every layer on any CPU (what VNNI CPUs compute), `f32` dequantised weights times f32.
+    #[arg(long, default_value = "int8")]
+    pub activations: laya_runtime::ActPrecision,
+}
+
 /// The model behind the harness's `Predictor` trait (allocates only for the owned strings the
 /// harness keeps; the engine itself does not).
 pub struct ModelPredictor {

@@ -157,6 +157,46 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_marginal_the_default() {
     }
 }
 
+/// `--activations` reaches the session in `predict`, `eval` and `bench`: on a Q8_0 model `f32`
+/// and `int8-all` give other probabilities; eval runs both over the same words; bench reports
+/// what it ran and allocates nothing per prediction on any of them.
+#[test]
+fn activations_flag_of_eval_and_bench() {
+    let m = model_file("act.laya", GgmlType::Q8_0);
+    let text = tmp("act.txt");
+    let lines: Vec<String> = (0..40).map(|i| ["hello world", "hello there world", "the end"][i % 3].to_string()).collect();
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    let eval = |act: &str| {
+        let out = laya().args(["eval", "--json", "--activations", act, "--model"]).arg(&m).arg("--text").arg(&text).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("seconds");
+        v
+    };
+    let (f32_, all) = (eval("f32"), eval("int8-all"));
+    assert!(f32_["words"].as_u64().unwrap() > 0 && f32_["words"] == all["words"]);
+    let predict = |act: &str| {
+        let out = laya().args(["predict", "--json", "--activations", act, "--model"]).arg(&m).arg("hello wor").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_ne!(predict("f32"), predict("int8-all"), "int8 activations in every layer change the probabilities");
+    for act in ["f32", "int8", "int8-all"] {
+        let out = laya()
+            .args(["bench", "--json", "--iterations", "50", "--cold-runs", "1", "--activations", act, "--model"])
+            .arg(&m)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["activations"], act);
+        assert_eq!(v["allocations_per_prediction"].as_f64(), Some(0.0), "{act}");
+        assert!(v["packed_bytes"].is_u64() && !v["int8_isa"].is_null());
+    }
+    let out = laya().args(["eval", "--activations", "int4", "--text"]).arg(&text).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("expected `f32`, `int8` or `int8-all`"));
+}
+
 #[test]
 fn eval_threads_do_not_change_the_figures() {
     let m = model_file("threads.laya", GgmlType::F32);

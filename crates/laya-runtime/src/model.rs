@@ -262,6 +262,11 @@ impl Model {
         self.kernels.level()
     }
 
+    /// The int8 instruction set chosen at load (for Q8_0 layers).
+    pub fn int8_isa(&self) -> laya_kernels::Int8Isa {
+        self.kernels.int8_isa()
+    }
+
     /// Number of words in the lexicon.
     pub fn lexicon_len(&self) -> usize {
         self.lexicon.len()

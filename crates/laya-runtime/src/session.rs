@@ -43,6 +43,28 @@ pub enum ActPrecision {
     Int8All,
 }
 
+impl std::fmt::Display for ActPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ActPrecision::F32 => "f32",
+            ActPrecision::Int8 => "int8",
+            ActPrecision::Int8All => "int8-all",
+        })
+    }
+}
+
+impl std::str::FromStr for ActPrecision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(ActPrecision::F32),
+            "int8" => Ok(ActPrecision::Int8),
+            "int8-all" => Ok(ActPrecision::Int8All),
+            other => Err(format!("unknown activation precision `{other}` (expected `f32`, `int8` or `int8-all`)")),
+        }
+    }
+}
+
 /// One candidate word.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate<'a> {

@@ -1,6 +1,11 @@
 //! Laya's side of the peer benchmark: times the full decision `Session::predict(context, 5)`
 //! (forward pass, softmax and candidate ranking) and reports the raw word logits of
 //! `Session::logits` for the correctness gate. Protocol: see `common.rs`.
+//!
+//! Timing uses the session's default precision (int8 activations for Q8_0 layers, as shipped).
+//! The gate's logits are computed with f32 activations, the network the peers run (they
+//! multiply the dequantised weights in f32); how often the int8 path's top-5 differs from that
+//! is reported in the notes column. For F32/F16 models the two are the same computation.
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -24,9 +29,27 @@ fn run(args: &Args) -> Result<(), PeerError> {
     let times = common::time_decisions(&contexts, args.warmup, args.iters, |c| {
         std::hint::black_box(session.predict(c, 5).len());
     });
+    let int8: Vec<Vec<usize>> = contexts.iter().map(|c| top5(&session.logits(c).0)).collect();
+    session.set_act_precision(laya_runtime::ActPrecision::F32);
     let logits: Vec<Vec<f32>> = contexts.iter().map(|c| session.logits(c).0).collect();
-    let level = format!("kernels {:?}", session.model().kernel_level());
+    let same = logits.iter().zip(&int8).filter(|(l, i)| top5(l) == **i).count();
+    let model = session.model();
+    let level = format!(
+        "kernels {:?}, int8 {}{}; gate on f32 activations, int8 top-5 equal on {same}/{}",
+        model.kernel_level(),
+        model.int8_isa(),
+        if model.packed_bytes() > 0 { " (packed)" } else { "" },
+        contexts.len()
+    );
     common::write_results(args, "laya", cold_ms, &times, &logits, &level)
+}
+
+/// Ids of the five largest logits, ties to the lower id.
+fn top5(l: &[f32]) -> Vec<usize> {
+    let mut ids: Vec<usize> = (0..l.len()).collect();
+    ids.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+    ids.truncate(5);
+    ids
 }
 
 fn main() -> ExitCode {
