@@ -1,8 +1,10 @@
 //! AVX-512F tier (the level also requires AVX2 + FMA + F16C, which every AVX-512F CPU has).
 //!
-//! Only matmul and the row decoders have 512-bit bodies: they are where the time goes. The
-//! element-wise kernels operate on rows of 128..1024 values and are re-exported from the AVX2
-//! tier, which is sound because `Level::Avx512` is only granted when AVX2/FMA/F16C are present.
+//! Matmul, the row decoders, GELU and softmax have 512-bit bodies (softmax runs over the whole
+//! 20,000-word lexicon, GELU over 16 × FFN values per block: both showed in `laya bench`'s stage
+//! table once the int8 matmuls got fast). The other element-wise kernels operate on rows of
+//! 128..1024 values and are re-exported from the AVX2 tier, which is sound because
+//! `Level::Avx512` is only granted when AVX2/FMA/F16C are present.
 //!
 //! Same structure as `avx2.rs`: an `R x P` tile of 16-lane accumulators, each weight unit decoded
 //! once per tile and reused across positions; accumulators are folded to 8 lanes and reduced four
@@ -13,7 +15,7 @@ use core::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
-pub(crate) use crate::avx2::{add, axpy, dot, gelu_tanh, layer_norm, relu, softmax};
+pub(crate) use crate::avx2::{add, axpy, dot, layer_norm, relu};
 use crate::avx2::{hsum, hsum4, wtype, T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q8_0};
 use crate::{scalar, MatArgs, WType, QK};
 
@@ -447,5 +449,108 @@ pub(crate) fn row_op(ty: WType, row: &[u8], out: &mut [f32], add: bool) {
         WType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
         WType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
         WType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
+    }
+}
+
+/// `exp(x)` for 16 lanes: the same Cephes-style reduction and polynomial as `avx2::exp8`
+/// (relative error about 2 ulp); inputs below -87 (and `-inf`) give exactly 0, inputs above 88
+/// saturate to `exp(88)`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+fn exp16(x: __m512) -> __m512 {
+    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-87.0));
+    let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0)), _mm512_set1_ps(88.0));
+    // Round to nearest (the default MXCSR mode) in the conversion itself.
+    let ni = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(core::f32::consts::LOG2_E)));
+    let n = _mm512_cvtepi32_ps(ni);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(1.987_569_1e-4);
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let r2 = _mm512_mul_ps(r, r);
+    let e = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0)));
+    let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(ni, _mm512_set1_epi32(127)));
+    _mm512_maskz_mov_ps(!under, _mm512_mul_ps(e, _mm512_castsi512_ps(pow2)))
+}
+
+/// Lanes `0..n` set (n <= 16).
+#[inline(always)]
+fn tail_mask(n: usize) -> __mmask16 {
+    ((1u32 << n) - 1) as __mmask16
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn gelu_tanh(x: &mut [f32]) {
+    let c = _mm512_set1_ps(scalar::GELU_C);
+    let a = _mm512_set1_ps(scalar::GELU_A);
+    let one = _mm512_set1_ps(1.0);
+    let m2 = _mm512_set1_ps(-2.0);
+    let f = |v: __m512| {
+        // 0.5 x (1 + tanh u) == x / (1 + exp(-2u)); no cancellation for negative x.
+        let u = _mm512_mul_ps(_mm512_mul_ps(c, v), _mm512_fmadd_ps(a, _mm512_mul_ps(v, v), one));
+        _mm512_div_ps(v, _mm512_add_ps(one, exp16(_mm512_mul_ps(m2, u))))
+    };
+    for i in (0..x.len()).step_by(16) {
+        let m = tail_mask((x.len() - i).min(16));
+        // SAFETY: the mask enables only lanes i..min(i+16, len); masked-off lanes are neither
+        // read nor written.
+        unsafe {
+            let p = x.as_mut_ptr().add(i);
+            _mm512_mask_storeu_ps(p, m, f(_mm512_maskz_loadu_ps(m, p)));
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn softmax(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    // Two accumulators per pass: the max and sum chains are the loops' only dependencies.
+    let (mut m0, mut m1) = (ninf, ninf);
+    let mut i = 0;
+    while i < x.len() {
+        let m = tail_mask((x.len() - i).min(16));
+        // SAFETY: masked load of lanes i..min(i+16, len); other lanes take -inf.
+        let v = unsafe { _mm512_mask_loadu_ps(ninf, m, x.as_ptr().add(i)) };
+        if (i / 16) % 2 == 0 {
+            m0 = _mm512_max_ps(m0, v);
+        } else {
+            m1 = _mm512_max_ps(m1, v);
+        }
+        i += 16;
+    }
+    let mx = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(m0, m1)));
+    let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut i = 0;
+    while i < x.len() {
+        let m = tail_mask((x.len() - i).min(16));
+        // SAFETY: as above; the padded lanes are -inf, whose exp is exactly 0, and are not
+        // stored.
+        unsafe {
+            let p = x.as_mut_ptr().add(i);
+            let e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, m, p), mx));
+            if (i / 16) % 2 == 0 {
+                s0 = _mm512_add_ps(s0, e);
+            } else {
+                s1 = _mm512_add_ps(s1, e);
+            }
+            _mm512_mask_storeu_ps(p, m, e);
+        }
+        i += 16;
+    }
+    let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
+    let mut i = 0;
+    while i < x.len() {
+        let m = tail_mask((x.len() - i).min(16));
+        // SAFETY: masked to lanes i..min(i+16, len).
+        unsafe {
+            let p = x.as_mut_ptr().add(i);
+            _mm512_mask_storeu_ps(p, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p), inv));
+        }
+        i += 16;
     }
 }
