@@ -8,7 +8,7 @@
 //! used to print the fraction of peak. Results are the best of several timed batches, so they
 //! reflect the kernel rather than scheduling noise; on a shared machine expect some variance.
 
-use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, PackedQ8, WType, QK};
+use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, PackedQ4, PackedQ8, WType, QK};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -306,6 +306,31 @@ fn main() {
                 "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6}",
                 isa.to_string(), n_pos, rows, cols, f32_act, int8, with_q, packed,
                 isa_peak.map_or("-".to_string(), |p| format!("{:.0}%", 100.0 * packed / p))
+            );
+        }
+    }
+    println!();
+    println!("4-bit weights, int8 activations: matmul_q4_packed (PackedQ4, Q4_1) where the CPU has");
+    println!("a SIMD tier for it (GFLOP/s-equivalent; the word head row also as GB/s of packed bytes):");
+    println!("{:<12} {:>5} {:>5} {:>5} {:>10} {:>8}", "int8 set", "n_pos", "rows", "cols", "q4 packed", "GB/s");
+    for (n_pos, rows, cols) in [(16, 128, 128), (16, 128, 512), (1, 20000, 128)] {
+        let w = weights(WType::Q4_1, rows, cols);
+        let pk = PackedQ4::new(&Matrix::new(WType::Q4_1, rows, cols, &w).unwrap()).unwrap();
+        let x: Vec<f32> = (0..n_pos * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
+        let b = vec![0.1f32; rows];
+        let mut y = vec![0.0f32; n_pos * rows];
+        let mut xq = vec![ActBlock::ZERO; n_pos * cols / QK];
+        for k in [best.with_int8(Int8Isa::Scalar), Some(best)].into_iter().flatten() {
+            if k.int8_isa() != Int8Isa::Scalar && !k.packs_q4() {
+                continue;
+            }
+            k.quantize_act(&x, &mut xq);
+            let t = time(|| k.matmul_q4_packed(&pk, black_box(&xq), n_pos, Some(&b), black_box(&mut y)), 200);
+            println!(
+                "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>8.1}",
+                k.int8_isa().to_string(), n_pos, rows, cols,
+                2.0 * (n_pos * rows * cols) as f64 / t / 1e9,
+                pk.heap_bytes() as f64 / t / 1e9
             );
         }
     }

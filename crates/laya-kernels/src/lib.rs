@@ -59,7 +59,7 @@ mod q8;
 mod q8_x86;
 mod scalar;
 
-pub use packed::{PackedQ8, PACK_ROWS};
+pub use packed::{PackedQ4, PackedQ8, PACK_ROWS};
 pub use q8::ActBlock;
 
 /// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
@@ -204,6 +204,11 @@ pub enum KernelError {
         /// The matrix's type.
         ty: WType,
     },
+    /// [`PackedQ4`] was asked to repack a matrix that is not Q4_0 or Q4_1.
+    NotQ4 {
+        /// The matrix's type.
+        ty: WType,
+    },
     /// `rows * row_bytes` does not fit in `usize`.
     SizeOverflow {
         /// Rows requested.
@@ -235,6 +240,10 @@ impl fmt::Display for KernelError {
             KernelError::NotQ8_0 { ty } => write!(
                 f,
                 "only Q8_0 matrices can be packed for the int8 kernels, this one is {ty}"
+            ),
+            KernelError::NotQ4 { ty } => write!(
+                f,
+                "only Q4_0 and Q4_1 matrices can be packed as 4-bit, this one is {ty}"
             ),
             KernelError::SizeOverflow { rows, cols } => {
                 write!(
@@ -643,7 +652,10 @@ impl Kernels {
     /// tiers only by summation order, bounded by `(cols/32 + 32) · 2⁻²³ · Σ_b |d_w d_x isum_b|`
     /// (the property tests check it). Against the f32 [`Kernels::matmul`] the difference is the
     /// activation rounding: at most `Σ_j |w_j| · d_x / 2` per block, plus float error.
-    /// Panics if `w` is not Q8_0 or a slice is shorter than the shape needs.
+    /// Q4_0/Q4_1 weights are accepted too (`w = d·q + m` per block, the offset entering with the
+    /// activation block sum), through the scalar reference only: SIMD tiers for them read the
+    /// packed layout ([`Kernels::matmul_q4_packed`]).
+    /// Panics if `w` is of another type or a slice is shorter than the shape needs.
     ///
     /// ```
     /// use laya_kernels::{ActBlock, Kernels, Matrix, WType};
@@ -667,10 +679,9 @@ impl Kernels {
         bias: Option<&[f32]>,
         y: &mut [f32],
     ) {
-        assert_eq!(
-            w.ty,
-            WType::Q8_0,
-            "matmul_q8 needs Q8_0 weights, got {}",
+        assert!(
+            matches!(w.ty, WType::Q8_0 | WType::Q4_0 | WType::Q4_1),
+            "matmul_q8 needs Q8_0, Q4_0 or Q4_1 weights, got {}",
             w.ty
         );
         let (rb, data) = w.checked();
@@ -690,6 +701,11 @@ impl Kernels {
             rb,
             data,
         };
+        if w.ty != WType::Q8_0 {
+            // 4-bit weights: only the scalar reference reads them row-major (the SIMD path for
+            // them is `matmul_q4_packed`).
+            return packed::matmul_q4_rows(&a, xq, n_pos, bias, y);
+        }
         match self.int8 {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             // SAFETY: AVX2 (+FMA/F16C) was detected at construction (struct invariant).
@@ -747,6 +763,38 @@ impl Kernels {
             // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
             Int8Isa::Avx512Vnni => unsafe { packed_x86::avx512vnni::matmul(w, xq, n_pos, bias, y) },
             _ => packed::matmul(w, xq, n_pos, bias, y),
+        }
+    }
+
+    /// Whether [`Kernels::matmul_q4_packed`] has a SIMD tier on this handle (AVX-512 VNNI);
+    /// a runtime should pack its Q4_0/Q4_1 linear layers ([`PackedQ4::new`]) only then.
+    pub fn packs_q4(&self) -> bool {
+        self.int8 == Int8Isa::Avx512Vnni
+    }
+
+    /// [`Kernels::matmul_q8`] on Q4_0/Q4_1 weights packed as [`PackedQ4`]: exact integer block
+    /// dot products, f32 results equal to the scalar reference's up to summation order (the
+    /// scalar twins agree bit for bit). Runs the scalar twin where [`Kernels::packs_q4`] is
+    /// false. Panics if a slice is shorter than the shape needs. Example at [`PackedQ4`].
+    pub fn matmul_q4_packed(
+        &self,
+        w: &PackedQ4,
+        xq: &[ActBlock],
+        n_pos: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let nb = w.cols() / QK;
+        debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q4_packed: xq is not n_pos x cols/32");
+        debug_assert_eq!(y.len(), n_pos * w.rows(), "matmul_q4_packed: y is not n_pos x rows");
+        let xq = &xq[..n_pos * nb];
+        let y = &mut y[..n_pos * w.rows()];
+        let bias = bias.map(|b| &b[..w.rows()]);
+        match self.int8 {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
+            Int8Isa::Avx512Vnni => unsafe { packed_x86::avx512vnni_q4::matmul(w, xq, n_pos, bias, y) },
+            _ => packed::matmul_q4(w, xq, n_pos, bias, y),
         }
     }
 

@@ -40,6 +40,53 @@ struct Line([u8; 64]);
 const _: () = assert!(core::mem::size_of::<Line>() == 64);
 const _: () = assert!(core::mem::align_of::<Line>() == 64);
 
+/// The accessors and `Debug` that [`PackedQ8`] and [`PackedQ4`] share (both hold `rows`, `cols`,
+/// `groups`, `stride` and the 64-byte aligned `buf`).
+macro_rules! packed_common {
+    ($t:ident) => {
+        impl $t {
+            /// Output rows.
+            pub fn rows(&self) -> usize {
+                self.rows
+            }
+
+            /// Input columns.
+            pub fn cols(&self) -> usize {
+                self.cols
+            }
+
+            /// Heap bytes of the packed copy.
+            pub fn heap_bytes(&self) -> usize {
+                self.buf.len() * 64
+            }
+
+            /// Groups of 16 rows (the last one padded).
+            pub(crate) fn groups(&self) -> usize {
+                self.groups
+            }
+
+            /// Bytes per group.
+            pub(crate) fn stride(&self) -> usize {
+                self.stride
+            }
+
+            /// The packed bytes, `groups · stride` of them, 64-byte aligned.
+            pub(crate) fn bytes(&self) -> &[u8] {
+                // SAFETY: `Line` is `repr(C)` around `[u8; 64]` with size 64 (asserted above),
+                // so the vector's storage is `len * 64` initialised bytes with no padding,
+                // borrowed for the lifetime of `&self`.
+                unsafe { core::slice::from_raw_parts(self.buf.as_ptr() as *const u8, self.buf.len() * 64) }
+            }
+        }
+
+        impl core::fmt::Debug for $t {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(f, "{} {{ rows: {}, cols: {}, groups: {} }}", stringify!($t), self.rows, self.cols, self.groups)
+            }
+        }
+    };
+}
+
 /// A Q8_0 matrix repacked for [`crate::Kernels::matmul_q8_packed`]: 16 rows interleaved so that
 /// VNNI kernels need no horizontal sums (layout in the module source, `packed.rs`). Made once,
 /// at model load, from the file's row-major Q8_0 bytes; it owns its (64-byte aligned) copy, a
@@ -112,49 +159,13 @@ impl PackedQ8 {
         Ok(PackedQ8 { rows: w.rows, cols: w.cols, groups, scales, stride, buf })
     }
 
-    /// Output rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Input columns.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// Heap bytes of the packed copy.
-    pub fn heap_bytes(&self) -> usize {
-        self.buf.len() * 64
-    }
-
-    pub(crate) fn groups(&self) -> usize {
-        self.groups
-    }
-
     /// Byte offset of the weight area inside a group.
     pub(crate) fn scales(&self) -> usize {
         self.scales
     }
-
-    /// Bytes per group of 16 rows.
-    pub(crate) fn stride(&self) -> usize {
-        self.stride
-    }
-
-    /// The packed bytes, `groups · stride` of them, 64-byte aligned.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `Line` is `repr(C)` around `[u8; 64]` with size 64 (asserted above), so the
-        // vector's storage is `len * 64` initialised bytes with no padding, borrowed for the
-        // lifetime of `&self`.
-        unsafe { core::slice::from_raw_parts(self.buf.as_ptr() as *const u8, self.buf.len() * 64) }
-    }
 }
 
-impl core::fmt::Debug for PackedQ8 {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "PackedQ8 {{ rows: {}, cols: {}, groups: {} }}", self.rows, self.cols, self.groups)
-    }
-}
+packed_common!(PackedQ8);
 
 /// Scalar twin of `Kernels::matmul_q8_packed`: the same arithmetic, in the same order, as the
 /// row-major twin `q8::matmul`, so the two agree bit for bit.
@@ -177,6 +188,155 @@ pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&
                     }
                 }
                 acc += (dw * xb.d) * isum as f32;
+            }
+            y[p * rows + o] = acc + bias.map_or(0.0, |b| b[o]);
+        }
+    }
+}
+
+/// Scale, offset and the 32 unsigned 4-bit values of one Q4_0 or Q4_1 block, so that weight
+/// `j` is `d·q[j] + m` (Q4_0: `m = −8·d`, exact in f16 and f32 for every finite scale whose
+/// eightfold is finite).
+#[inline]
+pub(crate) fn q4_block(ty: WType, blk: &[u8]) -> (f32, f32, [u8; QK]) {
+    let d = scalar::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+    let (m, qs) = match ty {
+        WType::Q4_1 => (scalar::f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])), &blk[4..20]),
+        _ => (-8.0 * d, &blk[2..18]),
+    };
+    let mut q = [0u8; QK];
+    for j in 0..QK / 2 {
+        q[j] = qs[j] & 0x0F;
+        q[j + 16] = qs[j] >> 4;
+    }
+    (d, m, q)
+}
+
+/// Scalar row-major int8 product for Q4_0/Q4_1 weights (`Kernels::matmul_q8` on those types):
+/// `y[p, o] = Σ_b (d·d_x)·Σ_j q_j·x_j + (m·d_x)·Σ_j x_j + bias[o]`, blocks in order. The
+/// reference the packed Q4 kernels are tested against.
+pub(crate) fn matmul_q4_rows(a: &crate::MatArgs, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let (rows, nb, bb) = (a.rows, a.cols / QK, a.ty.block_bytes());
+    for o in 0..rows {
+        let row = a.row(o);
+        for p in 0..n_pos {
+            let xr = &xq[p * nb..][..nb];
+            let mut acc = 0.0f32;
+            for (b, xb) in xr.iter().enumerate() {
+                let (d, m, q) = q4_block(a.ty, &row[b * bb..][..bb]);
+                let isum: i32 = q.iter().zip(&xb.qs).map(|(&q, &x)| q as i32 * x as i32).sum();
+                acc += (d * xb.d) * isum as f32;
+                acc += (m * xb.d) * xb.sum as f32;
+            }
+            y[p * rows + o] = acc + bias.map_or(0.0, |b| b[o]);
+        }
+    }
+}
+
+/// A Q4_0 or Q4_1 matrix repacked for [`crate::Kernels::matmul_q4_packed`], the 4-bit sibling of
+/// [`PackedQ8`]: 16 rows interleaved, so one 64-byte vector holds 4 bytes of each of 16 rows.
+/// Those 4 bytes are the row's own `qs[4t..4t+4]`: their low nibbles are inputs `4t..4t+4` of
+/// the block and their high nibbles inputs `16+4t..`, so a kernel masks (and shifts) one load
+/// into two `vpdpbusd` operands. Values stay unsigned (0..15, the unsigned operand as is);
+/// the offset (Q4_1's `m`, Q4_0's `−8·d`) is applied per block with the activation block sum.
+///
+/// Group layout (`nb = cols / 32`, `stride = 320·nb`): at `64·b`, 16 f16 scales `d`; at
+/// `64·b + 32`, 16 f16 offsets `m`; at `64·nb + 256·b + 64·t + 4·r + j` (`t` 0..4), byte
+/// `qs[4t + j]` of row `r` in block `b`.
+///
+/// ```
+/// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ4, WType};
+/// // One Q4_1 row of 32: d = 1 (f16 0x3C00), m = -8 (0xC800), every value 10 (weight 2).
+/// let mut w = vec![0x00, 0x3C, 0x00, 0xC8];
+/// w.extend([0xAAu8; 16]);
+/// let m = Matrix::new(WType::Q4_1, 1, 32, &w).unwrap();
+/// let p = PackedQ4::new(&m).unwrap();
+/// let k = Kernels::detect();
+/// let mut xq = [ActBlock::ZERO; 1];
+/// k.quantize_act(&[1.0; 32], &mut xq);
+/// let mut y = [0.0f32; 1];
+/// k.matmul_q4_packed(&p, &xq, 1, None, &mut y);
+/// assert!((y[0] - 64.0).abs() < 1e-3);
+/// ```
+#[derive(Clone)]
+pub struct PackedQ4 {
+    rows: usize,
+    cols: usize,
+    groups: usize,
+    stride: usize,
+    buf: Vec<Line>,
+}
+
+impl PackedQ4 {
+    /// Repacks a Q4_0 or Q4_1 matrix. Errors on any other type.
+    pub fn new(w: &Matrix) -> Result<PackedQ4, KernelError> {
+        if !matches!(w.ty, WType::Q4_0 | WType::Q4_1) {
+            return Err(KernelError::NotQ4 { ty: w.ty });
+        }
+        let w = Matrix::new(w.ty, w.rows, w.cols, w.data)?;
+        let (nb, bb) = (w.cols / QK, w.ty.block_bytes());
+        let qs0 = bb - QK / 2;
+        let groups = w.rows.div_ceil(PACK_ROWS);
+        let stride = 320 * nb;
+        let lines = groups
+            .checked_mul(stride / 64)
+            .ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
+        // Zero everywhere: padding rows have scale and offset 0 and add exactly 0.
+        let mut buf = vec![Line([0; 64]); lines];
+        for g in 0..groups {
+            let group = &mut buf[g * stride / 64..(g + 1) * stride / 64];
+            let mut put = |at: usize, v: u8| group[at / 64].0[at % 64] = v;
+            for r in 0..PACK_ROWS.min(w.rows - g * PACK_ROWS) {
+                let row = w.row(g * PACK_ROWS + r);
+                for b in 0..nb {
+                    let blk = &row[b * bb..][..bb];
+                    let (_, m, _) = q4_block(w.ty, blk);
+                    let m16 = if w.ty == WType::Q4_1 {
+                        [blk[2], blk[3]]
+                    } else {
+                        half::f16::from_f32(m).to_bits().to_le_bytes()
+                    };
+                    put(64 * b + 2 * r, blk[0]);
+                    put(64 * b + 2 * r + 1, blk[1]);
+                    put(64 * b + 32 + 2 * r, m16[0]);
+                    put(64 * b + 32 + 2 * r + 1, m16[1]);
+                    for t in 0..4 {
+                        for j in 0..4 {
+                            put(64 * nb + 256 * b + 64 * t + 4 * r + j, blk[qs0 + 4 * t + j]);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(PackedQ4 { rows: w.rows, cols: w.cols, groups, stride, buf })
+    }
+}
+
+packed_common!(PackedQ4);
+
+/// Scalar twin of `Kernels::matmul_q4_packed`, bit-identical to `matmul_q4_rows`.
+pub(crate) fn matmul_q4(w: &PackedQ4, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let (rows, nb) = (w.rows, w.cols / QK);
+    let data = w.bytes();
+    let f16 = |g: &[u8], at: usize| scalar::f16_to_f32(u16::from_le_bytes([g[at], g[at + 1]]));
+    for o in 0..rows {
+        let (g, r) = (o / PACK_ROWS, o % PACK_ROWS);
+        let group = &data[g * w.stride..][..w.stride];
+        for p in 0..n_pos {
+            let xr = &xq[p * nb..][..nb];
+            let mut acc = 0.0f32;
+            for (b, xb) in xr.iter().enumerate() {
+                let (d, m) = (f16(group, 64 * b + 2 * r), f16(group, 64 * b + 32 + 2 * r));
+                let mut isum = 0i32;
+                for t in 0..4 {
+                    for j in 0..4 {
+                        let v = group[64 * nb + 256 * b + 64 * t + 4 * r + j];
+                        isum += (v & 0x0F) as i32 * xb.qs[4 * t + j] as i32;
+                        isum += (v >> 4) as i32 * xb.qs[16 + 4 * t + j] as i32;
+                    }
+                }
+                acc += (d * xb.d) * isum as f32;
+                acc += (m * xb.d) * xb.sum as f32;
             }
             y[p * rows + o] = acc + bias.map_or(0.0, |b| b[o]);
         }

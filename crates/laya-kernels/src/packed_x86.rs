@@ -16,7 +16,7 @@ use core::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
-use crate::packed::{PackedQ8, PACK_ROWS};
+use crate::packed::{PackedQ4, PackedQ8, PACK_ROWS};
 use crate::q8::ActBlock;
 use crate::QK;
 
@@ -27,11 +27,73 @@ fn x4(xb: &ActBlock, k: usize) -> i32 {
     i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
 }
 
-/// Checks once per call what the tiles rely on for memory safety.
-fn check(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &[f32]) {
-    assert!(w.bytes().len() == w.groups() * w.stride() && w.groups() * PACK_ROWS >= w.rows());
-    assert!(xq.len() >= n_pos * (w.cols() / QK) && y.len() >= n_pos * w.rows());
-    assert!(bias.is_none_or(|b| b.len() >= w.rows()));
+/// Checks once per call what the tiles rely on for memory safety: the packed buffer holds
+/// `groups` groups of `stride` bytes covering every row, and the slices fit the shape.
+#[allow(clippy::too_many_arguments)]
+fn check(len: usize, groups: usize, stride: usize, rows: usize, cols: usize, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &[f32]) {
+    assert!(len == groups * stride && groups * PACK_ROWS >= rows);
+    assert!(xq.len() >= n_pos * (cols / QK) && y.len() >= n_pos * rows);
+    assert!(bias.is_none_or(|b| b.len() >= rows));
+}
+
+/// Runs a 512-bit `tile::<G, P>(w, xq, g, p, bias, y)` over every group and position: four
+/// groups at a time for one position (independent chains while the weights stream), else one
+/// group with eight, four, then single positions (each weight vector serves every position).
+macro_rules! drive_tiles {
+    ($tile:ident, $w:expr, $xq:expr, $n_pos:expr, $bias:expr, $y:expr) => {{
+        let groups = $w.groups();
+        if $n_pos == 1 {
+            let mut g = 0;
+            while g + 4 <= groups {
+                $tile::<4, 1>($w, $xq, g, 0, $bias, $y);
+                g += 4;
+            }
+            while g < groups {
+                $tile::<1, 1>($w, $xq, g, 0, $bias, $y);
+                g += 1;
+            }
+        } else {
+            for g in 0..groups {
+                let mut p = 0;
+                while p + 8 <= $n_pos {
+                    $tile::<1, 8>($w, $xq, g, p, $bias, $y);
+                    p += 8;
+                }
+                if p + 4 <= $n_pos {
+                    $tile::<1, 4>($w, $xq, g, p, $bias, $y);
+                    p += 4;
+                }
+                while p < $n_pos {
+                    $tile::<1, 1>($w, $xq, g, p, $bias, $y);
+                    p += 1;
+                }
+            }
+        }
+    }};
+}
+
+/// Adds the bias to one group's `P` accumulators (lane = row `o0 + lane`) and stores the rows
+/// that exist (`o0 + lane < rows`) of positions `p0..p0+P`.
+///
+/// The caller has run `check` (so `bias` and `y` cover `rows` and `(p0+P)·rows`) and passes
+/// `o0 < rows`, `o0` a multiple of 16.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+fn store_group<const P: usize>(acc: &[__m512; P], bias: Option<&[f32]>, rows: usize, o0: usize, p0: usize, y: &mut [f32]) {
+    let n = PACK_ROWS.min(rows - o0);
+    let mask: __mmask16 = ((1u32 << n) - 1) as __mmask16;
+    let bv = match bias {
+        // SAFETY: the mask enables only lanes o0..o0+n <= rows <= bias.len() (check); masked-off
+        // lanes are not read.
+        Some(bs) => unsafe { _mm512_maskz_loadu_ps(mask, bs.as_ptr().add(o0)) },
+        None => _mm512_setzero_ps(),
+    };
+    for p in 0..P {
+        assert!((p0 + p) * rows + o0 + n <= y.len());
+        // SAFETY: lanes (p0+p)·rows + o0 .. + n lie inside y (asserted); masked-off lanes are
+        // not written.
+        unsafe { _mm512_mask_storeu_ps(y.as_mut_ptr().add((p0 + p) * rows + o0), mask, _mm512_add_ps(acc[p], bv)) };
+    }
 }
 
 /// AVX-512 VNNI: one 512-bit register per group of 16 rows.
@@ -85,60 +147,84 @@ pub(crate) mod avx512vnni {
             }
         }
         for g in 0..G {
-            let o0 = (g0 + g) * PACK_ROWS;
-            let n = PACK_ROWS.min(rows - o0);
-            let mask: __mmask16 = ((1u32 << n) - 1) as __mmask16;
-            let bv = match bias {
-                // SAFETY: the mask enables only lanes o0..o0+n <= rows <= bias.len() (check);
-                // masked-off lanes are not read.
-                Some(bs) => unsafe { _mm512_maskz_loadu_ps(mask, bs.as_ptr().add(o0)) },
-                None => _mm512_setzero_ps(),
-            };
-            for p in 0..P {
-                // SAFETY: lanes (p0+p)·rows + o0 .. + n lie inside y (n_pos·rows, check);
-                // masked-off lanes are not written.
-                unsafe {
-                    _mm512_mask_storeu_ps(
-                        y.as_mut_ptr().add((p0 + p) * rows + o0),
-                        mask,
-                        _mm512_add_ps(acc[g][p], bv),
-                    )
-                };
-            }
+            store_group(&acc[g], bias, rows, (g0 + g) * PACK_ROWS, p0, y);
         }
     }
 
     #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
     pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-        check(w, xq, n_pos, bias, y);
-        let groups = w.groups();
-        if n_pos == 1 {
-            let mut g = 0;
-            while g + 4 <= groups {
-                tile::<4, 1>(w, xq, g, 0, bias, y);
-                g += 4;
+        check(w.bytes().len(), w.groups(), w.stride(), w.rows(), w.cols(), xq, n_pos, bias, y);
+        drive_tiles!(tile, w, xq, n_pos, bias, y)
+    }
+}
+
+/// AVX-512 VNNI for [`PackedQ4`]: each 64-byte load is masked into the low nibbles (inputs
+/// `4t..4t+4` of 16 rows) and shifted into the high ones (inputs `16+4t..`), two `vpdpbusd`
+/// with the values as the unsigned operand; the block's offset `m` enters with the activation
+/// block sum in a second FMA.
+pub(crate) mod avx512vnni_q4 {
+    use super::*;
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    fn tile<const G: usize, const P: usize>(
+        w: &PackedQ4,
+        xq: &[ActBlock],
+        g0: usize,
+        p0: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let (rows, nb, stride) = (w.rows(), w.cols() / QK, w.stride());
+        let data = &w.bytes()[g0 * stride..(g0 + G) * stride];
+        let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+        let nib = _mm512_set1_epi8(0x0F);
+        let mut acc = [[_mm512_setzero_ps(); P]; G];
+        for b in 0..nb {
+            let mut isum = [[_mm512_setzero_si512(); P]; G];
+            for t in 0..4 {
+                // SAFETY: g < G, b < nb, t < 4: g·stride + 64·nb + 256·b + 64·t + 64 <=
+                // G·stride = data.len() (stride = 320·nb); unaligned load.
+                let v: [__m512i; G] = core::array::from_fn(|g| unsafe {
+                    _mm512_loadu_si512(data.as_ptr().add(g * stride + 64 * nb + 256 * b + 64 * t) as *const _)
+                });
+                let lo = v.map(|v| _mm512_and_si512(v, nib));
+                let hi = v.map(|v| _mm512_and_si512(_mm512_srli_epi32::<4>(v), nib));
+                for p in 0..P {
+                    let (xl, xh) = (_mm512_set1_epi32(x4(&xr[p][b], t)), _mm512_set1_epi32(x4(&xr[p][b], t + 4)));
+                    for g in 0..G {
+                        isum[g][p] = _mm512_dpbusd_epi32(isum[g][p], lo[g], xl);
+                        isum[g][p] = _mm512_dpbusd_epi32(isum[g][p], hi[g], xh);
+                    }
+                }
             }
-            while g < groups {
-                tile::<1, 1>(w, xq, g, 0, bias, y);
-                g += 1;
+            for g in 0..G {
+                // SAFETY: 16 f16 scales at g·stride + 64b and 16 offsets at + 32, both inside
+                // the group's first 64·nb bytes.
+                let (dw, mw) = unsafe {
+                    let at = data.as_ptr().add(g * stride + 64 * b);
+                    (
+                        _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i)),
+                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(32) as *const __m256i)),
+                    )
+                };
+                for p in 0..P {
+                    let xb = &xr[p][b];
+                    let s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+                    acc[g][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][p]), s, acc[g][p]);
+                    acc[g][p] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.d * xb.sum as f32), acc[g][p]);
+                }
             }
-            return;
         }
-        for g in 0..groups {
-            let mut p = 0;
-            while p + 8 <= n_pos {
-                tile::<1, 8>(w, xq, g, p, bias, y);
-                p += 8;
-            }
-            if p + 4 <= n_pos {
-                tile::<1, 4>(w, xq, g, p, bias, y);
-                p += 4;
-            }
-            while p < n_pos {
-                tile::<1, 1>(w, xq, g, p, bias, y);
-                p += 1;
-            }
+        for g in 0..G {
+            store_group(&acc[g], bias, rows, (g0 + g) * PACK_ROWS, p0, y);
         }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn matmul(w: &PackedQ4, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        check(w.bytes().len(), w.groups(), w.stride(), w.rows(), w.cols(), xq, n_pos, bias, y);
+        drive_tiles!(tile, w, xq, n_pos, bias, y)
     }
 }
 
@@ -234,7 +320,7 @@ pub(crate) mod avxvnni {
 
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
     pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-        check(w, xq, n_pos, bias, y);
+        check(w.bytes().len(), w.groups(), w.stride(), w.rows(), w.cols(), xq, n_pos, bias, y);
         let halves = 2 * w.groups();
         if n_pos == 1 {
             let mut h = 0;

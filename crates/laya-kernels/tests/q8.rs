@@ -8,7 +8,7 @@
 
 #![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= tol)` also fails on NaN, on purpose
 
-use laya_kernels::{ActBlock, Int8Isa, KernelError, Kernels, Level, Matrix, PackedQ8, WType, QK};
+use laya_kernels::{ActBlock, Int8Isa, KernelError, Kernels, Level, Matrix, PackedQ4, PackedQ8, WType, QK};
 use proptest::prelude::*;
 use std::sync::Once;
 
@@ -101,6 +101,38 @@ fn quantize(k: Kernels, x: &[f32]) -> Vec<ActBlock> {
 }
 
 const COLS: [usize; 7] = [32, 64, 96, 128, 160, 256, 512];
+
+/// Q4_0 or Q4_1 weights: scales 0 / tiny / negative / ordinary, offsets of either sign, nibbles
+/// uniform with the extremes 0 and 15 frequent. `unit`: d = 1 and m = 0 (Q4_1) so that
+/// products with integer activations are exact.
+fn q4_weights(ty: WType, rows: usize, cols: usize, unit: bool, rng: &mut Rng) -> Vec<u8> {
+    let mut v = Vec::new();
+    let f16 = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
+    for _ in 0..rows * cols / QK {
+        let d = if unit { 1.0 } else { [0.0, 3.0e-6, -0.04, 0.01, 0.02][(rng.next() % 5) as usize] };
+        v.extend_from_slice(&f16(d));
+        if ty == WType::Q4_1 {
+            v.extend_from_slice(&f16(if unit { 0.0 } else { rng.f() * 0.2 }));
+        }
+        (0..QK / 2).for_each(|_| {
+            let b = match rng.next() % 4 { 0 => 0x00, 1 => 0xFF, 2 => 0x0F, _ => (rng.next() >> 56) as u8 };
+            v.push(b);
+        });
+    }
+    v
+}
+
+/// f32 weights of a Q4 matrix (row-major), for the f64 references.
+fn q4_dequant(ty: WType, w: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+    let m = Matrix::new(ty, rows, cols, w).unwrap();
+    let mut out = vec![0.0f32; cols];
+    let mut all = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        Kernels::scalar().dequant_row(&m, r, &mut out);
+        all.extend(out.iter().map(|&v| v as f64));
+    }
+    all
+}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
@@ -272,6 +304,96 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// 4-bit weights: the packed scalar twin equals the row-major reference (`matmul_q8` on a
+    /// Q4 matrix) bit for bit; every tier's packed kernel is within the summation-order bound
+    /// of it; and the reference is within the activation rounding of the exact product.
+    #[test]
+    fn q4_packed_matches_the_reference(
+        q41 in any::<bool>(),
+        rows in 1usize..70,
+        ci in 0usize..COLS.len(),
+        n_pos in 1usize..=17,
+        with_bias in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let ty = if q41 { WType::Q4_1 } else { WType::Q4_0 };
+        let cols = COLS[ci];
+        let mut rng = Rng::new(seed);
+        let buf = q4_weights(ty, rows, cols, false, &mut rng);
+        let m = Matrix::new(ty, rows, cols, &buf).unwrap();
+        let x = activations(n_pos * cols, &mut rng);
+        let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        let bias = with_bias.then_some(&bias[..]);
+        let xq = quantize(Kernels::scalar(), &x);
+        let mut want = vec![f32::NAN; n_pos * rows];
+        Kernels::scalar().matmul_q8(&m, &xq, n_pos, bias, &mut want);
+        let pk = PackedQ4::new(&m).unwrap();
+        let mut y = vec![f32::NAN; n_pos * rows];
+        Kernels::scalar().matmul_q4_packed(&pk, &xq, n_pos, bias, &mut y);
+        prop_assert_eq!(&y, &want, "packed scalar twin");
+
+        let wf = q4_dequant(ty, &buf, rows, cols);
+        let nb = cols / QK;
+        for p in 0..n_pos {
+            for o in 0..rows {
+                let (mut exact, mut round, mut mag) = (0.0f64, 0.0f64, 0.0f64);
+                for c in 0..cols {
+                    let (w, xv, dx) = (wf[o * cols + c], x[p * cols + c] as f64, xq[p * nb + c / QK].d() as f64);
+                    exact += w * xv;
+                    round += w.abs() * dx * 0.5;
+                    mag += (w * xv).abs() + w.abs() * dx;
+                }
+                let b = bias.map_or(0.0, |b| b[o] as f64);
+                let (i, tol_order) = (p * rows + o, (nb as f64 + 34.0) * f32::EPSILON as f64 * (mag + b.abs()) + 1e-30);
+                let e = (want[i] as f64 - exact - b).abs();
+                prop_assert!(e <= round * (1.0 + 1e-5) + tol_order, "{:?} reference at {}: {} vs {} (round {})", ty, i, want[i], exact + b, round);
+                for k in isas() {
+                    let mut y = vec![f32::NAN; n_pos * rows];
+                    k.matmul_q4_packed(&pk, &xq, n_pos, bias, &mut y);
+                    let e = (y[i] as f64 - want[i] as f64).abs();
+                    prop_assert!(e <= tol_order, "{} {:?} rows {} cols {} n_pos {} at {}: {} vs {}", k.int8_isa(), ty, rows, cols, n_pos, i, y[i], want[i]);
+                }
+            }
+        }
+    }
+
+    /// Unit scales (Q4_1: d = 1, m = 0; Q4_0: d = 1, so m = −8) and integer activations with a
+    /// ±127 in every block: every output is an exact integer in every tier.
+    #[test]
+    fn q4_integer_dots_are_bit_identical(q41 in any::<bool>(), rows in 1usize..40, ci in 0usize..COLS.len(), n_pos in 1usize..=17, seed in any::<u64>()) {
+        let ty = if q41 { WType::Q4_1 } else { WType::Q4_0 };
+        let cols = COLS[ci];
+        let mut rng = Rng::new(seed);
+        let buf = q4_weights(ty, rows, cols, true, &mut rng);
+        let m = Matrix::new(ty, rows, cols, &buf).unwrap();
+        let x: Vec<f32> = (0..n_pos * cols).map(|i| if i % QK == 5 { 127.0 } else { (rng.f() * 127.0).round() }).collect();
+        let xq = quantize(Kernels::scalar(), &x);
+        prop_assert!(xq.iter().all(|b| b.d() == 1.0));
+        let wf = q4_dequant(ty, &buf, rows, cols);
+        let exact: Vec<f32> = (0..n_pos * rows).map(|i| {
+            let (p, o) = (i / rows, i % rows);
+            (0..cols).map(|c| wf[o * cols + c] * x[p * cols + c] as f64).sum::<f64>() as f32
+        }).collect();
+        let pk = PackedQ4::new(&m).unwrap();
+        for k in isas() {
+            let mut y = vec![f32::NAN; n_pos * rows];
+            k.matmul_q4_packed(&pk, &xq, n_pos, None, &mut y);
+            prop_assert_eq!(&y, &exact, "{} {:?}", k.int8_isa(), ty);
+        }
+    }
+}
+
+#[test]
+fn q4_packing_refuses_other_types() {
+    let m = Matrix::new(WType::Q8_0, 1, 32, &[0u8; 34]).unwrap();
+    assert_eq!(PackedQ4::new(&m).unwrap_err(), KernelError::NotQ4 { ty: WType::Q8_0 });
+    let ok = PackedQ4::new(&Matrix::new(WType::Q4_1, 20, 64, &[0u8; 20 * 40]).unwrap()).unwrap();
+    assert_eq!((ok.rows(), ok.cols(), ok.heap_bytes()), (20, 64, 2 * 320 * 2));
+}
+
 #[test]
 fn zero_activations_give_the_bias_exactly() {
     let mut rng = Rng::new(7);
@@ -366,10 +488,10 @@ fn detection_prefers_the_widest_int8_set() {
 }
 
 #[test]
-#[should_panic(expected = "needs Q8_0")]
+#[should_panic(expected = "needs Q8_0, Q4_0 or Q4_1")]
 fn matmul_q8_refuses_other_types() {
-    let w = [0u8; 18];
-    let m = Matrix::new(WType::Q4_0, 1, 32, &w).unwrap();
+    let w = [0u8; 64];
+    let m = Matrix::new(WType::F16, 1, 32, &w).unwrap();
     Kernels::detect().matmul_q8(&m, &[ActBlock::ZERO], 1, None, &mut [0.0]);
 }
 

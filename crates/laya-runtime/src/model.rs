@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, TensorRef};
-use laya_kernels::{Kernels, Level, Matrix, PackedQ8, WType};
+use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8, WType};
 
 use crate::error::LoadError;
 use crate::lexicon::Lexicon;
@@ -65,9 +65,25 @@ pub(crate) struct Mat {
     pub rows: usize,
     pub cols: usize,
     pub range: Range<usize>,
-    /// A Q8_0 linear layer's weights repacked for the VNNI kernels, made at load where the
-    /// CPU has them (`Kernels::packs_q8`); `None` otherwise.
-    pub packed: Option<PackedQ8>,
+    /// A quantised linear layer's weights repacked for the VNNI kernels, made at load where
+    /// the CPU has them (`Kernels::packs_q8`, `Kernels::packs_q4`); `None` otherwise.
+    pub packed: Option<Packed>,
+}
+
+/// The packed copy of a linear layer (see `Mat::packed`).
+#[derive(Debug, Clone)]
+pub(crate) enum Packed {
+    Q8(PackedQ8),
+    Q4(PackedQ4),
+}
+
+impl Packed {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Packed::Q8(p) => p.heap_bytes(),
+            Packed::Q4(p) => p.heap_bytes(),
+        }
+    }
 }
 
 pub(crate) struct Layer {
@@ -170,15 +186,18 @@ impl Model {
                 .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
             Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packed: None })
         };
-        // A linear layer: on VNNI CPUs its Q8_0 weights also get the interleaved copy the
-        // packed int8 kernels read (a few percent more than the tensor, once, at load).
+        // A linear layer: on VNNI CPUs its Q8_0 (and on AVX-512 VNNI its Q4_0/Q4_1) weights
+        // also get the interleaved copy the packed int8 kernels read (a few percent more than
+        // the tensor, once, at load).
         let lin = |t: &TensorRef| -> Result<Mat, LoadError> {
             let mut m = mat(t)?;
-            if m.ty == WType::Q8_0 && kernels.packs_q8() {
-                let w = Matrix::new(m.ty, m.rows, m.cols, t.data)
-                    .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
-                m.packed = Some(PackedQ8::new(&w).map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?);
-            }
+            let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("{}: {e}", t.name));
+            let w = Matrix::new(m.ty, m.rows, m.cols, t.data).map_err(err)?;
+            m.packed = match m.ty {
+                WType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(&w).map_err(err)?)),
+                WType::Q4_0 | WType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(&w).map_err(err)?)),
+                _ => None,
+            };
             Ok(m)
         };
         let hp = &file.meta.hparams;
@@ -311,7 +330,7 @@ impl Model {
     /// Heap bytes of the packed copies of Q8_0 layers (0 where the CPU has no VNNI kernels).
     pub fn packed_bytes(&self) -> usize {
         let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
-        l.chain([&self.output]).filter_map(|m| m.packed.as_ref()).map(PackedQ8::heap_bytes).sum()
+        l.chain([&self.output]).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum()
     }
 
     #[inline]

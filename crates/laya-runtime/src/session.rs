@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use laya_format::Activation;
-use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ8, WType, QK};
+use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
+
+use crate::model::{Mat, Packed};
 
 use crate::model::Model;
 use crate::stages::{Stage, StageTimes};
@@ -31,15 +33,17 @@ pub enum ActPrecision {
     /// the int8 weights in integer arithmetic (`Kernels::matmul_q8`): faster, and within the
     /// activation rounding (half a step of `max|x|/127` per value) of the f32 path. Used where
     /// this CPU's int8 kernels beat the f32 ones: in every Q8_0 layer on CPUs with AVX-512
-    /// VNNI or AVX-VNNI (the packed kernels, `Kernels::packs_q8`), in the one-position layers
-    /// (the last block's query side and the word head) elsewhere. So the logits of a Q8_0
-    /// model differ between those two kinds of CPU by the activation rounding of the other
-    /// layers; [`ActPrecision::Int8All`] computes the VNNI CPUs' numbers on any CPU.
+    /// VNNI or AVX-VNNI (the packed kernels, `Kernels::packs_q8`) and every Q4_0/Q4_1 layer
+    /// on AVX-512 VNNI (`Kernels::packs_q4`); elsewhere in the one-position Q8_0 layers (the
+    /// last block's query side and the word head). So a quantised model's logits differ
+    /// between those kinds of CPU by the activation rounding of the other layers;
+    /// [`ActPrecision::Int8All`] computes the VNNI CPUs' numbers on any CPU.
     #[default]
     Int8,
-    /// Int8 activations in every Q8_0 layer on every CPU (slower than [`ActPrecision::Int8`]
-    /// on CPUs without VNNI; the same results as it on CPUs with VNNI, up to float summation
-    /// order). For evaluating what VNNI devices compute.
+    /// Int8 activations in every Q8_0, Q4_0 and Q4_1 layer on every CPU (slower than
+    /// [`ActPrecision::Int8`] on CPUs without VNNI, much slower for 4-bit layers, which then
+    /// run the scalar reference; the same results as `Int8` on AVX-512 VNNI CPUs, up to float
+    /// summation order). For evaluating what VNNI devices compute.
     Int8All,
 }
 
@@ -418,8 +422,18 @@ impl Session {
         // f32-activation Q8_0 panel matmul only for one position (the last block and the word
         // head: 1.6x with AVX2 on Zen 3); for 16 positions the panel is faster there. The
         // packed VNNI kernels beat it for every shape, so VNNI CPUs run every Q8_0 layer in int8.
-        let all = *act == ActPrecision::Int8All || kern.packs_q8();
-        let q8n = |w: &Matrix, n: usize| int8 && w.ty == WType::Q8_0 && (n == 1 || all);
+        // A layer the model packed at load (VNNI CPUs) always runs in int8. Otherwise Q8_0
+        // layers do for one position, every layer under `Int8All` (Q4 ones through the scalar
+        // reference: slow, for evaluation).
+        let all = *act == ActPrecision::Int8All;
+        let q8n = |w: &Mat, n: usize| {
+            int8 && match (&w.packed, w.ty) {
+                (Some(_), _) => true,
+                (None, WType::Q8_0) => n == 1 || all,
+                (None, WType::Q4_0 | WType::Q4_1) => all,
+                _ => false,
+            }
+        };
         let cfg = &m.cfg;
         let (t, d) = (cfg.context_length, cfg.d_model);
         let nbd = d / QK;
@@ -466,17 +480,17 @@ impl Session {
             }
             clock.lap(Stage::AttnNorm);
 
-            let q8 = |w: &Matrix| q8n(w, np);
+            let q8 = |w: &Mat| q8n(w, np);
             let (wk, wv, wq) = (m.matrix(&l.k), m.matrix(&l.v), m.matrix(&l.q));
-            let (k8, v8) = (q8n(&wk, t), q8n(&wv, t));
-            if k8 || v8 || q8(&wq) {
+            let (k8, v8) = (q8n(&l.k, t), q8n(&l.v, t));
+            if k8 || v8 || q8(&l.q) {
                 // Quantised once for all three projections (Q reads the rows from `first`).
                 kern.quantize_act(&s.h[..t * d], &mut s.xq[..t * nbd]);
             }
             let xq = &s.xq[..t * nbd];
             linear(kern, &wk, l.k.packed.as_ref(), &s.h, xq, t, &l.k_b, &mut s.k, k8);
             linear(kern, &wv, l.v.packed.as_ref(), &s.h, xq, t, &l.v_b, &mut s.v, v8);
-            linear(kern, &wq, l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&wq));
+            linear(kern, &wq, l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&l.q));
             clock.lap(Stage::Qkv);
 
             kern.attention(
@@ -494,8 +508,8 @@ impl Session {
             clock.lap(Stage::Attention);
 
             let wo = m.matrix(&l.o);
-            quantize_if(kern, q8(&wo), &s.att[first * d..], &mut s.xq);
-            linear(kern, &wo, l.o.packed.as_ref(), &s.att[first * d..], &s.xq, np, &l.o_b, &mut s.tmp[..np * d], q8(&wo));
+            quantize_if(kern, q8(&l.o), &s.att[first * d..], &mut s.xq);
+            linear(kern, &wo, l.o.packed.as_ref(), &s.att[first * d..], &s.xq, np, &l.o_b, &mut s.tmp[..np * d], q8(&l.o));
             kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
             clock.lap(Stage::AttnOut);
 
@@ -507,8 +521,8 @@ impl Session {
 
             let hidden = &mut s.ffn[..np * f];
             let wup = m.matrix(&l.up);
-            quantize_if(kern, q8(&wup), &s.h[first * d..], &mut s.xq);
-            linear(kern, &wup, l.up.packed.as_ref(), &s.h[first * d..], &s.xq, np, &l.up_b, hidden, q8(&wup));
+            quantize_if(kern, q8(&l.up), &s.h[first * d..], &mut s.xq);
+            linear(kern, &wup, l.up.packed.as_ref(), &s.h[first * d..], &s.xq, np, &l.up_b, hidden, q8(&l.up));
             clock.lap(Stage::FfnUp);
             match cfg.activation {
                 Activation::GeluTanh => kern.gelu_tanh(hidden),
@@ -516,8 +530,8 @@ impl Session {
             }
             clock.lap(Stage::Activation);
             let wdown = m.matrix(&l.down);
-            quantize_if(kern, q8(&wdown), hidden, &mut s.xq);
-            linear(kern, &wdown, l.down.packed.as_ref(), hidden, &s.xq, np, &l.down_b, &mut s.tmp[..np * d], q8(&wdown));
+            quantize_if(kern, q8(&l.down), hidden, &mut s.xq);
+            linear(kern, &wdown, l.down.packed.as_ref(), hidden, &s.xq, np, &l.down_b, &mut s.tmp[..np * d], q8(&l.down));
             kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
             clock.lap(Stage::FfnDown);
         }
@@ -526,8 +540,8 @@ impl Session {
         kern.layer_norm(&s.x[(t - 1) * d..], &m.out_norm_w, &m.out_norm_b, cfg.eps, &mut s.z);
         clock.lap(Stage::OutputNorm);
         let wout = m.matrix(&m.output);
-        quantize_if(kern, q8n(&wout, 1), &s.z, &mut s.xq);
-        linear(kern, &wout, m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&wout, 1));
+        quantize_if(kern, q8n(&m.output, 1), &s.z, &mut s.xq);
+        linear(kern, &wout, m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&m.output, 1));
         clock.lap(Stage::WordHead);
         kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
         clock.lap(Stage::ReplaceHead);
@@ -646,7 +660,7 @@ fn quantize_if(kern: Kernels, yes: bool, x: &[f32], xq: &mut [ActBlock]) {
 fn linear(
     kern: Kernels,
     w: &Matrix,
-    packed: Option<&PackedQ8>,
+    packed: Option<&Packed>,
     x: &[f32],
     xq: &[ActBlock],
     n_pos: usize,
@@ -657,7 +671,8 @@ fn linear(
     if int8 {
         let xq = &xq[..n_pos * w.cols / QK];
         match packed {
-            Some(p) => kern.matmul_q8_packed(p, xq, n_pos, Some(b), y),
+            Some(Packed::Q8(p)) => kern.matmul_q8_packed(p, xq, n_pos, Some(b), y),
+            Some(Packed::Q4(p)) => kern.matmul_q4_packed(p, xq, n_pos, Some(b), y),
             None => kern.matmul_q8(w, xq, n_pos, Some(b), y),
         }
     } else {
