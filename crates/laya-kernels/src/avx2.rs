@@ -651,6 +651,42 @@ pub(crate) fn add(x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Two 8-lane halves per 16-value chunk; the partial last chunk is padded with `p = 0` (score
+/// 0, adds nothing) and `-inf` for its maximum.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], chunk_max: &mut [f32]) -> f32 {
+    let n = p.len();
+    let (share, out) = (&share[..n], &mut out[..n]);
+    let (cv, z) = (_mm256_set1_ps(c), _mm256_setzero_ps());
+    let mut sums = [z; 2];
+    for (ci, m) in chunk_max.iter_mut().enumerate().take(n.div_ceil(16)) {
+        let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
+        for h in 0..2 {
+            let i = 16 * ci + 8 * h;
+            if i >= n {
+                break;
+            }
+            let k = (n - i).min(8);
+            let (pv, sv) = if k == 8 { (ld(&p[i..]), ld(&share[i..])) } else { (load_tail(&p[i..], 0.0), load_tail(&share[i..], 0.0)) };
+            let v = _mm256_mul_ps(pv, _mm256_max_ps(_mm256_sub_ps(cv, sv), z));
+            sums[h] = _mm256_add_ps(sums[h], v);
+            if k == 8 {
+                st(&mut out[i..], v);
+                mx = _mm256_max_ps(mx, v);
+            } else {
+                store_tail(&mut out[i..], v);
+                let mut t = [f32::NEG_INFINITY; 8];
+                t[..k].copy_from_slice(&out[i..]);
+                mx = _mm256_max_ps(mx, ld(&t));
+            }
+        }
+        let m128 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
+        let m128 = _mm_max_ps(m128, _mm_movehl_ps(m128, m128));
+        *m = _mm_cvtss_f32(_mm_max_ss(m128, _mm_movehdup_ps(m128)));
+    }
+    hsum(_mm256_add_ps(sums[0], sums[1]))
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn relu(x: &mut [f32]) {
     let z = _mm256_setzero_ps();

@@ -554,3 +554,33 @@ pub(crate) fn softmax(x: &mut [f32]) {
         i += 16;
     }
 }
+
+/// One 16-lane register per chunk (masked for the last); two sum chains.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], chunk_max: &mut [f32]) -> f32 {
+    let n = p.len();
+    let (share, out) = (&share[..n], &mut out[..n]);
+    let chunk_max = &mut chunk_max[..n.div_ceil(16)];
+    let (cv, z) = (_mm512_set1_ps(c), _mm512_setzero_ps());
+    let (mut s0, mut s1) = (z, z);
+    for (ci, m) in chunk_max.iter_mut().enumerate() {
+        let i = 16 * ci;
+        let k = tail_mask((n - i).min(16));
+        // SAFETY: the mask enables lanes i..min(i+16, n) of p, share and out, each n long;
+        // masked-off lanes are neither read nor written.
+        let v = unsafe {
+            let pv = _mm512_maskz_loadu_ps(k, p.as_ptr().add(i));
+            let sv = _mm512_maskz_loadu_ps(k, share.as_ptr().add(i));
+            let v = _mm512_mul_ps(pv, _mm512_max_ps(_mm512_sub_ps(cv, sv), z));
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), k, v);
+            v
+        };
+        if ci % 2 == 0 {
+            s0 = _mm512_add_ps(s0, v);
+        } else {
+            s1 = _mm512_add_ps(s1, v);
+        }
+        *m = _mm512_mask_reduce_max_ps(k, v);
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
+}

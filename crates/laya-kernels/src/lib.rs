@@ -868,6 +868,29 @@ impl Kernels {
         dispatch!(self, gelu_tanh(x))
     }
 
+    /// The ranking's pass over the whole lexicon: `out[i] = p[i] · max(c − share[i], 0)`, the
+    /// maximum of each run of 16 outputs in `chunk_max[i / 16]` (so a top-k scan can skip every
+    /// run that cannot beat its current bar), and the sum of all outputs returned. `out` and
+    /// `share` need at least `p.len()` values, `chunk_max` at least `ceil(p.len() / 16)`.
+    ///
+    /// Every tier computes each output with the same three IEEE operations, so `out` and
+    /// `chunk_max` are bit-identical across tiers; the sum differs by summation order only. A
+    /// NaN in `c − share[i]` counts as 0, as in `f32::max`.
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let (p, share) = ([0.5f32, 0.25, 0.25], [0.0f32, 0.5, 2.0]);
+    /// let (mut out, mut mx) = ([0.0f32; 3], [0.0f32; 1]);
+    /// let sum = Kernels::detect().score_chunks(&p, &share, 1.0, &mut out, &mut mx);
+    /// assert_eq!(out, [0.5, 0.125, 0.0]);
+    /// assert_eq!((mx[0], sum), (0.5, 0.625));
+    /// ```
+    pub fn score_chunks(&self, p: &[f32], share: &[f32], c: f32, out: &mut [f32], chunk_max: &mut [f32]) -> f32 {
+        let n = p.len();
+        let (share, out, chunk_max) = (&share[..n], &mut out[..n], &mut chunk_max[..n.div_ceil(16)]);
+        dispatch!(self, score_chunks(p, share, c, out, chunk_max))
+    }
+
     /// `x = max(x, 0)` in place.
     ///
     /// ```

@@ -172,3 +172,8 @@ pub(crate) fn gelu_tanh(x: &mut [f32]) {
 pub(crate) fn softmax(x: &mut [f32]) {
     scalar::softmax(x)
 }
+
+#[target_feature(enable = "neon")]
+pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], chunk_max: &mut [f32]) -> f32 {
+    scalar::score_chunks(p, share, c, out, chunk_max)
+}

@@ -134,6 +134,24 @@ pub(crate) fn gelu_tanh(x: &mut [f32]) {
     }
 }
 
+/// Lanes of one chunk of [`crate::Kernels::score_chunks`].
+pub(crate) const SCORE_CHUNK: usize = 16;
+
+pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], chunk_max: &mut [f32]) -> f32 {
+    let mut sum = 0.0f32;
+    let chunks = p.chunks(SCORE_CHUNK).zip(share.chunks(SCORE_CHUNK)).zip(out.chunks_mut(SCORE_CHUNK));
+    for (((pc, sc), oc), m) in chunks.zip(chunk_max.iter_mut()) {
+        let mut mx = f32::NEG_INFINITY;
+        for ((o, &pv), &sv) in oc.iter_mut().zip(pc).zip(sc) {
+            *o = pv * (c - sv).max(0.0);
+            sum += *o;
+            mx = mx.max(*o);
+        }
+        *m = mx;
+    }
+    sum
+}
+
 pub(crate) fn relu(x: &mut [f32]) {
     for v in x {
         *v = v.max(0.0);

@@ -585,6 +585,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The ranking pass: outputs and chunk maxima bit-identical to the scalar twin (and to the
+    /// formula), the sum within summation-order error, on lengths that end mid-chunk and with
+    /// shares above, at and below `c`.
+    #[test]
+    fn score_chunks_matches(n in 0usize..300, c in 0.0f32..1.5, seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let p: Vec<f32> = (0..n).map(|_| (rng.f() + 1.0) * 0.5).collect();
+        let share: Vec<f32> = (0..n).map(|i| match i % 5 { 0 => 0.0, 1 => c, 2 => c + 0.5, _ => (rng.f() + 1.0) * c }).collect();
+        let nc = n.div_ceil(16);
+        for k in all_levels() {
+            let (mut out, mut mx) = (vec![f32::NAN; n], vec![f32::NAN; nc]);
+            let sum = k.score_chunks(&p, &share, c, &mut out, &mut mx);
+            for i in 0..n {
+                prop_assert_eq!(out[i].to_bits(), (p[i] * (c - share[i]).max(0.0)).to_bits(), "{} at {}", k.level(), i);
+            }
+            for (j, m) in mx.iter().enumerate() {
+                let want = out[16 * j..n.min(16 * j + 16)].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                prop_assert_eq!(m.to_bits(), want.to_bits(), "{} chunk {}", k.level(), j);
+            }
+            let exact: f64 = out.iter().map(|&v| v as f64).sum();
+            prop_assert!((sum as f64 - exact).abs() <= (n as f64 + 1.0) * f32::EPSILON as f64 * exact + 1e-30,
+                "{} sum {} vs {}", k.level(), sum, exact);
+        }
+    }
+}
+
 #[test]
 fn softmax_extremes() {
     for k in all_levels() {

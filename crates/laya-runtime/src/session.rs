@@ -111,6 +111,9 @@ struct Scratch {
     /// Per word: the share of its `P(w)` already given to completions (marginal rule; zero
     /// between predictions).
     share: Vec<f32>,
+    /// Next-word scores of every word (vocab), and the maximum of each run of 16 of them.
+    word_scores: Vec<f32>,
+    chunk_max: Vec<f32>,
     /// Int8 blocks of whichever activation a Q8_0 layer consumes next (at most T x max(d, F)).
     xq: Vec<ActBlock>,
 }
@@ -249,6 +252,8 @@ impl Session {
             fi: vec![0.0; c.replace_classes],
             ranges: vec![0..0; c.replace_classes],
             share: vec![0.0; c.vocab],
+            word_scores: vec![0.0; c.vocab],
+            chunk_max: vec![0.0; c.vocab.div_ceil(16)],
             xq: vec![ActBlock::ZERO; t * d.max(fmax) / QK],
         };
         Session {
@@ -602,24 +607,17 @@ impl Session {
             }
         }
         // i = 0: every word is admissible; it scores P(w)·(c0 − share), share being zero except
-        // under the marginal rule. Chunks of LANES keep the score, sum and max loops
-        // vectorisable; a chunk touches the bar only when its best score could enter it.
-        const LANES: usize = 16;
+        // under the marginal rule. One kernel pass scores the lexicon, sums the scores and
+        // keeps each run of 16's maximum; a run touches the bar only when that maximum could
+        // enter it.
         let c0 = if rule == CompletionRule::Marginal { 1.0 } else { pi[0] };
-        let mut sums = [0.0f32; LANES];
+        total += m.kernels.score_chunks(pw, &s.share, c0, &mut s.word_scores, &mut s.chunk_max);
         let mut threshold = f32::NEG_INFINITY;
-        for (chunk, (ps, ss)) in pw.chunks(LANES).zip(s.share.chunks(LANES)).enumerate() {
-            let mut scores = [0.0f32; LANES];
-            for ((out, &p), &sh) in scores.iter_mut().zip(ps).zip(ss) {
-                *out = p * (c0 - sh).max(0.0);
-            }
-            for (acc, &v) in sums.iter_mut().zip(&scores) {
-                *acc += v;
-            }
-            if scores.iter().fold(false, |any, &v| any | (v > threshold)) {
-                for (j, &score) in scores[..ps.len()].iter().enumerate() {
+        for (chunk, &mx) in s.chunk_max.iter().enumerate() {
+            if mx > threshold {
+                for (j, &score) in s.word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
                     if score > threshold {
-                        push_top(hits, k, Hit { id: (chunk * LANES + j) as u32, replace: 0, score });
+                        push_top(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score });
                         if hits.len() == k {
                             threshold = hits[k - 1].score;
                         }
@@ -627,7 +625,6 @@ impl Session {
                 }
             }
         }
-        total += sums.iter().sum::<f32>();
         for i in 1..=max_i {
             let fi = s.fi[i];
             for id in s.ranges[i].clone().filter_map(|p| admissible(i, p)) {
