@@ -584,3 +584,87 @@ pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], ch
     }
     _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
 }
+
+/// Multi-head attention with 16-lane vectors (see `Kernels::attention`), for head widths that
+/// are a multiple of 16: scores four keys at a time (four FMA chains, each folded to 8 lanes
+/// and reduced together), the 512-bit softmax, then the weighted values accumulated in
+/// registers, up to four 16-lane chunks at a time.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let dh = d / heads;
+    let nv = dh / 16;
+    let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
+    let out = &mut out[..n_q * d];
+    let scores = &mut scores[..n_kv];
+    let ld = |s: &[f32]| {
+        let s = &s[..16];
+        // SAFETY: s has exactly 16 elements.
+        unsafe { _mm512_loadu_ps(s.as_ptr()) }
+    };
+    let fold = |v: __m512| {
+        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))))
+    };
+    for p in 0..n_q {
+        for h in 0..heads {
+            let c = h * dh;
+            let qv = &q[p * d + c..][..dh];
+            let mut j = 0;
+            while j + 4 <= n_kv {
+                let kr: [&[f32]; 4] = core::array::from_fn(|t| &k[(j + t) * d + c..][..dh]);
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for i in 0..nv {
+                    let x = ld(&qv[16 * i..]);
+                    for t in 0..4 {
+                        acc[t] = _mm512_fmadd_ps(x, ld(&kr[t][16 * i..]), acc[t]);
+                    }
+                }
+                let s4 = _mm_mul_ps(hsum4(fold(acc[0]), fold(acc[1]), fold(acc[2]), fold(acc[3])), _mm_set1_ps(scale));
+                let dst = &mut scores[j..j + 4];
+                // SAFETY: dst has exactly 4 elements.
+                unsafe { _mm_storeu_ps(dst.as_mut_ptr(), s4) };
+                j += 4;
+            }
+            while j < n_kv {
+                let kr = &k[j * d + c..][..dh];
+                let mut acc = _mm512_setzero_ps();
+                for i in 0..nv {
+                    acc = _mm512_fmadd_ps(ld(&qv[16 * i..]), ld(&kr[16 * i..]), acc);
+                }
+                scores[j] = hsum(fold(acc)) * scale;
+                j += 1;
+            }
+            softmax(scores);
+            let o = &mut out[p * d + c..][..dh];
+            let mut i = 0;
+            while i < nv {
+                let g = (nv - i).min(4);
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for (jj, s) in scores.iter().enumerate() {
+                    let w = _mm512_set1_ps(*s);
+                    let vr = &v[jj * d + c + 16 * i..];
+                    for t in 0..g {
+                        acc[t] = _mm512_fmadd_ps(w, ld(&vr[16 * t..]), acc[t]);
+                    }
+                }
+                for t in 0..g {
+                    let dst = &mut o[16 * (i + t)..][..16];
+                    // SAFETY: dst has exactly 16 elements.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), acc[t]) };
+                }
+                i += g;
+            }
+        }
+    }
+}

@@ -960,6 +960,11 @@ impl Kernels {
         let scores = &mut scores[..n_kv];
         match self.level {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Level::Avx512 if (d / heads).is_multiple_of(16) => {
+                // SAFETY: AVX-512F (+AVX2/FMA/F16C) detected at construction (struct invariant).
+                unsafe { avx512::attention(q, k, v, n_q, n_kv, d, heads, scale, scores, out) }
+            }
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             Level::Avx2 | Level::Avx512 if (d / heads).is_multiple_of(8) => {
                 // SAFETY: both levels imply AVX2+FMA+F16C, detected at construction (struct
                 // invariant).

@@ -697,7 +697,7 @@ proptest! {
         n_q in 1usize..=17,
         n_kv in 1usize..=17,
         heads in 1usize..=4,
-        dh in prop::sample::select(vec![1usize, 3, 8, 16, 24, 64]),
+        dh in prop::sample::select(vec![1usize, 3, 8, 16, 24, 48, 64, 80]),
         seed in any::<u64>(),
     ) {
         let d = heads * dh;
