@@ -21,9 +21,10 @@ pub enum Kind {
 /// `--activations` of `predict`, `eval` and `bench`.
 #[derive(Clone, Copy, Debug, clap::Args)]
 pub struct ActivationsArg {
-    /// Activations of Q8_0 layers: `int8` where this CPU's int8 kernels are faster (every
-    /// layer with AVX-512 VNNI / AVX-VNNI, the one-position layers elsewhere), `int8-all` in
-    /// every layer on any CPU (what VNNI CPUs compute), `f32` dequantised weights times f32.
+    /// Activations of quantised (Q8_0, Q4_0, Q4_1) layers: `int8` where this CPU's int8
+    /// kernels are faster (every Q8_0 layer with AVX-512 VNNI / AVX-VNNI, every 4-bit layer
+    /// with AVX2, the one-position Q8_0 layers elsewhere), `int8-all` in every such layer on
+    /// any CPU (what VNNI CPUs compute), `f32` dequantised weights times f32.
     #[arg(long, default_value = "int8")]
     pub activations: laya_runtime::ActPrecision,
 }

@@ -766,10 +766,11 @@ impl Kernels {
         }
     }
 
-    /// Whether [`Kernels::matmul_q4_packed`] has a SIMD tier on this handle (AVX-512 VNNI);
-    /// a runtime should pack its Q4_0/Q4_1 linear layers ([`PackedQ4::new`]) only then.
+    /// Whether [`Kernels::matmul_q4_packed`] has a SIMD tier on this handle (every x86 int8
+    /// set: AVX2, AVX-VNNI, AVX-512 VNNI); a runtime should pack its Q4_0/Q4_1 linear layers
+    /// ([`PackedQ4::new`]) only then.
     pub fn packs_q4(&self) -> bool {
-        self.int8 == Int8Isa::Avx512Vnni
+        matches!(self.int8, Int8Isa::Avx2 | Int8Isa::AvxVnni | Int8Isa::Avx512Vnni)
     }
 
     /// [`Kernels::matmul_q8`] on Q4_0/Q4_1 weights packed as [`PackedQ4`]: exact integer block
@@ -794,6 +795,12 @@ impl Kernels {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
             Int8Isa::Avx512Vnni => unsafe { packed_x86::avx512vnni_q4::matmul(w, xq, n_pos, bias, y) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-VNNI and AVX2 were detected at construction (struct invariant).
+            Int8Isa::AvxVnni => unsafe { packed_x86::avxvnni_q4::matmul(w, xq, n_pos, bias, y) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX2 (+FMA/F16C) was detected at construction (struct invariant).
+            Int8Isa::Avx2 => unsafe { packed_x86::avx2_q4::matmul(w, xq, n_pos, bias, y) },
             _ => packed::matmul_q4(w, xq, n_pos, bias, y),
         }
     }

@@ -347,3 +347,137 @@ pub(crate) mod avxvnni {
         }
     }
 }
+
+/// The 256-bit [`PackedQ4`] kernels, stamped out twice: plain AVX2 and AVX-VNNI. Each group of
+/// 16 rows is two halves of 8 (bytes 0..32 and 32..64 of every 64-byte vector).
+///
+/// 4-bit values need no sign or offset trick on AVX2: `maddubs` multiplies them (unsigned,
+/// 0..15) by the signed activations, and a pair sum is at most 2·15·127 = 3,810, so the eight
+/// `maddubs` of a block (4 vectors × low and high nibbles) add up in i16 to at most 30,480 <
+/// 32,767 before one `madd` widens them to i32. AVX-VNNI does the same with `vpdpbusd`.
+macro_rules! q4_256 {
+    ($module:ident, $feat:literal, $vnni:literal) => {
+        pub(crate) mod $module {
+            use super::*;
+
+            /// `Σ` over one block of the unsigned nibbles `q[v]` times the broadcast
+            /// activations `x[v]`, per i32 lane (8 rows).
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn block_sum(q: &[__m256i; 8], x: &[__m256i; 8]) -> __m256i {
+                if $vnni {
+                    let mut acc = _mm256_setzero_si256();
+                    for v in 0..8 {
+                        #[allow(unused_unsafe)]
+                        // SAFETY: only the instance compiled with avxvnni (`$vnni` is a
+                        // literal) takes this branch, and dispatch selects it only after
+                        // detecting AVX-VNNI.
+                        unsafe {
+                            acc = _mm256_dpbusd_avx_epi32(acc, q[v], x[v]);
+                        }
+                    }
+                    acc
+                } else {
+                    let mut s16 = _mm256_maddubs_epi16(q[0], x[0]);
+                    for v in 1..8 {
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[v], x[v]));
+                    }
+                    _mm256_madd_epi16(s16, _mm256_set1_epi16(1))
+                }
+            }
+
+            /// `H` halves (8 rows each) from half `h0`, `P` positions from `p0`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn tile<const H: usize, const P: usize>(
+                w: &PackedQ4,
+                xq: &[ActBlock],
+                h0: usize,
+                p0: usize,
+                bias: Option<&[f32]>,
+                y: &mut [f32],
+            ) {
+                let (rows, nb, stride) = (w.rows(), w.cols() / QK, w.stride());
+                let data = w.bytes();
+                let at = |h: usize| ((h0 + h) / 2 * stride, (h0 + h) % 2 * 32);
+                let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+                let nib = _mm256_set1_epi8(0x0F);
+                let mut acc = [[_mm256_setzero_ps(); P]; H];
+                for b in 0..nb {
+                    // q[h][2t] = low nibbles (inputs 4t..), q[h][2t+1] = high (16+4t..).
+                    let q: [[__m256i; 8]; H] = core::array::from_fn(|h| {
+                        let (g, half) = at(h);
+                        let mut q = [_mm256_setzero_si256(); 8];
+                        for t in 0..4 {
+                            // SAFETY: the caller keeps (h0+H)/2 <= groups, so g + 64·nb +
+                            // 256·b + 64·t + half + 32 <= groups·stride = data.len() (check).
+                            let v = unsafe {
+                                _mm256_loadu_si256(data.as_ptr().add(g + 64 * nb + 256 * b + 64 * t + half) as *const __m256i)
+                            };
+                            q[2 * t] = _mm256_and_si256(v, nib);
+                            q[2 * t + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib);
+                        }
+                        q
+                    });
+                    for p in 0..P {
+                        let xb = &xr[p][b];
+                        let x: [__m256i; 8] = core::array::from_fn(|v| _mm256_set1_epi32(x4(xb, v / 2 + 4 * (v % 2))));
+                        let (dx, mx) = (_mm256_set1_ps(xb.d), _mm256_set1_ps(xb.d * xb.sum as f32));
+                        for h in 0..H {
+                            let (g, half) = at(h);
+                            // SAFETY: 8 f16 scales at g + 64b + half/2 and 8 offsets 32 bytes
+                            // later, inside the group's first 64·nb bytes.
+                            let (dw, mw) = unsafe {
+                                let s = data.as_ptr().add(g + 64 * b + half / 2);
+                                (
+                                    _mm256_cvtph_ps(_mm_loadu_si128(s as *const __m128i)),
+                                    _mm256_cvtph_ps(_mm_loadu_si128(s.add(32) as *const __m128i)),
+                                )
+                            };
+                            let isum = _mm256_cvtepi32_ps(block_sum(&q[h], &x));
+                            acc[h][p] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, dx), acc[h][p]);
+                            acc[h][p] = _mm256_fmadd_ps(mw, mx, acc[h][p]);
+                        }
+                    }
+                }
+                for h in 0..H {
+                    let o0 = (h0 + h) * 8;
+                    if o0 >= rows {
+                        continue; // a padding half of the last group
+                    }
+                    let n = 8.min(rows - o0);
+                    let mut bv = [0.0f32; 8];
+                    if let Some(bs) = bias {
+                        bv[..n].copy_from_slice(&bs[o0..o0 + n]);
+                    }
+                    // SAFETY: bv is 8 floats.
+                    let bv = unsafe { _mm256_loadu_ps(bv.as_ptr()) };
+                    for p in 0..P {
+                        let mut t = [0.0f32; 8];
+                        // SAFETY: t is 8 floats.
+                        unsafe { _mm256_storeu_ps(t.as_mut_ptr(), _mm256_add_ps(acc[h][p], bv)) };
+                        y[(p0 + p) * rows + o0..][..n].copy_from_slice(&t[..n]);
+                    }
+                }
+            }
+
+            #[target_feature(enable = $feat)]
+            pub(crate) fn matmul(w: &PackedQ4, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+                check(w.bytes().len(), w.groups(), w.stride(), w.rows(), w.cols(), xq, n_pos, bias, y);
+                for h in (0..2 * w.groups()).step_by(2) {
+                    let mut p = 0;
+                    while p + 2 <= n_pos {
+                        tile::<2, 2>(w, xq, h, p, bias, y);
+                        p += 2;
+                    }
+                    if p < n_pos {
+                        tile::<2, 1>(w, xq, h, p, bias, y);
+                    }
+                }
+            }
+        }
+    };
+}
+
+q4_256!(avx2_q4, "avx2,fma,f16c", false);
+q4_256!(avxvnni_q4, "avx2,fma,f16c,avxvnni", true);

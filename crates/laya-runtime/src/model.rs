@@ -186,9 +186,9 @@ impl Model {
                 .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
             Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packed: None })
         };
-        // A linear layer: on VNNI CPUs its Q8_0 (and on AVX-512 VNNI its Q4_0/Q4_1) weights
-        // also get the interleaved copy the packed int8 kernels read (a few percent more than
-        // the tensor, once, at load).
+        // A linear layer: its Q8_0 weights on VNNI CPUs, its Q4_0/Q4_1 weights on x86 with
+        // AVX2, also get the interleaved copy the packed int8 kernels read (a few percent more
+        // than the tensor, once, at load).
         let lin = |t: &TensorRef| -> Result<Mat, LoadError> {
             let mut m = mat(t)?;
             let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("{}: {e}", t.name));

@@ -33,17 +33,18 @@ pub enum ActPrecision {
     /// the int8 weights in integer arithmetic (`Kernels::matmul_q8`): faster, and within the
     /// activation rounding (half a step of `max|x|/127` per value) of the f32 path. Used where
     /// this CPU's int8 kernels beat the f32 ones: in every Q8_0 layer on CPUs with AVX-512
-    /// VNNI or AVX-VNNI (the packed kernels, `Kernels::packs_q8`) and every Q4_0/Q4_1 layer
-    /// on AVX-512 VNNI (`Kernels::packs_q4`); elsewhere in the one-position Q8_0 layers (the
-    /// last block's query side and the word head). So a quantised model's logits differ
+    /// VNNI or AVX-VNNI (the packed kernels, `Kernels::packs_q8`), every Q4_0/Q4_1 layer on
+    /// x86 CPUs with AVX2 (`Kernels::packs_q4`), and otherwise the one-position Q8_0 layers
+    /// (the last block's query side and the word head). So a quantised model's logits differ
     /// between those kinds of CPU by the activation rounding of the other layers;
     /// [`ActPrecision::Int8All`] computes the VNNI CPUs' numbers on any CPU.
     #[default]
     Int8,
     /// Int8 activations in every Q8_0, Q4_0 and Q4_1 layer on every CPU (slower than
-    /// [`ActPrecision::Int8`] on CPUs without VNNI, much slower for 4-bit layers, which then
-    /// run the scalar reference; the same results as `Int8` on AVX-512 VNNI CPUs, up to float
-    /// summation order). For evaluating what VNNI devices compute.
+    /// [`ActPrecision::Int8`] on CPUs without VNNI, much slower for 4-bit layers on CPUs
+    /// without AVX2, which then run the scalar reference; the same results as `Int8` on
+    /// AVX-512 VNNI CPUs, up to float summation order). For evaluating what VNNI devices
+    /// compute.
     Int8All,
 }
 
@@ -427,9 +428,9 @@ impl Session {
         // f32-activation Q8_0 panel matmul only for one position (the last block and the word
         // head: 1.6x with AVX2 on Zen 3); for 16 positions the panel is faster there. The
         // packed VNNI kernels beat it for every shape, so VNNI CPUs run every Q8_0 layer in int8.
-        // A layer the model packed at load (VNNI CPUs) always runs in int8. Otherwise Q8_0
-        // layers do for one position, every layer under `Int8All` (Q4 ones through the scalar
-        // reference: slow, for evaluation).
+        // A layer the model packed at load (Q8_0 on VNNI CPUs, Q4 on x86 with AVX2) always runs
+        // in int8. Otherwise Q8_0 layers do for one position, every layer under `Int8All` (Q4
+        // ones through the scalar reference: slow, for evaluation).
         let all = *act == ActPrecision::Int8All;
         let q8n = |w: &Mat, n: usize| {
             int8 && match (&w.packed, w.ty) {

@@ -158,7 +158,7 @@ fn precision_only_affects_q8_0_layers_and_survives_a_model_swap() {
         let m = model_with(&TinyConfig::default(), 3, ty, k);
         let (mut a, mut b) = (Session::new(m.clone()), Session::new(m));
         b.set_act_precision(ActPrecision::F32);
-        // 4-bit layers run in int8 only where they were packed (AVX-512 VNNI).
+        // 4-bit layers run in int8 only where they were packed (x86 with AVX2).
         let int8 = ty == GgmlType::Q4_1 && k.packs_q4();
         let same = CONTEXTS.iter().filter(|c| a.logits(c) == b.logits(c)).count();
         if int8 {
