@@ -8,9 +8,7 @@ use std::time::Instant;
 use laya_format::Activation;
 use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
-use crate::model::{Mat, Packed};
-
-use crate::model::Model;
+use crate::model::{Mat, Model, Packed};
 use crate::stages::{Stage, StageTimes};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
@@ -424,13 +422,12 @@ impl Session {
         let m: &Model = model;
         let kern = m.kernels;
         let int8 = *act != ActPrecision::F32;
-        // Measured (benchmarks/README.md, kernel_bench): the row-major int8 kernels beat the
-        // f32-activation Q8_0 panel matmul only for one position (the last block and the word
-        // head: 1.6x with AVX2 on Zen 3); for 16 positions the panel is faster there. The
-        // packed VNNI kernels beat it for every shape, so VNNI CPUs run every Q8_0 layer in int8.
-        // A layer the model packed at load (Q8_0 on VNNI CPUs, Q4 on x86 with AVX2) always runs
-        // in int8. Otherwise Q8_0 layers do for one position, every layer under `Int8All` (Q4
-        // ones through the scalar reference: slow, for evaluation).
+        // Which layers take int8 activations (measured in benchmarks/README.md, kernel_bench):
+        // a layer the model packed at load (Q8_0 on VNNI CPUs, Q4 on x86 with AVX2) always,
+        // since the packed kernels beat the f32 path for every shape. Unpacked Q8_0 layers only
+        // for one position (the last block and the word head): there the row-major int8
+        // kernels win (1.6x with AVX2 on Zen 3), for 16 positions the f32 panel does. Under
+        // `Int8All` every quantised layer (unpacked Q4 ones through the slow scalar reference).
         let all = *act == ActPrecision::Int8All;
         let q8n = |w: &Mat, n: usize| {
             int8 && match (&w.packed, w.ty) {
