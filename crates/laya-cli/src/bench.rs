@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use crate::CliError;
 
-/// One core of the reference machine peaks at about 115 GFLOP/s fp32 (2 FMA units x 8 lanes x
-/// 2 flops x ~3.6 GHz); pass --peak-gflops for other hardware.
+/// Assumed fp32 peak of one core where the kernels have no probe (scalar, NEON): a Zen 3 core
+/// (2 FMA units x 8 lanes x 2 flops x ~3.6 GHz). Elsewhere the peak is measured.
 const DEFAULT_PEAK_GFLOPS: f64 = 115.0;
 
 /// Sentences typed character by character to make realistic contexts (mixed Chinese and
@@ -45,9 +45,10 @@ pub struct Args {
     /// Fresh processes started to measure cold start.
     #[arg(long, default_value_t = 10)]
     cold_runs: usize,
-    /// Peak fp32 GFLOP/s of one core, for the fraction-of-peak figure.
-    #[arg(long, default_value_t = DEFAULT_PEAK_GFLOPS)]
-    peak_gflops: f64,
+    /// Peak fp32 GFLOP/s of one core, for the fraction-of-peak figure (default: measured on
+    /// this core with `Kernels::measure_peak`, ~0.1 s).
+    #[arg(long)]
+    peak_gflops: Option<f64>,
     /// Take contexts from the lines of this file instead of the built-in sample.
     #[arg(long)]
     text: Option<PathBuf>,
@@ -86,8 +87,13 @@ struct Report {
     allocations_per_prediction: f64,
     macs_per_prediction: u64,
     gflops_at_p50: f64,
+    /// The f32 peak used (measured unless given) and the p50 arithmetic's share of it.
     peak_gflops: f64,
     peak_fraction: f64,
+    /// The int8 set's measured `vpdpbusd` peak (VNNI CPUs) and the share of it, for models
+    /// whose layers run in int8.
+    peak_int8_gops: Option<f64>,
+    peak_fraction_int8: Option<f64>,
     peak_rss_kb: u64,
     predictions_per_second: f64,
     stages: Vec<StageRow>,
@@ -150,6 +156,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
     let macs = model.macs_per_prediction();
     let gflops = 2.0 * macs as f64 / (p50 * 1e3);
+    // After the timed loop, so the probe's heat does not colour the latencies.
+    let peak = model.kernels().measure_peak();
+    let peak_gflops = args.peak_gflops.or(peak.f32_gflops).unwrap_or(DEFAULT_PEAK_GFLOPS);
     let report = Report {
         model: model.info().name.clone(),
         file_bytes: model.info().file_len,
@@ -168,8 +177,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         allocations_per_prediction: info.count_total as f64 / args.iterations as f64,
         macs_per_prediction: macs,
         gflops_at_p50: gflops,
-        peak_gflops: args.peak_gflops,
-        peak_fraction: gflops / args.peak_gflops,
+        peak_gflops,
+        peak_fraction: gflops / peak_gflops,
+        peak_int8_gops: peak.int8_gops,
+        peak_fraction_int8: peak.int8_gops.map(|p| gflops / p),
         peak_rss_kb: cold.1,
         predictions_per_second: pps,
         stages,
@@ -197,8 +208,11 @@ fn print_report(r: &Report) {
     println!("| load in this process        | {:.2} ms |", r.load_ms);
     println!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
     println!("| allocations per prediction  | {} |", r.allocations_per_prediction);
-    println!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s peak ({} MACs) |",
+    println!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s f32 peak ({} MACs) |",
         r.gflops_at_p50, 100.0 * r.peak_fraction, r.peak_gflops, r.macs_per_prediction);
+    if let (Some(p), Some(f)) = (r.peak_int8_gops, r.peak_fraction_int8) {
+        println!("| same against the int8 peak  | {:.1}% of {:.0} GOP/s (vpdpbusd) |", 100.0 * f, p);
+    }
     println!();
     println!("| stage        | mean µs | share |");
     println!("|--------------|---------|-------|");

@@ -48,8 +48,8 @@ pub struct Args {
 /// The predictor behind `laya predict`: the engine directly (zero-allocation path), or the
 /// baseline through the harness trait.
 enum Backend {
-    Model(Session),
-    Ngram(NgramPredictor, Vec<Candidate>),
+    Model(Box<Session>),
+    Ngram(Box<NgramPredictor>, Vec<Candidate>),
 }
 
 impl Backend {
@@ -92,9 +92,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
             session.set_completion_exponent(args.completion_exponent);
             session.set_completion_rule(args.completion_rule);
             session.set_act_precision(args.act.activations);
-            Backend::Model(session)
+            Backend::Model(Box::new(session))
         }
-        Kind::Ngram => Backend::Ngram(load_ngram(args.ngram.as_deref())?, Vec::new()),
+        Kind::Ngram => Backend::Ngram(Box::new(load_ngram(args.ngram.as_deref())?), Vec::new()),
     };
     let Some(context) = args.context else {
         return jsonl(&mut backend, args.top);

@@ -125,6 +125,12 @@ fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     }
     assert_eq!(v["allocations_per_prediction"].as_f64(), Some(0.0));
     assert!(v["p50_us"].as_f64().unwrap() > 0.0);
+    // The peak is measured on this core (or assumed where there is no probe): positive, and the
+    // fraction is the p50 arithmetic over it.
+    let peak = v["peak_gflops"].as_f64().unwrap();
+    assert!(peak > 0.0);
+    let frac = v["gflops_at_p50"].as_f64().unwrap() / peak;
+    assert!((v["peak_fraction"].as_f64().unwrap() - frac).abs() <= 1e-9 * frac.max(1.0));
     assert_eq!(v["stages"].as_array().unwrap().len(), laya_runtime::Stage::COUNT);
 }
 

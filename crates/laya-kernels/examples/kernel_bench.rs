@@ -65,104 +65,6 @@ fn time(mut f: impl FnMut(), _iters: usize) -> f64 {
     best
 }
 
-/// Measured peak arithmetic of one core: many independent chains of one instruction, so the
-/// execution ports, not latency, bound the loop. Gives the denominators of "fraction of peak"
-/// without guessing clock speeds or port counts.
-#[cfg(target_arch = "x86_64")]
-mod peak {
-    use core::arch::x86_64::*;
-    use std::hint::black_box;
-    use std::time::Instant;
-
-    const CHAINS: usize = 12;
-    const ITERS: usize = 2_000_000;
-
-    #[target_feature(enable = "avx2,fma")]
-    fn fma256() -> f32 {
-        let mut a = [_mm256_set1_ps(1.0); CHAINS];
-        let (m, c) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
-        for _ in 0..ITERS {
-            for v in &mut a {
-                *v = _mm256_fmadd_ps(*v, m, c);
-            }
-        }
-        let mut out = [0.0f32; 8];
-        // SAFETY: `out` is 8 floats.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), a.iter().fold(_mm256_setzero_ps(), |s, v| _mm256_add_ps(s, *v))) };
-        out.iter().sum()
-    }
-
-    #[target_feature(enable = "avx512f")]
-    fn fma512() -> f32 {
-        let mut a = [_mm512_set1_ps(1.0); CHAINS];
-        let (m, c) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
-        for _ in 0..ITERS {
-            for v in &mut a {
-                *v = _mm512_fmadd_ps(*v, m, c);
-            }
-        }
-        _mm512_reduce_add_ps(a.iter().fold(_mm512_setzero_ps(), |s, v| _mm512_add_ps(s, *v)))
-    }
-
-    #[target_feature(enable = "avx2,avxvnni")]
-    fn vnni256() -> i32 {
-        let mut a = [_mm256_setzero_si256(); CHAINS];
-        let (u, s) = (_mm256_set1_epi8(3), _mm256_set1_epi8(-1));
-        for _ in 0..ITERS {
-            for v in &mut a {
-                *v = _mm256_dpbusd_avx_epi32(*v, u, s);
-            }
-        }
-        let t = a.iter().fold(_mm256_setzero_si256(), |s, v| _mm256_add_epi32(s, *v));
-        _mm256_extract_epi32::<0>(t)
-    }
-
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    fn vnni512() -> i32 {
-        let mut a = [_mm512_setzero_si512(); CHAINS];
-        let (u, s) = (_mm512_set1_epi8(3), _mm512_set1_epi8(-1));
-        for _ in 0..ITERS {
-            for v in &mut a {
-                *v = _mm512_dpbusd_epi32(*v, u, s);
-            }
-        }
-        _mm512_reduce_add_epi32(a.iter().fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v)))
-    }
-
-    /// Best of 5 runs, in G(FL)OP/s: `lanes` multiply-adds per instruction, 2 ops each.
-    fn rate(lanes: usize, f: impl Fn()) -> f64 {
-        let ops = (CHAINS * ITERS * lanes * 2) as f64;
-        (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                ops / t.elapsed().as_secs_f64() / 1e9
-            })
-            .fold(0.0, f64::max)
-    }
-
-    /// (f32 FMA GFLOP/s of the widest vectors, AVX-VNNI GOP/s, AVX-512 VNNI GOP/s), each `None`
-    /// where the CPU lacks the instructions.
-    pub fn measure() -> (Option<f64>, Option<f64>, Option<f64>) {
-        let f32_peak = if is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F detected on the line above.
-            Some(rate(16, || { black_box(unsafe { fma512() }); }))
-        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: AVX2 and FMA detected on the line above.
-            Some(rate(8, || { black_box(unsafe { fma256() }); }))
-        } else {
-            None
-        };
-        let v256 = (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avxvnni"))
-            // SAFETY: AVX2 and AVX-VNNI detected in the condition.
-            .then(|| rate(32, || { black_box(unsafe { vnni256() }); }));
-        let v512 = (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"))
-            // SAFETY: AVX-512F and AVX-512 VNNI detected in the condition.
-            .then(|| rate(64, || { black_box(unsafe { vnni512() }); }));
-        (f32_peak, v256, v512)
-    }
-}
-
 fn main() {
     let peak: f64 = std::env::args()
         .nth(1)
@@ -176,10 +78,10 @@ fn main() {
         "detected: {}   (peak for %: {peak} GFLOP/s)",
         Kernels::detect().level()
     );
-    #[cfg(target_arch = "x86_64")]
-    let (f32_peak, vnni256_peak, vnni512_peak) = peak::measure();
-    #[cfg(not(target_arch = "x86_64"))]
-    let (f32_peak, vnni256_peak, vnni512_peak) = (None::<f64>, None::<f64>, None::<f64>);
+    let best = Kernels::detect();
+    let f32_peak = best.measure_peak().f32_gflops;
+    let vnni256_peak = best.with_int8(Int8Isa::AvxVnni).and_then(|k| k.measure_peak().int8_gops);
+    let vnni512_peak = best.with_int8(Int8Isa::Avx512Vnni).and_then(|k| k.measure_peak().int8_gops);
     let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}"));
     println!(
         "measured peak of this core: f32 FMA {} GFLOP/s, AVX-VNNI int8 {} GOP/s, AVX-512 VNNI int8 {} GOP/s",
@@ -274,7 +176,6 @@ fn main() {
         "{:<12} {:>5} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>6}",
         "int8 set", "n_pos", "rows", "cols", "f32-act", "int8", "int8+q", "packed", "%peak"
     );
-    let best = Kernels::detect();
     for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512), (1, 128, 128), (1, 20000, 128)] {
         let w = weights(WType::Q8_0, rows, cols);
         let m = Matrix::new(WType::Q8_0, rows, cols, &w).unwrap();

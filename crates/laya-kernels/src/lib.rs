@@ -53,6 +53,7 @@ mod packed;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[allow(clippy::needless_range_loop)]
 mod packed_x86;
+mod peak;
 mod q8;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[allow(clippy::needless_range_loop)]
@@ -60,6 +61,7 @@ mod q8_x86;
 mod scalar;
 
 pub use packed::{PackedQ4, PackedQ8, PACK_ROWS};
+pub use peak::Peak;
 pub use q8::ActBlock;
 
 /// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
@@ -570,6 +572,19 @@ impl Kernels {
     /// The level this handle dispatches to.
     pub fn level(&self) -> Level {
         self.level
+    }
+
+    /// Measures this core's peak arithmetic for this handle's float level and int8 set:
+    /// independent chains of FMA (`vfmadd`) and `vpdpbusd`, best of 5 runs of ~10 ms each (so
+    /// about 0.1 s in all). The honest denominator of a fraction-of-peak figure on whatever CPU
+    /// this runs on; on a shared or throttled machine it measures what the core gives now.
+    ///
+    /// ```no_run
+    /// let p = laya_kernels::Kernels::detect().measure_peak();
+    /// println!("f32 {:?} GFLOP/s, int8 {:?} GOP/s", p.f32_gflops, p.int8_gops);
+    /// ```
+    pub fn measure_peak(&self) -> Peak {
+        peak::measure(self)
     }
 
     /// Matrix product with optional bias:

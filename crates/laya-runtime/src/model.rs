@@ -281,6 +281,11 @@ impl Model {
         self.kernels.level()
     }
 
+    /// The kernel handle chosen at load.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
+    }
+
     /// The int8 instruction set chosen at load (for Q8_0 layers).
     pub fn int8_isa(&self) -> laya_kernels::Int8Isa {
         self.kernels.int8_isa()
