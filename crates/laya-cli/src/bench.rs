@@ -90,8 +90,8 @@ struct Report {
     /// The f32 peak used (measured unless given) and the p50 arithmetic's share of it.
     peak_gflops: f64,
     peak_fraction: f64,
-    /// The int8 set's measured `vpdpbusd` peak (VNNI CPUs) and the share of it, for models
-    /// whose layers run in int8.
+    /// The int8 set's measured `vpdpbusd` peak (VNNI CPUs) and the share of it (only for models
+    /// with packed int8 layers).
     peak_int8_gops: Option<f64>,
     peak_fraction_int8: Option<f64>,
     peak_rss_kb: u64,
@@ -180,7 +180,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         peak_gflops,
         peak_fraction: gflops / peak_gflops,
         peak_int8_gops: peak.int8_gops,
-        peak_fraction_int8: peak.int8_gops.map(|p| gflops / p),
+        // Only for a model whose layers run in the packed int8 kernels.
+        peak_fraction_int8: peak.int8_gops.filter(|_| model.packed_bytes() > 0).map(|p| gflops / p),
         peak_rss_kb: cold.1,
         predictions_per_second: pps,
         stages,
