@@ -170,24 +170,40 @@ packed_common!(PackedQ8);
 /// Scalar twin of `Kernels::matmul_q8_packed`: the same arithmetic, in the same order, as the
 /// row-major twin `q8::matmul`, so the two agree bit for bit.
 pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-    let (rows, nb) = (w.rows, w.cols / QK);
-    let data = w.bytes();
+    let f16 = |g: &[u8], at: usize| scalar::f16_to_f32(u16::from_le_bytes([g[at], g[at + 1]]));
+    twin_outputs((w.rows, w.cols, w.stride), w.bytes(), xq, n_pos, bias, y, |group, r, b, xb, acc| {
+        let dw = f16(group, 32 * b + 2 * r);
+        let mut isum = 0i32;
+        for k in 0..8 {
+            let at = w.scales + 64 * (8 * b + k) + 4 * r;
+            for j in 0..4 {
+                isum += (group[at + j] as i32 - 128) * xb.qs[4 * k + j] as i32;
+            }
+        }
+        *acc += (dw * xb.d) * isum as f32;
+    });
+}
+
+/// The packed scalar twins' loop over outputs: for row `o` (lane `r` of group `o / 16`) and
+/// position `p`, `block(group bytes, r, b, activation block, acc)` adds block `b` to an
+/// accumulator that starts at 0, blocks in order; then the bias.
+fn twin_outputs(
+    (rows, cols, stride): (usize, usize, usize),
+    data: &[u8],
+    xq: &[ActBlock],
+    n_pos: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    block: impl Fn(&[u8], usize, usize, &ActBlock, &mut f32),
+) {
+    let nb = cols / QK;
     for o in 0..rows {
         let (g, r) = (o / PACK_ROWS, o % PACK_ROWS);
-        let group = &data[g * w.stride..][..w.stride];
+        let group = &data[g * stride..][..stride];
         for p in 0..n_pos {
-            let xr = &xq[p * nb..][..nb];
             let mut acc = 0.0f32;
-            for (b, xb) in xr.iter().enumerate() {
-                let dw = scalar::f16_to_f32(u16::from_le_bytes([group[32 * b + 2 * r], group[32 * b + 2 * r + 1]]));
-                let mut isum = 0i32;
-                for k in 0..8 {
-                    let at = w.scales + 64 * (8 * b + k) + 4 * r;
-                    for j in 0..4 {
-                        isum += (group[at + j] as i32 - 128) * xb.qs[4 * k + j] as i32;
-                    }
-                }
-                acc += (dw * xb.d) * isum as f32;
+            for (b, xb) in xq[p * nb..][..nb].iter().enumerate() {
+                block(group, r, b, xb, &mut acc);
             }
             y[p * rows + o] = acc + bias.map_or(0.0, |b| b[o]);
         }
@@ -316,29 +332,19 @@ packed_common!(PackedQ4);
 
 /// Scalar twin of `Kernels::matmul_q4_packed`, bit-identical to `matmul_q4_rows`.
 pub(crate) fn matmul_q4(w: &PackedQ4, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-    let (rows, nb) = (w.rows, w.cols / QK);
-    let data = w.bytes();
+    let nb = w.cols / QK;
     let f16 = |g: &[u8], at: usize| scalar::f16_to_f32(u16::from_le_bytes([g[at], g[at + 1]]));
-    for o in 0..rows {
-        let (g, r) = (o / PACK_ROWS, o % PACK_ROWS);
-        let group = &data[g * w.stride..][..w.stride];
-        for p in 0..n_pos {
-            let xr = &xq[p * nb..][..nb];
-            let mut acc = 0.0f32;
-            for (b, xb) in xr.iter().enumerate() {
-                let (d, m) = (f16(group, 64 * b + 2 * r), f16(group, 64 * b + 32 + 2 * r));
-                let mut isum = 0i32;
-                for t in 0..4 {
-                    for j in 0..4 {
-                        let v = group[64 * nb + 256 * b + 64 * t + 4 * r + j];
-                        isum += (v & 0x0F) as i32 * xb.qs[4 * t + j] as i32;
-                        isum += (v >> 4) as i32 * xb.qs[16 + 4 * t + j] as i32;
-                    }
-                }
-                acc += (d * xb.d) * isum as f32;
-                acc += (m * xb.d) * xb.sum as f32;
+    twin_outputs((w.rows, w.cols, w.stride), w.bytes(), xq, n_pos, bias, y, |group, r, b, xb, acc| {
+        let (d, m) = (f16(group, 64 * b + 2 * r), f16(group, 64 * b + 32 + 2 * r));
+        let mut isum = 0i32;
+        for t in 0..4 {
+            for j in 0..4 {
+                let v = group[64 * nb + 256 * b + 64 * t + 4 * r + j];
+                isum += (v & 0x0F) as i32 * xb.qs[4 * t + j] as i32;
+                isum += (v >> 4) as i32 * xb.qs[16 + 4 * t + j] as i32;
             }
-            y[p * rows + o] = acc + bias.map_or(0.0, |b| b[o]);
         }
-    }
+        *acc += (d * xb.d) * isum as f32;
+        *acc += (m * xb.d) * xb.sum as f32;
+    });
 }

@@ -96,6 +96,37 @@ fn store_group<const P: usize>(acc: &[__m512; P], bias: Option<&[f32]>, rows: us
     }
 }
 
+/// The 256-bit tiers' epilogue: adds the bias to the `P` accumulators of the half-group of 8
+/// rows starting at `o0` (lane = row) and stores the rows that exist of positions `p0..p0+P`.
+/// A half entirely past `rows` (padding of the last group) stores nothing.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn store_half<const P: usize>(acc: &[__m256; P], bias: Option<&[f32]>, rows: usize, o0: usize, p0: usize, y: &mut [f32]) {
+    if o0 >= rows {
+        return;
+    }
+    let n = 8.min(rows - o0);
+    let mut bv = [0.0f32; 8];
+    if let Some(bs) = bias {
+        bv[..n].copy_from_slice(&bs[o0..o0 + n]);
+    }
+    // SAFETY: bv is 8 floats.
+    let bv = unsafe { _mm256_loadu_ps(bv.as_ptr()) };
+    for p in 0..P {
+        let v = _mm256_add_ps(acc[p], bv);
+        let out = &mut y[(p0 + p) * rows + o0..][..n];
+        if n == 8 {
+            // SAFETY: `out` is exactly 8 floats.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        } else {
+            let mut t = [0.0f32; 8];
+            // SAFETY: t is 8 floats.
+            unsafe { _mm256_storeu_ps(t.as_mut_ptr(), v) };
+            out.copy_from_slice(&t[..n]);
+        }
+    }
+}
+
 /// AVX-512 VNNI: one 512-bit register per group of 16 rows.
 pub(crate) mod avx512vnni {
     use super::*;
@@ -291,30 +322,7 @@ pub(crate) mod avxvnni {
             }
         }
         for h in 0..H {
-            let o0 = (h0 + h) * 8;
-            if o0 >= rows {
-                continue; // a padding half of the last group
-            }
-            let n = 8.min(rows - o0);
-            let mut bv = [0.0f32; 8];
-            if let Some(bs) = bias {
-                bv[..n].copy_from_slice(&bs[o0..o0 + n]);
-            }
-            // SAFETY: bv is 8 floats.
-            let bv = unsafe { _mm256_loadu_ps(bv.as_ptr()) };
-            for p in 0..P {
-                let v = _mm256_add_ps(acc[h][p], bv);
-                let out = &mut y[(p0 + p) * rows + o0..][..n];
-                if n == 8 {
-                    // SAFETY: `out` is exactly 8 floats.
-                    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
-                } else {
-                    let mut t = [0.0f32; 8];
-                    // SAFETY: t is 8 floats.
-                    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), v) };
-                    out.copy_from_slice(&t[..n]);
-                }
-            }
+            store_half(&acc[h], bias, rows, (h0 + h) * 8, p0, y);
         }
     }
 
@@ -441,23 +449,7 @@ macro_rules! q4_256 {
                     }
                 }
                 for h in 0..H {
-                    let o0 = (h0 + h) * 8;
-                    if o0 >= rows {
-                        continue; // a padding half of the last group
-                    }
-                    let n = 8.min(rows - o0);
-                    let mut bv = [0.0f32; 8];
-                    if let Some(bs) = bias {
-                        bv[..n].copy_from_slice(&bs[o0..o0 + n]);
-                    }
-                    // SAFETY: bv is 8 floats.
-                    let bv = unsafe { _mm256_loadu_ps(bv.as_ptr()) };
-                    for p in 0..P {
-                        let mut t = [0.0f32; 8];
-                        // SAFETY: t is 8 floats.
-                        unsafe { _mm256_storeu_ps(t.as_mut_ptr(), _mm256_add_ps(acc[h][p], bv)) };
-                        y[(p0 + p) * rows + o0..][..n].copy_from_slice(&t[..n]);
-                    }
+                    store_half(&acc[h], bias, rows, (h0 + h) * 8, p0, y);
                 }
             }
 
