@@ -7,8 +7,15 @@ use common::{laya, tmp};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// A log where "今天" is always followed by "天气" and "天气" by "不错".
+/// A log where "今天" is always followed by "天气" and "天气" by "不错". Written once per test
+/// process: the tests run in parallel, and rewriting the shared file while another test's
+/// `laya train` reads it made that read see a half-written line.
 fn fixtures() -> (PathBuf, PathBuf) {
+    static FILES: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    FILES.get_or_init(write_fixtures).clone()
+}
+
+fn write_fixtures() -> (PathBuf, PathBuf) {
     let mut log = String::new();
     for _ in 0..40 {
         log.push_str(r#"{"v":1,"context":"今天","shown":[{"word":"天气","replace":0},{"word":"不错","replace":0}],"clicked":0}"#);
