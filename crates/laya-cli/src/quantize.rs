@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use laya_format::quantize::{quantize_model, ErrorStats, QuantizeOptions};
-use laya_format::{write_model, GgmlType, LayaFile};
+use laya_format::{sort_lexicon, write_model, GgmlType, LayaFile};
 
 use crate::CliError;
 
@@ -96,7 +96,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         head: args.head.ggml(),
         compensation: !args.no_compensation,
     };
-    let q = quantize_model(&file, &opts).map_err(|e| CliError(format!("{path}: {e}")))?;
+    let mut q = quantize_model(&file, &opts).map_err(|e| CliError(format!("{path}: {e}")))?;
+    // Word ids in byte order, so the output loads without sorting its lexicon.
+    sort_lexicon(&mut q.meta, &mut q.tensors)?;
     let out_bytes = write_model(&q.meta, &q.tensors)?;
     let out = args.output.display().to_string();
     std::fs::write(&args.output, &out_bytes).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;

@@ -265,10 +265,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
         (Some(path), _) => {
             let lex_file =
                 std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-            let lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
+            let mut lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
             if lexicon.is_empty() {
                 return Err(CliError(format!("{} has no words", path.display())));
             }
+            // Word ids in byte order: the runtime then checks the lexicon in one pass at load
+            // instead of sorting it (docs/format.md §3).
+            let mut pairs: Vec<(String, u32)> = lexicon.words.into_iter().zip(lexicon.freqs).collect();
+            pairs.sort_unstable();
+            (lexicon.words, lexicon.freqs) = pairs.into_iter().unzip();
             Some(lexicon)
         }
         _ => None,

@@ -125,6 +125,9 @@ fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     }
     assert_eq!(v["allocations_per_prediction"].as_f64(), Some(0.0));
     assert!(v["p50_us"].as_f64().unwrap() > 0.0);
+    // The in-process part of a cold start is part of the whole (both medians of the same runs).
+    let (whole, inside) = (v["cold_start_ms"].as_f64().unwrap(), v["cold_first_prediction_ms"].as_f64().unwrap());
+    assert!(inside > 0.0 && inside <= whole, "{inside} ms of {whole} ms");
     // The peak is measured on this core (or assumed where there is no probe): positive, and the
     // fraction is the p50 arithmetic over it.
     let peak = v["peak_gflops"].as_f64().unwrap();

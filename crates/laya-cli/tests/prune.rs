@@ -66,7 +66,7 @@ fn keep_fraction_json_report_and_precision() {
 #[test]
 fn fine_tunes_on_events_with_taylor_saliency() {
     let input = model("in-ft.laya", GgmlType::F32);
-    let words = LayaFile::parse(&std::fs::read(&input).unwrap()).unwrap().meta.words.clone();
+    let words = LayaFile::parse(&std::fs::read(&input).unwrap()).unwrap().meta.words.to_vec();
     let mut log = String::new();
     for i in 0..40 {
         let ctx: String = "的中国東京hello".chars().skip(i % 5).take(1 + i % 4).collect();

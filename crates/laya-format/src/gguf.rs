@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::error::FormatError;
+use crate::strings::{Strings, MAX_STRINGS_BYTES};
 
 /// The GGUF magic, "GGUF".
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -235,7 +236,8 @@ pub enum Array {
     I32(Vec<i32>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
-    String(Vec<String>),
+    /// Strings back to back in one buffer (a lexicon is one such array).
+    String(Strings),
     /// Arrays of arrays; allowed by GGUF, refused by the Laya schema.
     Array(Vec<Array>),
     U64(Vec<u64>),
@@ -351,7 +353,7 @@ impl Value {
         }
     }
 
-    pub fn as_string_array(&self) -> Option<&[String]> {
+    pub fn as_string_array(&self) -> Option<&Strings> {
         match self {
             Value::Array(Array::String(v)) => Some(v),
             _ => None,
@@ -761,12 +763,29 @@ impl<'a> Reader<'a> {
         self.string_lazy(max_len, &|| what.to_string())
     }
 
-    /// Reads a string, building the description only on error (a lexicon has many strings).
+    /// Reads a string, building the description only on error.
     fn string_lazy(
         &mut self,
         max_len: u64,
         what: &dyn Fn() -> String,
     ) -> Result<String, FormatError> {
+        let start = self.pos as u64;
+        let raw = self.raw_string(max_len, what)?;
+        match std::str::from_utf8(raw) {
+            Ok(s) => Ok(s.to_string()),
+            Err(_) => Err(FormatError::BadUtf8 {
+                what: what(),
+                offset: start,
+            }),
+        }
+    }
+
+    /// Reads a length-prefixed string's bytes, not yet checked as UTF-8.
+    fn raw_string(
+        &mut self,
+        max_len: u64,
+        what: &dyn Fn() -> String,
+    ) -> Result<&'a [u8], FormatError> {
         let start = self.pos as u64;
         let truncated = || FormatError::Truncated {
             what: what(),
@@ -791,14 +810,42 @@ impl<'a> Reader<'a> {
         }
         let body = self.pos + 8;
         let end = body + len as usize;
-        let raw = self.bytes.get(body..end).ok_or_else(truncated)?;
+        let bytes: &'a [u8] = self.bytes;
+        let raw = bytes.get(body..end).ok_or_else(truncated)?;
         self.pos = end;
-        match std::str::from_utf8(raw) {
-            Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(FormatError::BadUtf8 {
-                what: what(),
-                offset: start,
-            }),
+        Ok(raw)
+    }
+
+    /// A string array into one buffer: copied back to back and checked as UTF-8 in one pass
+    /// (a whole buffer is valid and every boundary falls between characters exactly when every
+    /// element is valid). Only on failure is the array walked again to name the element.
+    fn string_array(&mut self, n: usize, what: &str) -> Result<Strings, FormatError> {
+        let start = self.pos;
+        let mut buf: Vec<u8> = Vec::with_capacity(n.saturating_mul(8).min(self.remaining()));
+        let mut ends = Vec::with_capacity(n);
+        for i in 0..n {
+            let raw = self.raw_string(u64::MAX, &|| format!("{what}[{i}]"))?;
+            buf.extend_from_slice(raw);
+            if buf.len() > MAX_STRINGS_BYTES {
+                return Err(FormatError::TooLarge {
+                    what: format!("total length of the strings of {what}"),
+                    value: buf.len() as u64,
+                    limit: MAX_STRINGS_BYTES as u64,
+                });
+            }
+            ends.push(buf.len() as u32);
+        }
+        let list = String::from_utf8(buf).ok().and_then(|b| Strings::from_parts(b, ends));
+        match list {
+            Some(list) => Ok(list),
+            None => {
+                let mut again = Reader { bytes: self.bytes, pos: start };
+                for i in 0..n {
+                    again.string_lazy(u64::MAX, &|| format!("{what}[{i}]"))?;
+                }
+                // Not reached (see above); an error rather than a panic all the same.
+                Err(FormatError::BadUtf8 { what: what.to_string(), offset: start as u64 })
+            }
         }
     }
 
@@ -889,13 +936,7 @@ impl<'a> Reader<'a> {
                 }
                 Array::Bool(v)
             }
-            ValueType::String => {
-                let mut v = Vec::with_capacity(n);
-                for i in 0..n {
-                    v.push(self.string_lazy(u64::MAX, &|| format!("{what}[{i}]"))?);
-                }
-                Array::String(v)
-            }
+            ValueType::String => Array::String(self.string_array(n, what)?),
             ValueType::Array => {
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {

@@ -30,11 +30,13 @@ pub mod gguf;
 pub mod quant;
 pub mod quantize;
 pub mod schema;
+pub mod strings;
 pub mod testing;
 pub mod writer;
 
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
+pub use strings::Strings;
 pub use schema::{
     check_lexicon, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport, HParams, LayaFile,
     LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
@@ -45,4 +47,4 @@ pub use schema::{
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use writer::{model_keys, patch_checksum, write_model, GgufWriter, TensorData};
+pub use writer::{model_keys, patch_checksum, sort_lexicon, write_model, GgufWriter, TensorData};

@@ -3,11 +3,13 @@
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
+use std::hash::Hasher as _;
 
-use xxhash_rust::xxh3::Xxh3;
+use twox_hash::XxHash3_64;
 
 use crate::error::FormatError;
 use crate::gguf::{Array, GgmlType, GgufFile, TensorInfo, Value};
+use crate::strings::Strings;
 
 /// The `laya.format_version` this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -268,7 +270,8 @@ pub struct Provenance {
 pub struct ModelMeta {
     pub name: String,
     pub hparams: HParams,
-    pub words: Vec<String>,
+    /// The lexicon: word `i` is row `i` of the word head.
+    pub words: Strings,
     pub frequencies: Vec<u32>,
     pub normalization: Vec<NormRule>,
     pub provenance: Provenance,
@@ -486,13 +489,13 @@ pub(crate) fn checksum_slot(file: &GgufFile<'_>) -> Result<usize, FormatError> {
 }
 
 pub(crate) fn checksum_at(bytes: &[u8], slot: usize) -> u64 {
-    let mut h = Xxh3::new();
+    let mut h = XxHash3_64::with_seed(0);
     let slot = slot.min(bytes.len());
-    h.update(&bytes[..slot]);
+    h.write(&bytes[..slot]);
     let after = slot.saturating_add(8).min(bytes.len());
-    h.update(&[0u8; 8][..after - slot]);
-    h.update(&bytes[after..]);
-    h.digest()
+    h.write(&[0u8; 8][..after - slot]);
+    h.write(&bytes[after..]);
+    h.finish()
 }
 
 /// Typed access to the keys of a parsed container.
@@ -546,7 +549,7 @@ impl Keys<'_, '_> {
             .ok_or_else(|| Self::wrong(key, "u32 array", v))
     }
 
-    fn strings(&self, key: &str) -> Result<&[String], FormatError> {
+    fn strings(&self, key: &str) -> Result<&Strings, FormatError> {
         let v = self.req(key)?;
         v.as_string_array()
             .ok_or_else(|| Self::wrong(key, "string array", v))
@@ -738,7 +741,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
         name,
         hparams,
         // Filled by the caller, which moves the (possibly large) lexicon out of the container.
-        words: Vec::new(),
+        words: Strings::new(),
         frequencies: frequencies.to_vec(),
         normalization,
         provenance,
@@ -747,52 +750,69 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
 }
 
 /// Moves a string array out of the container (already validated by `parse_meta`).
-fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Vec<String> {
+fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Strings {
     match file.kv.iter_mut().find(|(k, _)| k == key) {
         Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
-        _ => Vec::new(),
+        _ => Strings::new(),
     }
 }
 
 /// The rules of `laya.lexicon.words`.
-pub fn check_lexicon(words: &[String]) -> Result<(), FormatError> {
+pub fn check_lexicon(words: &Strings) -> Result<(), FormatError> {
     checked_lexicon_order(words).map(|_| ())
 }
 
 /// [`check_lexicon`], returning the word ids in byte order ([`lexicon_order`]) that the
 /// duplicate check sorts anyway, so a loader need not sort again. Errors are reported at the
 /// lowest offending index, as a front-to-back scan would.
-pub fn checked_lexicon_order(words: &[String]) -> Result<Vec<u32>, FormatError> {
+///
+/// A lexicon already in byte order (what Laya's tools write, docs/format.md §3) is checked in
+/// one pass: strictly increasing neighbours are sorted and free of duplicates at once.
+pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {
         return Err(invalid(
             keys::LEXICON_WORDS,
             format!("has {} words; 1..={MAX_WORDS} allowed", words.len()),
         ));
     }
-    let order = lexicon_order(words);
-    // Equal words are adjacent and in id order, so the first pair of each run is
-    // (first occurrence, second occurrence); the file's first duplicate is the smallest second.
-    let mut duplicate: Option<(usize, usize)> = None;
-    for (j, pair) in order.windows(2).enumerate() {
-        let (a, b) = (pair[0] as usize, pair[1] as usize);
-        let run_start = j == 0 || words[order[j - 1] as usize] != words[a];
-        if run_start && words[a] == words[b] && duplicate.is_none_or(|(second, _)| b < second) {
-            duplicate = Some((b, a));
+    let sorted = (1..words.len()).all(|i| words[i - 1] < words[i]);
+    let (order, duplicate) = if sorted {
+        ((0..words.len() as u32).collect(), None)
+    } else {
+        let order = lexicon_order(words);
+        // Equal words are adjacent and in id order, so the first pair of each run is
+        // (first occurrence, second occurrence); the file's first duplicate is the smallest second.
+        let mut duplicate: Option<(usize, usize)> = None;
+        for (j, pair) in order.windows(2).enumerate() {
+            let (a, b) = (pair[0] as usize, pair[1] as usize);
+            let run_start = j == 0 || words[order[j - 1] as usize] != words[a];
+            if run_start && words[a] == words[b] && duplicate.is_none_or(|(second, _)| b < second) {
+                duplicate = Some((b, a));
+            }
         }
-    }
+        (order, duplicate)
+    };
     let scan_to = duplicate.map_or(words.len(), |(second, _)| second);
-    for (index, w) in words[..scan_to].iter().enumerate() {
+    for (index, w) in words.iter().take(scan_to).enumerate() {
         let err = |reason: String| FormatError::Lexicon { index, reason };
         if w.is_empty() {
             return Err(err("the word is empty".into()));
         }
-        let n = w.chars().count();
+        // One pass over the characters for both rules (this runs for every word at load).
+        let (mut n, mut bad) = (0usize, None);
+        for c in w.chars() {
+            n += 1;
+            // No character above U+3000 is whitespace or control: CJK skips both lookups.
+            if bad.is_none() && c <= '\u{3000}' && (c.is_whitespace() || c.is_control()) {
+                bad = Some(c);
+            }
+        }
         if n > MAX_WORD_CHARS {
             return Err(err(format!(
                 "{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed"
             )));
         }
-        if let Some(c) = w.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        if let Some(c) = bad {
             return Err(err(format!(
                 "{w:?} contains whitespace or control character U+{:04X}",
                 c as u32
@@ -816,10 +836,10 @@ pub fn checked_lexicon_order(words: &[String]) -> Result<Vec<u32>, FormatError> 
 /// order does; the tie-break on the full bytes makes it exact for any bytes.
 ///
 /// ```
-/// let words: Vec<String> = ["天气", "a", "天", "ab", "a"].iter().map(|s| s.to_string()).collect();
+/// let words: laya_format::Strings = ["天气", "a", "天", "ab", "a"].into_iter().collect();
 /// assert_eq!(laya_format::lexicon_order(&words), vec![1, 4, 3, 2, 0]);
 /// ```
-pub fn lexicon_order(words: &[String]) -> Vec<u32> {
+pub fn lexicon_order(words: &Strings) -> Vec<u32> {
     let key = |w: &str| {
         let mut k = [0u8; 8];
         let n = w.len().min(8);

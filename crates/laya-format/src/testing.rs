@@ -193,7 +193,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
     let meta = ModelMeta {
         name: format!("laya-test-{seed}"),
         hparams,
-        words,
+        words: words.into(),
         frequencies,
         normalization: vec![NormRule::FullwidthAscii, NormRule::LowercaseAscii],
         provenance: Provenance {

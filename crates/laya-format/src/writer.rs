@@ -379,3 +379,59 @@ pub fn patch_checksum(bytes: &mut [u8]) -> Result<u64, FormatError> {
     }
     Ok(sum)
 }
+
+/// Puts the lexicon in byte order, moving each word's row of `output.weight`, its entry of
+/// `output.bias` and its frequency with it, so that the model predicts exactly as before.
+/// Returns whether anything moved.
+///
+/// A loader must know the words in byte order (completions of a typed prefix are one range
+/// of them). A file already in that order is checked in one pass; any other is sorted at
+/// every load, about a millisecond for 20,000 words (docs/format.md §3). Laya's tools write
+/// sorted lexicons.
+///
+/// ```
+/// use laya_format::{sort_lexicon, testing, write_model, GgmlType, LayaFile};
+/// let (mut meta, mut tensors) = testing::random_model(&testing::TinyConfig::small(), 3, GgmlType::Q8_0);
+/// assert!(sort_lexicon(&mut meta, &mut tensors)?);
+/// assert!(meta.words.iter().zip(meta.words.iter().skip(1)).all(|(a, b)| a < b));
+/// assert!(!sort_lexicon(&mut meta, &mut tensors)?);
+/// let bytes = write_model(&meta, &tensors)?;
+/// assert_eq!(LayaFile::parse(&bytes)?.word_order, (0..meta.words.len() as u32).collect::<Vec<_>>());
+/// # Ok::<(), laya_format::FormatError>(())
+/// ```
+pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<bool, FormatError> {
+    let n = meta.words.len();
+    let order = crate::schema::checked_lexicon_order(&meta.words)?;
+    if order.iter().enumerate().all(|(i, &id)| id as usize == i) {
+        return Ok(false);
+    }
+    if meta.frequencies.len() != n {
+        return Err(FormatError::BadLength {
+            what: keys::LEXICON_FREQUENCIES.into(),
+            len: meta.frequencies.len(),
+            reason: format!("the lexicon has {n} words"),
+        });
+    }
+    for t in tensors.iter_mut() {
+        if t.name != "output.weight" && t.name != "output.bias" {
+            continue;
+        }
+        // Both tensors have one row per word as their last dimension; rows are whole blocks.
+        let rows = t.ne.last().copied().unwrap_or(0) as usize;
+        if rows != n || t.data.len() % n != 0 {
+            return Err(FormatError::BadTensor {
+                name: t.name.clone(),
+                reason: format!("{rows} rows and {} bytes for a lexicon of {n} words", t.data.len()),
+            });
+        }
+        let row = t.data.len() / n;
+        let mut data = Vec::with_capacity(t.data.len());
+        for &id in &order {
+            data.extend_from_slice(&t.data[id as usize * row..(id as usize + 1) * row]);
+        }
+        t.data = data;
+    }
+    meta.words = order.iter().map(|&id| &meta.words[id as usize]).collect();
+    meta.frequencies = order.iter().map(|&id| meta.frequencies[id as usize]).collect();
+    Ok(true)
+}

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use laya_format::testing::{random_model, TinyConfig};
-use laya_format::{
+use laya_format::{Strings, 
     checksum_report, keys, model_keys, write_model, Array, FormatError, GgmlType, GgufFile,
     GgufWriter, LayaFile, TensorData, Value,
 };
@@ -342,11 +342,11 @@ fn invalid_values() {
         ),
         (
             keys::NORMALIZATION,
-            Some(Value::Array(Array::String(vec!["nfkc".into()]))),
+            Some(Value::Array(Array::String(["nfkc"].into_iter().collect()))),
         ),
         (
             keys::LEXICON_WORDS,
-            Some(Value::Array(Array::String(vec![]))),
+            Some(Value::Array(Array::String(Strings::new()))),
         ),
     ];
     for (key, value) in cases {
@@ -421,12 +421,12 @@ fn lexicon_rules() {
         (2, long.as_str()),
         (4, "\u{3000}"),
     ] {
-        let mut words = meta.words.clone();
+        let mut words = meta.words.to_vec();
         words[index] = bad.to_string();
         let kv = keys_with(
             &meta,
             keys::LEXICON_WORDS,
-            Some(Value::Array(Array::String(words))),
+            Some(Value::Array(Array::String(words.into()))),
         );
         let e = parse_err(&build(&kv, &tensors));
         assert!(
@@ -435,23 +435,23 @@ fn lexicon_rules() {
         );
     }
     // "hello" is word 2 of the test lexicon: the duplicate message names both positions.
-    let mut words = meta.words.clone();
+    let mut words = meta.words.to_vec();
     words[9] = "hello".into();
     let kv = keys_with(
         &meta,
         keys::LEXICON_WORDS,
-        Some(Value::Array(Array::String(words))),
+        Some(Value::Array(Array::String(words.into()))),
     );
     assert_eq!(
         parse_err(&build(&kv, &tensors)).to_string(),
         "laya.lexicon.words[9] is invalid: \"hello\" duplicates laya.lexicon.words[2]"
     );
     // 64 characters is fine; a ZWJ emoji sequence is fine.
-    let mut words = meta.words.clone();
+    let mut words = meta.words.to_vec();
     words[0] = "字".repeat(64);
     words[1] = "👩\u{200D}💻".into();
     let mut m = meta.clone();
-    m.words = words;
+    m.words = words.into();
     assert!(write_model(&m, &tensors).is_ok());
 }
 
@@ -524,6 +524,27 @@ fn bad_utf8_and_bad_bool() {
     ));
     *b.last_mut().unwrap() = 1;
     assert!(GgufFile::parse(&b).is_ok());
+
+    // A string array whose elements are each invalid, though their concatenation is valid
+    // UTF-8 ("a明x" split inside 明): the one-pass check must still name element 0.
+    let mut w = GgufWriter::new();
+    w.add_kv("list", Value::Array(Array::String(["aa", "bbb"].into_iter().collect())));
+    let mut b = w.to_bytes();
+    let aa = find_unique(&b, b"aa");
+    b[aa + 1] = 0xE6;
+    let bbb = find_unique(&b, b"bbb");
+    b[bbb..bbb + 3].copy_from_slice(&[0x98, 0x8E, b'x']);
+    match GgufFile::parse(&b) {
+        Err(FormatError::BadUtf8 { what, offset }) => {
+            assert!(what.ends_with("[0]"), "{what}");
+            assert_eq!(offset as usize, aa - 8);
+        }
+        other => panic!("{other:?}"),
+    }
+    // And a plain invalid byte in the last element.
+    let mut b = w.to_bytes();
+    b[bbb + 2] = 0xFF;
+    assert!(matches!(GgufFile::parse(&b), Err(FormatError::BadUtf8 { what, .. }) if what.ends_with("[1]")));
 }
 
 #[test]

@@ -127,7 +127,7 @@ fn as_gguf_py(v: &Value) -> (Vec<&'static str>, Json) {
                 Array::I32(v) => json!(v),
                 Array::F32(v) => json!(v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()),
                 Array::Bool(v) => json!(v),
-                Array::String(v) => json!(v),
+                Array::String(v) => json!(v.to_vec()),
                 Array::U64(v) => json!(v),
                 Array::I64(v) => json!(v),
                 Array::F64(v) => json!(v),
@@ -267,7 +267,7 @@ fn gguf_py_reads_a_generic_container_written_here() {
     w.add_kv("a.bool", Value::Array(Array::Bool(vec![true, false, true])));
     w.add_kv(
         "a.string",
-        Value::Array(Array::String(vec!["a".into(), "".into(), "東京".into()])),
+        Value::Array(Array::String(["a", "", "東京"].into_iter().collect())),
     );
     w.add_kv("a.u64", Value::Array(Array::U64(vec![u64::MAX, 0])));
     w.add_kv("a.f64", Value::Array(Array::F64(vec![1.5])));
@@ -316,7 +316,7 @@ fn laya_reads_a_model_written_by_gguf_py() {
         Mapping::Direct => panic!("expected a table mapping"),
     }
     assert_eq!(json!(h.replace_classes), ex["replace_classes"]);
-    assert_eq!(json!(m.words), ex["words"]);
+    assert_eq!(json!(m.words.to_vec()), ex["words"]);
     assert_eq!(json!(m.frequencies), ex["frequencies"]);
     assert_eq!(m.normalization, vec![NormRule::FullwidthAscii]);
     assert_eq!(json!(m.provenance.language), ex["language"]);

@@ -138,13 +138,13 @@ fn generic_container_every_value_type() {
         ),
         (
             "arr.string".into(),
-            Value::Array(Array::String(vec!["".into(), "x".into(), "東京".into()])),
+            Value::Array(Array::String(["", "x", "東京"].into_iter().collect())),
         ),
         (
             "arr.nested".into(),
             Value::Array(Array::Array(vec![
                 Array::U32(vec![1, 2]),
-                Array::String(vec!["y".into()]),
+                Array::String(["y"].into_iter().collect()),
             ])),
         ),
         ("arr.u64".into(), Value::Array(Array::U64(vec![u64::MAX]))),

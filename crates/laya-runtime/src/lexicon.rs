@@ -4,6 +4,8 @@
 
 use std::ops::Range;
 
+use laya_format::Strings;
+
 pub(crate) struct Lexicon {
     bytes: String,
     /// `offsets[i]..offsets[i + 1]` is word `i` in `bytes`.
@@ -16,26 +18,30 @@ pub(crate) struct Lexicon {
 
 impl Lexicon {
     #[cfg(test)]
-    pub(crate) fn new(words: &[String]) -> Lexicon {
-        Self::with_order(words, laya_format::lexicon_order(words))
+    pub(crate) fn new(words: &[&str]) -> Lexicon {
+        let words: Strings = words.iter().collect();
+        let order = laya_format::lexicon_order(&words);
+        Self::with_order(words, order)
     }
 
     /// `order`: the ids in byte order, as validation computed them
-    /// ([`laya_format::LayaFile::word_order`]).
-    pub(crate) fn with_order(words: &[String], order: Vec<u32>) -> Lexicon {
-        let total: usize = words.iter().map(|w| w.len()).sum();
-        let mut bytes = String::with_capacity(total);
-        let mut offsets = Vec::with_capacity(words.len() + 1);
-        let mut char_lens = Vec::with_capacity(words.len());
-        offsets.push(0u32);
-        for w in words {
-            bytes.push_str(w);
-            offsets.push(bytes.len() as u32);
-            char_lens.push(w.chars().count().min(u16::MAX as usize) as u16);
-        }
+    /// ([`laya_format::LayaFile::word_order`]). Takes the validated word buffer as it is.
+    pub(crate) fn with_order(words: Strings, order: Vec<u32>) -> Lexicon {
         debug_assert_eq!(order.len(), words.len());
+        // Scalar values are the bytes that do not continue a UTF-8 sequence; counted over the
+        // buffer word by word, with no per-word call (this runs for every word at load).
+        let bytes = words.buffer().as_bytes();
+        let char_lens = words
+            .offsets()
+            .windows(2)
+            .map(|w| {
+                let word = &bytes[w[0] as usize..w[1] as usize];
+                word.iter().filter(|&&b| (b as i8) >= -0x40).count().min(u16::MAX as usize) as u16
+            })
+            .collect();
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
         let order = (!sorted).then_some(order);
+        let (bytes, offsets) = words.into_parts();
         Lexicon { bytes, offsets, char_lens, order }
     }
 
@@ -93,7 +99,7 @@ mod tests {
     use super::*;
 
     fn lex(words: &[&str]) -> Lexicon {
-        Lexicon::new(&words.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        Lexicon::new(words)
     }
 
     fn words_in(l: &Lexicon, prefix: &str) -> Vec<String> {

@@ -255,7 +255,7 @@ impl Model {
             output_b: f32s(&file.output_b),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
-            lexicon: Lexicon::with_order(&file.meta.words, std::mem::take(&mut file.word_order)),
+            lexicon: Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order)),
             layers,
             cfg,
             info,

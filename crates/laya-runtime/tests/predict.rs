@@ -5,7 +5,7 @@ mod common;
 use common::{model, CONTEXTS};
 use laya_format::testing::TinyConfig;
 use laya_format::GgmlType;
-use laya_runtime::Session;
+use laya_runtime::{Model, Session};
 
 #[test]
 fn candidates_obey_the_replace_contract_on_every_kind_of_context() {
@@ -196,6 +196,33 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                     assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "{rule:?} β {beta} {ctx:?} {c:?}: reference p {want}");
                     assert!(c.p as f64 >= fifth - 1e-5, "{rule:?} β {beta} {ctx:?}: {c:?} is not among the reference top 5");
                 }
+            }
+        }
+    }
+}
+
+/// A model whose lexicon `sort_lexicon` put in byte order (the one-pass load path) predicts
+/// what the unsorted original predicts: the same words and replace counts in the same order,
+/// for every weight type the head can have. Probabilities agree to the last bits only, since
+/// the normalising sum adds the words in another order.
+#[test]
+fn a_sorted_lexicon_predicts_exactly_as_the_original() {
+    let cfg = TinyConfig::default();
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_1] {
+        let (meta, tensors) = laya_format::testing::random_model(&cfg, 11, ty);
+        let (mut smeta, mut stensors) = (meta.clone(), tensors.clone());
+        assert!(laya_format::sort_lexicon(&mut smeta, &mut stensors).unwrap(), "the generator's words are unsorted");
+        let original = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        let sorted = Model::from_bytes(laya_format::write_model(&smeta, &stensors).unwrap()).unwrap();
+        let n = original.lexicon_len();
+        let (mut a, mut b) = (Session::with_max_k(original, n), Session::with_max_k(sorted, n));
+        for ctx in CONTEXTS {
+            let pa: Vec<_> = a.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect();
+            let pb: Vec<_> = b.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect();
+            let words = |p: &[(String, usize, f32)]| p.iter().map(|c| (c.0.clone(), c.1)).collect::<Vec<_>>();
+            assert_eq!(words(&pa), words(&pb), "{ty:?} {ctx:?}");
+            for (x, y) in pa.iter().zip(&pb) {
+                assert!((x.2 - y.2).abs() <= 1e-5 * x.2, "{ty:?} {ctx:?}: {x:?} vs {y:?}");
             }
         }
     }

@@ -57,7 +57,7 @@ impl ModelConfig {
                 },
                 replace_classes: self.replace_classes as u32,
             },
-            words: self.words.clone(),
+            words: self.words.iter().collect(),
             frequencies: self.frequencies.clone(),
             normalization: self
                 .normalization
@@ -102,7 +102,7 @@ impl ModelConfig {
                     laya_format::NormRule::LowercaseAscii => NormRule::LowercaseAscii,
                 })
                 .collect(),
-            words: meta.words.clone(),
+            words: meta.words.to_vec(),
             frequencies: meta.frequencies.clone(),
         };
         cfg.validate()?;
