@@ -585,6 +585,162 @@ pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], ch
     _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
 }
 
+/// Widest head [`attention_keys_in_lanes`] takes (its transposed keys live on the stack).
+const KEYS_MAX_DH: usize = 128;
+
+/// Transposes a 16×16 block held as 16 rows: afterwards `r[c]` is column `c`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn transpose16(r: &mut [__m512; 16]) {
+    let pd = _mm512_castps_pd;
+    let ps = _mm512_castpd_ps;
+    // Pairs of rows interleaved, then pairs of pairs: `u[4a + b]` holds, in 128-bit lane `L`,
+    // column `4L + b` of rows `4a..4a+4`.
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let mut u = [_mm512_setzero_ps(); 16];
+    for a in 0..4 {
+        let (t0, t1, t2, t3) = (pd(t[4 * a]), pd(t[4 * a + 1]), pd(t[4 * a + 2]), pd(t[4 * a + 3]));
+        u[4 * a] = ps(_mm512_unpacklo_pd(t0, t2));
+        u[4 * a + 1] = ps(_mm512_unpackhi_pd(t0, t2));
+        u[4 * a + 2] = ps(_mm512_unpacklo_pd(t1, t3));
+        u[4 * a + 3] = ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    // Then the 128-bit lanes: column 4L + b gathers lane L of u[b], u[4+b], u[8+b], u[12+b].
+    for b in 0..4 {
+        let v0 = _mm512_shuffle_f32x4::<0x88>(u[b], u[4 + b]);
+        let v1 = _mm512_shuffle_f32x4::<0xDD>(u[b], u[4 + b]);
+        let v2 = _mm512_shuffle_f32x4::<0x88>(u[8 + b], u[12 + b]);
+        let v3 = _mm512_shuffle_f32x4::<0xDD>(u[8 + b], u[12 + b]);
+        r[b] = _mm512_shuffle_f32x4::<0x88>(v0, v2);
+        r[4 + b] = _mm512_shuffle_f32x4::<0x88>(v1, v3);
+        r[8 + b] = _mm512_shuffle_f32x4::<0xDD>(v0, v2);
+        r[12 + b] = _mm512_shuffle_f32x4::<0xDD>(v1, v3);
+    }
+}
+
+/// Attention with up to 16 keys, one lane per key. Each head's keys are transposed once
+/// (`kt[c]` = column `c` of the 16 keys), so a query's 16 scores are `dh` FMAs of a broadcast
+/// query element with `kt[c]` into one register, its softmax runs inside that register (masked
+/// lanes are -inf, whose exp is 0), and the values are summed with the 16 weights broadcast;
+/// four queries at a time.
+/// The general path below spends more on the horizontal sum of each dot product than on the
+/// products themselves when there are only 16 keys.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn attention_keys_in_lanes(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    d: usize,
+    heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dh = d / heads;
+    let nv = dh / 16;
+    assert!((1..=16).contains(&n_kv) && dh <= KEYS_MAX_DH && dh.is_multiple_of(16));
+    assert!(q.len() >= n_q * d && k.len() >= n_kv * d && v.len() >= n_kv * d && out.len() >= n_q * d);
+    let ld = |s: &[f32]| {
+        let s = &s[..16];
+        // SAFETY: s has exactly 16 elements.
+        unsafe { _mm512_loadu_ps(s.as_ptr()) }
+    };
+    let keys = tail_mask(n_kv);
+    let vscale = _mm512_set1_ps(scale);
+    let mut kt = [_mm512_setzero_ps(); KEYS_MAX_DH];
+    for h in 0..heads {
+        let c = h * dh;
+        for i in 0..nv {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (j, row) in r.iter_mut().enumerate().take(n_kv) {
+                *row = ld(&k[j * d + c + 16 * i..]);
+            }
+            transpose16(&mut r);
+            kt[16 * i..16 * i + 16].copy_from_slice(&r);
+        }
+        let mut p = 0;
+        while p + 4 <= n_q {
+            queries_in_lanes::<4>(q, v, p, n_kv, d, c, dh, keys, vscale, &kt, out);
+            p += 4;
+        }
+        while p < n_q {
+            queries_in_lanes::<1>(q, v, p, n_kv, d, c, dh, keys, vscale, &kt, out);
+            p += 1;
+        }
+    }
+}
+
+/// Queries `p0..p0+Q` of the head at column `c` for [`attention_keys_in_lanes`]: `Q`
+/// independent score, softmax and value chains side by side, so their latencies overlap
+/// (one query alone is a chain of dependent FMAs, reductions and an exp).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+fn queries_in_lanes<const Q: usize>(
+    q: &[f32],
+    v: &[f32],
+    p0: usize,
+    n_kv: usize,
+    d: usize,
+    c: usize,
+    dh: usize,
+    keys: __mmask16,
+    vscale: __m512,
+    kt: &[__m512; KEYS_MAX_DH],
+    out: &mut [f32],
+) {
+    let ld = |s: &[f32]| {
+        let s = &s[..16];
+        // SAFETY: s has exactly 16 elements.
+        unsafe { _mm512_loadu_ps(s.as_ptr()) }
+    };
+    let qv: [&[f32]; Q] = core::array::from_fn(|t| &q[(p0 + t) * d + c..][..dh]);
+    let mut a = [[_mm512_setzero_ps(); 2]; Q];
+    for (cc, col) in kt[..dh].iter().enumerate() {
+        for t in 0..Q {
+            a[t][cc % 2] = _mm512_fmadd_ps(_mm512_set1_ps(qv[t][cc]), *col, a[t][cc % 2]);
+        }
+    }
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut probs = [[0.0f32; 16]; Q];
+    for t in 0..Q {
+        let s = _mm512_mask_mov_ps(ninf, keys, _mm512_mul_ps(_mm512_add_ps(a[t][0], a[t][1]), vscale));
+        let e = exp16(_mm512_sub_ps(s, _mm512_set1_ps(_mm512_reduce_max_ps(s))));
+        let pr = _mm512_mul_ps(e, _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(e)));
+        // SAFETY: probs[t] is 16 floats.
+        unsafe { _mm512_storeu_ps(probs[t].as_mut_ptr(), pr) };
+    }
+    let nv = dh / 16;
+    let mut i = 0;
+    while i < nv {
+        let g = (nv - i).min(4);
+        let mut acc = [[_mm512_setzero_ps(); 4]; Q];
+        for j in 0..n_kv {
+            let vr = &v[j * d + c + 16 * i..];
+            for u in 0..g {
+                let x = ld(&vr[16 * u..]);
+                for t in 0..Q {
+                    acc[t][u] = _mm512_fmadd_ps(_mm512_set1_ps(probs[t][j]), x, acc[t][u]);
+                }
+            }
+        }
+        for t in 0..Q {
+            for u in 0..g {
+                let dst = &mut out[(p0 + t) * d + c + 16 * (i + u)..][..16];
+                // SAFETY: dst has exactly 16 elements.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), acc[t][u]) };
+            }
+        }
+        i += g;
+    }
+}
+
 /// Multi-head attention with 16-lane vectors (see `Kernels::attention`), for head widths that
 /// are a multiple of 16: scores four keys at a time (four FMA chains, each folded to 8 lanes
 /// and reduced together), the 512-bit softmax, then the weighted values accumulated in
@@ -607,6 +763,9 @@ pub(crate) fn attention(
     let nv = dh / 16;
     let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
     let out = &mut out[..n_q * d];
+    if (1..=16).contains(&n_kv) && dh <= KEYS_MAX_DH {
+        return attention_keys_in_lanes(q, k, v, n_q, n_kv, d, heads, scale, out);
+    }
     let scores = &mut scores[..n_kv];
     let ld = |s: &[f32]| {
         let s = &s[..16];
