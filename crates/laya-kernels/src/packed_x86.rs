@@ -37,8 +37,9 @@ fn check(len: usize, groups: usize, stride: usize, rows: usize, cols: usize, xq:
 }
 
 /// Runs a 512-bit `tile::<G, P>(w, xq, g, p, bias, y)` over every group and position: four
-/// groups at a time for one position (independent chains while the weights stream), else one
-/// group with eight, four, then single positions (each weight vector serves every position).
+/// groups at a time for one position (independent chains while the weights stream), else two
+/// groups with four positions (each weight vector serves four positions, each activation
+/// broadcast two groups), and a last odd group with eight, four, then single positions.
 macro_rules! drive_tiles {
     ($tile:ident, $w:expr, $xq:expr, $n_pos:expr, $bias:expr, $y:expr) => {{
         let groups = $w.groups();
@@ -53,7 +54,22 @@ macro_rules! drive_tiles {
                 g += 1;
             }
         } else {
-            for g in 0..groups {
+            // Pairs of groups, four positions: each broadcast activation word then feeds two
+            // `vpdpbusd` (the broadcasts, not the dot products, bound the one-group tiles).
+            let mut g0 = 0;
+            while g0 + 2 <= groups {
+                let mut p = 0;
+                while p + 4 <= $n_pos {
+                    $tile::<2, 4>($w, $xq, g0, p, $bias, $y);
+                    p += 4;
+                }
+                while p < $n_pos {
+                    $tile::<2, 1>($w, $xq, g0, p, $bias, $y);
+                    p += 1;
+                }
+                g0 += 2;
+            }
+            for g in g0..groups {
                 let mut p = 0;
                 while p + 8 <= $n_pos {
                     $tile::<1, 8>($w, $xq, g, p, $bias, $y);
