@@ -591,7 +591,7 @@ const KEYS_MAX_DH: usize = 128;
 /// Transposes a 16×16 block held as 16 rows: afterwards `r[c]` is column `c`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn transpose16(r: &mut [__m512; 16]) {
+pub(crate) fn transpose16(r: &mut [__m512; 16]) {
     let pd = _mm512_castps_pd;
     let ps = _mm512_castpd_ps;
     // Pairs of rows interleaved, then pairs of pairs: `u[4a + b]` holds, in 128-bit lane `L`,

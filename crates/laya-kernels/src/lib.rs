@@ -649,7 +649,13 @@ impl Kernels {
         );
         match self.int8 {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            Int8Isa::Avx2 | Int8Isa::AvxVnni | Int8Isa::Avx512Vnni => {
+            Int8Isa::Avx512Vnni => {
+                // SAFETY: AVX-512 VNNI implies the AVX-512 level (`fits`), detected at
+                // construction (struct invariant).
+                unsafe { q8_x86::quantize_avx512(x, out) }
+            }
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Int8Isa::Avx2 | Int8Isa::AvxVnni => {
                 // SAFETY: every x86 int8 set implies the AVX2 level (`fits`), which was
                 // detected at construction (struct invariant).
                 unsafe { q8_x86::quantize(x, out) }
