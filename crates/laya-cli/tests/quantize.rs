@@ -8,6 +8,10 @@ use std::path::PathBuf;
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType};
 
+fn meta(path: &PathBuf) -> laya_format::ModelMeta {
+    laya_format::LayaFile::parse(&std::fs::read(path).unwrap()).unwrap().meta
+}
+
 fn float_model(name: &str) -> PathBuf {
     let (meta, tensors) = random_model(&TinyConfig::default(), 5, GgmlType::F32);
     let path = tmp(name);
@@ -23,6 +27,14 @@ fn quantized_model_predicts_and_inspects_as_q4_1_and_q8_0() {
     assert!(report.contains("| token_embd_comp.weight | F16 | [64, 2048] |"), "{report}");
     assert!(report.contains("| without |") && report.contains("| with |"), "{report}");
     assert!(std::fs::metadata(&output).unwrap().len() * 3 < std::fs::metadata(&input).unwrap().len());
+
+    // The output's lexicon is in byte order (the one-pass load path), the same words as the input.
+    let (before, after) = (meta(&input), meta(&output));
+    assert!(after.words.iter().zip(after.words.iter().skip(1)).all(|(a, b)| a < b));
+    let mut words = before.words.to_vec();
+    words.sort();
+    assert_eq!(after.words, words);
+    assert_ne!(before.words, after.words, "the generator's lexicon is not sorted");
 
     let inspect = ok(&laya().arg("inspect").arg(&output).output().unwrap());
     assert!(inspect.contains("Q4_1") && inspect.contains("Q8_0"), "{inspect}");

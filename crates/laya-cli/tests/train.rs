@@ -66,6 +66,11 @@ fn trains_then_continues_from_the_model_with_init() {
         .output()
         .unwrap();
     let fresh = word_loss_of_first_epoch(&ok(out));
+    // A new model's words get ids in byte order (the lexicon file lists them by frequency), each
+    // keeping its frequency, so the runtime loads the lexicon without sorting it.
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&first).unwrap()).unwrap().meta;
+    assert_eq!(meta.words, vec!["不错", "今天", "天气"]);
+    assert_eq!(meta.frequencies, vec![5, 3, 10]);
 
     let second = tmp("second.laya");
     let out = laya()

@@ -412,11 +412,10 @@ pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<
             reason: format!("the lexicon has {n} words"),
         });
     }
-    for t in tensors.iter_mut() {
-        if t.name != "output.weight" && t.name != "output.bias" {
-            continue;
-        }
-        // Both tensors have one row per word as their last dimension; rows are whole blocks.
+    let per_word = |t: &TensorData| t.name == "output.weight" || t.name == "output.bias";
+    // Both tensors have one row per word as their last dimension; rows are whole blocks. All
+    // are checked before any moves, so a refusal leaves everything as it was.
+    for t in tensors.iter().filter(|t| per_word(t)) {
         let rows = t.ne.last().copied().unwrap_or(0) as usize;
         if rows != n || t.data.len() % n != 0 {
             return Err(FormatError::BadTensor {
@@ -424,6 +423,8 @@ pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<
                 reason: format!("{rows} rows and {} bytes for a lexicon of {n} words", t.data.len()),
             });
         }
+    }
+    for t in tensors.iter_mut().filter(|t| per_word(t)) {
         let row = t.data.len() / n;
         let mut data = Vec::with_capacity(t.data.len());
         for &id in &order {

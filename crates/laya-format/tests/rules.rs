@@ -154,3 +154,30 @@ fn check_against_naive(words: &[String]) -> Result<(), TestCaseError> {
     }
     Ok(())
 }
+
+/// `sort_lexicon` refuses what it cannot reorder consistently, and leaves its input untouched
+/// when it refuses.
+#[test]
+fn sort_lexicon_refuses_inconsistent_inputs() {
+    let (meta, tensors) = random_model(&TinyConfig::small(), 9, GgmlType::Q8_0);
+    let mut dup = meta.clone();
+    let mut words = dup.words.to_vec();
+    words[1] = words[0].clone();
+    dup.words = words.into();
+    let mut t = tensors.clone();
+    assert!(matches!(laya_format::sort_lexicon(&mut dup, &mut t), Err(laya_format::FormatError::Lexicon { index: 1, .. })));
+
+    let mut short = meta.clone();
+    short.frequencies.pop();
+    let mut t = tensors.clone();
+    assert!(matches!(laya_format::sort_lexicon(&mut short, &mut t), Err(laya_format::FormatError::BadLength { .. })));
+
+    let mut m = meta.clone();
+    let mut t = tensors.clone();
+    let head = t.iter_mut().find(|t| t.name == "output.weight").unwrap();
+    head.ne[1] -= 1;
+    let before = t.clone();
+    assert!(matches!(laya_format::sort_lexicon(&mut m, &mut t), Err(laya_format::FormatError::BadTensor { .. })));
+    assert_eq!(m, meta, "nothing moved");
+    assert_eq!(t, before, "nothing moved");
+}
