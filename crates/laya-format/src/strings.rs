@@ -125,8 +125,8 @@ impl Strings {
     }
 
     /// The strings in order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + DoubleEndedIterator + '_ {
-        self.offsets.windows(2).map(|w| &self.buf[w[0] as usize..w[1] as usize])
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { list: self, front: 0, back: self.len() }
     }
 
     /// A copy as one `String` per element.
@@ -195,12 +195,49 @@ impl<S: AsRef<str>> PartialEq<Vec<S>> for Strings {
 
 impl<'a> IntoIterator for &'a Strings {
     type Item = &'a str;
-    type IntoIter = Box<dyn Iterator<Item = &'a str> + 'a>;
+    type IntoIter = Iter<'a>;
 
-    fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
     }
 }
+
+/// The strings of a [`Strings`], in order ([`Strings::iter`]).
+#[derive(Clone)]
+pub struct Iter<'a> {
+    list: &'a Strings,
+    front: usize,
+    back: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = &'a str;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        (self.front < self.back).then(|| {
+            self.front += 1;
+            &self.list[self.front - 1]
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.back - self.front;
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    #[inline]
+    fn next_back(&mut self) -> Option<Self::Item> {
+        (self.front < self.back).then(|| {
+            self.back -= 1;
+            &self.list[self.back]
+        })
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
 
 #[cfg(test)]
 mod tests {
