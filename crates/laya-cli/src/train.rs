@@ -270,7 +270,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 return Err(CliError(format!("{} has no words", path.display())));
             }
             // Word ids in byte order: the runtime then checks the lexicon in one pass at load
-            // instead of sorting it (docs/format.md §3).
+            // instead of sorting it (docs/format.md §4, "Lexicon order").
             let mut pairs: Vec<(String, u32)> = lexicon.words.into_iter().zip(lexicon.freqs).collect();
             pairs.sort_unstable();
             (lexicon.words, lexicon.freqs) = pairs.into_iter().unzip();

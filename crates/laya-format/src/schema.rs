@@ -766,7 +766,7 @@ pub fn check_lexicon(words: &Strings) -> Result<(), FormatError> {
 /// duplicate check sorts anyway, so a loader need not sort again. Errors are reported at the
 /// lowest offending index, as a front-to-back scan would.
 ///
-/// A lexicon already in byte order (what Laya's tools write, docs/format.md §3) is checked in
+/// A lexicon already in byte order (what Laya's tools write, docs/format.md §4) is checked in
 /// one pass: strictly increasing neighbours are sorted and free of duplicates at once.
 pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {

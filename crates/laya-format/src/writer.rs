@@ -386,7 +386,7 @@ pub fn patch_checksum(bytes: &mut [u8]) -> Result<u64, FormatError> {
 ///
 /// A loader must know the words in byte order (completions of a typed prefix are one range
 /// of them). A file already in that order is checked in one pass; any other is sorted at
-/// every load, about a millisecond for 20,000 words (docs/format.md §3). Laya's tools write
+/// every load, about a millisecond for 20,000 words (docs/format.md §4, "Lexicon order"). Laya's tools write
 /// sorted lexicons.
 ///
 /// ```
