@@ -36,6 +36,21 @@ fn check(len: usize, groups: usize, stride: usize, rows: usize, cols: usize, xq:
     assert!(bias.is_none_or(|b| b.len() >= rows));
 }
 
+/// Every position of groups `g..g+G` of [`drive_tiles`], in tiles of the given widths, widest
+/// first.
+macro_rules! positions {
+    ($tile:ident, $w:expr, $xq:expr, $n_pos:expr, $bias:expr, $y:expr, $g_n:literal, $g:expr; $($p_n:literal),+) => {{
+        let mut p = 0;
+        $(
+            // p <= n_pos throughout, so the difference cannot wrap.
+            while $n_pos - p >= $p_n {
+                $tile::<$g_n, $p_n>($w, $xq, $g, p, $bias, $y);
+                p += $p_n;
+            }
+        )+
+    }};
+}
+
 /// Runs a 512-bit `tile::<G, P>(w, xq, g, p, bias, y)` over every group and position: four
 /// groups at a time for one position (independent chains while the weights stream), else two
 /// groups with four positions (each weight vector serves four positions, each activation
@@ -56,33 +71,13 @@ macro_rules! drive_tiles {
         } else {
             // Pairs of groups, four positions: each broadcast activation word then feeds two
             // `vpdpbusd` (the broadcasts, not the dot products, bound the one-group tiles).
-            let mut g0 = 0;
-            while g0 + 2 <= groups {
-                let mut p = 0;
-                while p + 4 <= $n_pos {
-                    $tile::<2, 4>($w, $xq, g0, p, $bias, $y);
-                    p += 4;
-                }
-                while p < $n_pos {
-                    $tile::<2, 1>($w, $xq, g0, p, $bias, $y);
-                    p += 1;
-                }
-                g0 += 2;
+            let mut g = 0;
+            while g + 2 <= groups {
+                positions!($tile, $w, $xq, $n_pos, $bias, $y, 2, g; 4, 1);
+                g += 2;
             }
-            for g in g0..groups {
-                let mut p = 0;
-                while p + 8 <= $n_pos {
-                    $tile::<1, 8>($w, $xq, g, p, $bias, $y);
-                    p += 8;
-                }
-                if p + 4 <= $n_pos {
-                    $tile::<1, 4>($w, $xq, g, p, $bias, $y);
-                    p += 4;
-                }
-                while p < $n_pos {
-                    $tile::<1, 1>($w, $xq, g, p, $bias, $y);
-                    p += 1;
-                }
+            if g < groups {
+                positions!($tile, $w, $xq, $n_pos, $bias, $y, 1, g; 8, 4, 1);
             }
         }
     }};
