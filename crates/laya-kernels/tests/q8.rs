@@ -149,8 +149,11 @@ proptest! {
             prop_assert_eq!(blk.sum(), blk.qs().iter().map(|&q| q as i32).sum::<i32>());
             for (q, v) in blk.qs().iter().zip(xb) {
                 prop_assert!((-127..=127).contains(q));
+                // Half a step, plus the f32 rounding of `1/d` and of `x·(1/d)` (each ≤ 2⁻²⁴
+                // relative, on a value of at most 127 steps): x = 126.500005 steps can round to
+                // 126 (seen once in ~10⁴ cases).
                 let err = (*v as f64 - blk.d() as f64 * *q as f64).abs();
-                prop_assert!(err <= blk.d() as f64 * 0.5 * (1.0 + 1e-5), "x {} q {} d {}", v, q, blk.d());
+                prop_assert!(err <= blk.d() as f64 * (0.5 + 127.0 * 2f64.powi(-23)), "x {} q {} d {}", v, q, blk.d());
             }
             if amax > 0.0 {
                 prop_assert!(blk.qs().iter().any(|q| q.abs() == 127));
