@@ -86,6 +86,8 @@ pub fn load_model(path: Option<&std::path::Path>) -> Result<Arc<Model>, CliError
 }
 
 fn main() -> ExitCode {
+    // Before any thread or candle operation: training runs its batch shards side by side.
+    laya_train::configure_candle_threads();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),

@@ -2,7 +2,9 @@
 //!
 //! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
 //! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS=2 LAYA_FFN=256` for the default
-//! model's shape, `LAYA_STEPS` timed steps).
+//! model's shape, `LAYA_STEPS` timed steps). It times `train_step` (batch shards side by side,
+//! candle's elementwise pool off, as `laya train` runs); `LAYA_STEP=whole` times the one-graph
+//! step with candle's pool on, phase by phase, for comparison.
 //!
 //! The parent process re-runs itself once per thread count because candle reads
 //! `RAYON_NUM_THREADS` once per process.
@@ -36,9 +38,21 @@ struct Breakdown {
     total: Duration,
 }
 
-/// The same work as `train_step`, timed phase by phase.
+/// `LAYA_STEP=whole`: time the one-graph step below (the step before batch sharding, with
+/// candle's elementwise pool on) instead of `train_step`.
+fn whole_step() -> bool {
+    std::env::var("LAYA_STEP").is_ok_and(|s| s == "whole")
+}
+
+/// The one-graph step (what `train_step` does on one thread), timed phase by phase.
 fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, b: &mut Breakdown) {
     let t0 = Instant::now();
+    if !whole_step() {
+        train_step(net, opt, batch, cfg, 1e-3).unwrap();
+        b.total += t0.elapsed();
+        b.samples += batch.size;
+        return;
+    }
     let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
     let gathered = net.token_embedding().detach().index_select(&rows, 0).unwrap();
     let leaf = Var::from_tensor(&gathered).unwrap();
@@ -102,20 +116,30 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
         }
     });
     let tot = b.total.as_secs_f64();
+    let phases = if whole_step() {
+        format!(
+            "   whole step: forward {:>4.1}%  backward {:>4.1}%  optimizer {:>4.1}%",
+            100.0 * b.forward.as_secs_f64() / tot,
+            100.0 * b.backward.as_secs_f64() / tot,
+            100.0 * b.optimizer.as_secs_f64() / tot,
+        )
+    } else {
+        format!("   train_step, {} shards", shard_count(batch_size, rayon::current_num_threads()))
+    };
     println!(
-        "V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s   forward {:>4.1}%  backward {:>4.1}%  optimizer {:>4.1}%",
+        "V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
         mc.rows(),
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "auto".into()),
         b.samples as f64 / tot,
-        100.0 * b.forward.as_secs_f64() / tot,
-        100.0 * b.backward.as_secs_f64() / tot,
-        100.0 * b.optimizer.as_secs_f64() / tot,
     );
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 5 && args[1] == "--child" {
+        if !whole_step() {
+            configure_candle_threads(); // as `laya` does
+        }
         child(args[2].parse().unwrap(), &args[3], args[4].parse().unwrap());
         return;
     }

@@ -176,6 +176,44 @@ pub struct Batch {
     pub replace_class: Vec<u32>,
 }
 
+impl Batch {
+    /// The samples `range` of this batch as a batch of their own that keeps this batch's loss
+    /// divisors (`word_weight`, `total_weight`), so that the shards' losses, and therefore their
+    /// gradients, add up to this batch's. [`crate::train_step`] runs shards side by side.
+    ///
+    /// ```
+    /// use laya_train::*;
+    /// let ev = |w: &str| Event { context: "今天".into(), shown: vec![Shown { word: w.into(), replace: 0 }], clicked: Some(0), weight: 1.0 };
+    /// let mut mc = ModelConfig::standard(vec!["天气".into(), "很好".into()], vec![1, 1], Mapping::Direct);
+    /// mc.ffn = vec![32];
+    /// let tc = TrainConfig::default();
+    /// let set = encode_events(&[ev("天气"), ev("很好"), ev("天气")], &mc, &tc);
+    /// let batch = make_batch(&set, &[0, 1, 2], 2, mc.replace_classes, &candle_core::Device::Cpu).unwrap();
+    /// let tail = batch.shard(1..3).unwrap();
+    /// assert_eq!((tail.size, tail.total_weight), (2, 3.0));
+    /// ```
+    pub fn shard(&self, range: std::ops::Range<usize>) -> Result<Batch> {
+        if range.start > range.end || range.end > self.size {
+            return Err(crate::TrainError::Config(format!("shard {range:?} of a batch of {}", self.size)));
+        }
+        let t = self.rows.len() / self.size.max(1);
+        let n = range.len();
+        let word_target = self.word_target.narrow(0, range.start, n)?;
+        let row_sums: Vec<f32> = word_target.sum(1)?.to_vec1()?;
+        Ok(Batch {
+            size: n,
+            rows: self.rows[range.start * t..range.end * t].to_vec(),
+            word_target,
+            word_count: row_sums.iter().filter(|&&s| s != 0.0).count(),
+            word_weight: self.word_weight,
+            total_weight: self.total_weight,
+            replace_target: self.replace_target.narrow(0, range.start, n)?,
+            clicked_word: self.clicked_word[range.clone()].to_vec(),
+            replace_class: self.replace_class[range].to_vec(),
+        })
+    }
+}
+
 /// Gathers the samples `idx` of `set` into a batch.
 pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize, dev: &Device) -> Result<Batch> {
     let b = idx.len();

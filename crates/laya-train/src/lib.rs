@@ -28,7 +28,7 @@ mod train;
 pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
 pub use train::{
     evaluate, fused_loss_tensors, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_from,
-    train_step, training_pool, training_threads, EpochReport,
+    configure_candle_threads, shard_count, train_step, training_pool, training_threads, EpochReport,
     LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason, TrainHooks, TrainOutcome, TrainState,
     ValidReport,
 };

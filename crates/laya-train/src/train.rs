@@ -9,6 +9,7 @@ use crate::model::{LayaNet, ParamKind};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
 use candle_core::{Tensor, Var};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -85,7 +86,100 @@ pub fn training_pool() -> Result<rayon::ThreadPool> {
 
 /// One optimisation step on `batch`: forward, backward, gradient clipping, AdamW.
 /// The embedding gradient is taken at the gathered rows and kept row-sparse.
+///
+/// On a pool of several threads (run it inside [`training_pool`]) the batch is cut into
+/// [`shard_count`] shards ([`Batch::shard`]) whose forward and backward passes run side by
+/// side, each its own candle graph over the shared parameters; their gradients are summed
+/// before the optimiser step. Why: a step is hundreds of candle operations plus serial gradient
+/// bookkeeping, and parallelising inside each operation gained only 1.1–1.4× from a second
+/// core; whole shards keep every core busy (docs/training.md, Throughput). For them to really
+/// run side by side, candle's own elementwise thread pool must be off (see
+/// [`configure_candle_threads`]): it serves one caller at a time. The summed gradient equals the
+/// whole batch's up to float rounding, so runs on different thread counts differ in the last
+/// bits; a run on the same machine and thread count is repeatable.
 pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, lr: f64) -> Result<(LossParts, f64)> {
+    let shards = shard_count(batch.size, rayon::current_num_threads());
+    let (parts, grads) = if shards == 1 {
+        shard_grads(net, batch, cfg)?
+    } else {
+        let ranges: Vec<std::ops::Range<usize>> =
+            (0..shards).map(|k| (k * batch.size / shards)..((k + 1) * batch.size / shards)).collect();
+        let results: Vec<Result<(LossParts, ShardGrads)>> =
+            ranges.par_iter().map(|r| shard_grads(net, &batch.shard(r.clone())?, cfg)).collect();
+        let mut parts = LossParts::default();
+        let mut sum: Option<ShardGrads> = None;
+        // In shard order, so that a run is repeatable.
+        for res in results {
+            let (p, g) = res?;
+            parts.total += p.total;
+            parts.word += p.word;
+            parts.replace += p.replace;
+            sum = Some(match sum {
+                None => g,
+                Some(mut acc) => {
+                    for (a, b) in acc.dense.iter_mut().zip(g.dense) {
+                        *a = match (a.take(), b) {
+                            (Some(x), Some(y)) => Some((x + y)?),
+                            (x, y) => x.or(y),
+                        };
+                    }
+                    acc.leaf.extend_from_slice(&g.leaf);
+                    acc
+                }
+            });
+        }
+        (parts, sum.expect("shard_count is at least 1"))
+    };
+    let mut out = Grads { dense: grads.dense, ..Grads::default() };
+    // The shards' gathered rows, concatenated in order, are the batch's rows.
+    out.add_embedding_rows(&batch.rows, &grads.leaf, net.config().d_model);
+    let norm = AdamW::grad_norm(&out)?;
+    let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
+    opt.step(net.params(), &out, lr, scale)?;
+    Ok((parts, norm))
+}
+
+/// How many shards [`train_step`] cuts a batch of `batch_size` samples into on `threads`
+/// threads: one per thread, but no shard smaller than 32 samples (below that a shard's
+/// matrices are too small to pay for their own graph).
+///
+/// ```
+/// use laya_train::shard_count;
+/// assert_eq!(shard_count(512, 1), 1);
+/// assert_eq!(shard_count(512, 2), 2);
+/// assert_eq!(shard_count(64, 16), 2);
+/// assert_eq!(shard_count(8, 4), 1);
+/// ```
+pub fn shard_count(batch_size: usize, threads: usize) -> usize {
+    threads.min(batch_size / 32).max(1)
+}
+
+/// Turns candle's elementwise thread pool off (`CANDLE_NUM_THREADS=1`) unless the user set
+/// `CANDLE_NUM_THREADS`, so that [`train_step`]'s shards run side by side: that pool serves one
+/// caller at a time and its workers spin between calls, so with it on, two shards took turns.
+/// Matrix products still use every thread of [`training_pool`].
+///
+/// Call it first thing in `main`, before any thread is started and before any candle operation
+/// (candle reads the variable once): it sets a process environment variable.
+///
+/// ```
+/// laya_train::configure_candle_threads();
+/// assert!(std::env::var_os("CANDLE_NUM_THREADS").is_some());
+/// ```
+pub fn configure_candle_threads() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+}
+
+/// One shard's gradients: dense per parameter, and the gathered embedding rows' gradients
+/// (`rows · d` values in the shard's row order; empty when none reached them).
+struct ShardGrads {
+    dense: Vec<Option<Tensor>>,
+    leaf: Vec<f32>,
+}
+
+fn shard_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossParts, ShardGrads)> {
     let dev = net.device();
     let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), dev)?;
     let gathered = net.token_embedding().detach().index_select(&rows, 0)?;
@@ -93,23 +187,22 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
     let z = net.forward_hidden(leaf.as_tensor(), batch.size)?;
     let (total, word, rep) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight)?;
     let mut store = total.backward()?;
-    let mut grads = Grads::default();
-    for p in net.params() {
-        grads.dense.push(if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) });
-    }
-    if let Some(g) = store.remove(leaf.as_tensor()) {
-        let g: Vec<f32> = g.flatten_all()?.to_vec1()?;
-        grads.add_embedding_rows(&batch.rows, &g, net.config().d_model);
-    }
-    let norm = AdamW::grad_norm(&grads)?;
-    let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
-    opt.step(net.params(), &grads, lr, scale)?;
+    let dense = net
+        .params()
+        .iter()
+        .map(|p| if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) })
+        .collect();
+    // The loss always depends on the gathered rows; zeros keep the shards' rows aligned if not.
+    let leaf = match store.remove(leaf.as_tensor()) {
+        Some(g) => g.flatten_all()?.to_vec1()?,
+        None => vec![0.0; batch.rows.len() * net.config().d_model],
+    };
     let parts = LossParts {
         total: total.to_scalar::<f32>()?,
         word: word.to_scalar::<f32>()?,
         replace: rep.to_scalar::<f32>()?,
     };
-    Ok((parts, norm))
+    Ok((parts, ShardGrads { dense, leaf }))
 }
 
 /// Validation result of one pass over the validation events (losses weighted by `Event::weight`,

@@ -113,6 +113,69 @@ fn one_training_step_changes_every_parameter() {
     }
 }
 
+/// `train_step` on a pool of three threads cuts the batch into three shards (one graph each,
+/// run side by side) and sums their gradients; the step must be the one-graph step's, up to
+/// float rounding. The batch mixes event weights and an out-of-lexicon click (an all-zero word
+/// target in one shard) so that the shards' loss divisors matter.
+#[test]
+fn sharded_step_matches_the_one_graph_step() {
+    let mut events: Vec<Event> = Vec::new();
+    for round in 0..5 {
+        for (i, mut e) in memorise_events().into_iter().enumerate() {
+            e.weight = 1.0 + ((round * 20 + i) % 4) as f32;
+            events.push(e);
+        }
+    }
+    events[40].shown[1].word = "not-in-lexicon".into();
+    let tc = TrainConfig::default();
+    let run = |threads: usize| {
+        let net = LayaNet::new(tiny_cfg(50, 2), 11).unwrap();
+        let set = encode_events(&events, net.config(), &tc);
+        let idx: Vec<usize> = (0..set.len()).collect();
+        let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
+        let mut opt = AdamW::new(net.params(), &tc);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        assert_eq!(shard_count(batch.size, threads), threads);
+        let (parts, norm) = pool.install(|| train_step(&net, &mut opt, &batch, &tc, 1e-3)).unwrap();
+        let params: Vec<Vec<f32>> = net.params().iter().map(|p| p.var.flatten_all().unwrap().to_vec1().unwrap()).collect();
+        (parts, norm, params)
+    };
+    let (p1, n1, w1) = run(1);
+    let (p3, n3, w3) = run(3);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * a.abs().max(1.0);
+    assert!(close(p1.total as f64, p3.total as f64) && close(p1.word as f64, p3.word as f64), "{p1:?} vs {p3:?}");
+    assert!(close(p1.replace as f64, p3.replace as f64), "{p1:?} vs {p3:?}");
+    assert!(close(n1, n3), "gradient norms {n1} vs {n3}");
+    let names: Vec<String> = LayaNet::new(tiny_cfg(50, 2), 11).unwrap().params().iter().map(|p| p.name.clone()).collect();
+    for ((a, b), name) in w1.iter().zip(&w3).zip(&names) {
+        let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= 1e-6, "{name}: parameters after the step differ by {worst}");
+    }
+}
+
+#[test]
+fn batch_shards_keep_the_batch_divisors_and_refuse_bad_ranges() {
+    let net = LayaNet::new(tiny_cfg(50, 1), 3).unwrap();
+    let mut events = memorise_events();
+    events[3].weight = 2.5;
+    let set = encode_events(&events, net.config(), &TrainConfig::default());
+    let idx: Vec<usize> = (0..set.len()).collect();
+    let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
+    let (a, b) = (batch.shard(0..7).unwrap(), batch.shard(7..20).unwrap());
+    assert_eq!((a.size, b.size), (7, 13));
+    assert_eq!((a.word_weight, a.total_weight), (batch.word_weight, batch.total_weight));
+    assert_eq!(a.word_count + b.word_count, batch.word_count);
+    assert_eq!([a.rows.clone(), b.rows.clone()].concat(), batch.rows);
+    let loss = |x: &Batch| {
+        let leaf = net.token_embedding().index_select(&Tensor::from_slice(&x.rows, x.rows.len(), net.device()).unwrap(), 0).unwrap();
+        let z = net.forward_hidden(&leaf, x.size).unwrap();
+        fused_loss_tensors(&net, &z, x, 1.0).unwrap().0.to_scalar::<f32>().unwrap()
+    };
+    let (whole, parts) = (loss(&batch), loss(&a) + loss(&b));
+    assert!((whole - parts).abs() <= 1e-5 * whole.abs(), "{whole} vs {parts}");
+    assert!(batch.shard(5..21).is_err());
+}
+
 #[test]
 fn loss_decreases_when_memorising_twenty_contexts() {
     let events = memorise_events();
