@@ -54,6 +54,11 @@ pub struct Args {
     text: Option<PathBuf>,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
+    /// Int8 instruction set of the kernels (`scalar`, `avx2`, `avx-vnni`, `avx512-vnni`;
+    /// default: the best this CPU has). For comparing tiers on one machine; one this CPU lacks
+    /// is an error.
+    #[arg(long)]
+    int8: Option<laya_kernels::Int8Isa>,
     /// Internal: load, predict once, report, exit (used to time cold start).
     #[arg(long, hide = true)]
     cold_probe: bool,
@@ -118,7 +123,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let contexts = contexts(&args)?;
     let t0 = Instant::now();
-    let model = crate::load_model(args.model.as_deref())?;
+    let model = load(&args)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let cold = cold_start(&args)?;
@@ -299,6 +304,25 @@ fn threaded(
 /// Starts `--cold-runs` fresh processes that each load the model and predict once. Returns
 /// the medians of spawn → first prediction and of load → first prediction (ms), and the
 /// largest peak RSS (KB).
+/// The model with the kernels `--int8` asks for (default: detected).
+fn load(args: &Args) -> Result<Arc<Model>, CliError> {
+    let Some(isa) = args.int8 else {
+        return crate::load_model(args.model.as_deref());
+    };
+    let kernels = laya_kernels::Kernels::detect()
+        .with_int8(isa)
+        .ok_or_else(|| CliError(format!("--int8 {isa}: this CPU (or this build's target) does not have it")))?;
+    match &args.model {
+        Some(p) => Ok(Model::load_with(p, kernels)?),
+        None => {
+            let bytes = crate::default_model::bytes()
+                .ok_or_else(|| CliError("no model is embedded in this build; pass --model FILE".into()))?;
+            Ok(Model::from_bytes_with(bytes.to_vec(), kernels)
+                .map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?)
+        }
+    }
+}
+
 fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
     let exe = std::env::current_exe()?;
     let mut times = Vec::new();
@@ -309,6 +333,9 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
         cmd.args(["bench", "--cold-probe", "--activations", &args.act.activations.to_string()]);
         if let Some(m) = &args.model {
             cmd.arg("--model").arg(m);
+        }
+        if let Some(i) = args.int8 {
+            cmd.arg("--int8").arg(i.to_string());
         }
         let t0 = Instant::now();
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
@@ -333,7 +360,7 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
 
 fn probe(args: &Args) -> Result<(), CliError> {
     let t0 = Instant::now();
-    let model = crate::load_model(args.model.as_deref())?;
+    let model = load(args)?;
     let mut session = Session::new(model);
     session.set_act_precision(args.act.activations);
     std::hint::black_box(session.predict("今天天气", 5).len());

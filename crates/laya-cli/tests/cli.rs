@@ -253,3 +253,30 @@ fn simulate_threads_write_the_same_log() {
     assert!(one.len() > 10_000);
     assert!(one == simulate("3"), "the log depends on the thread count");
 }
+
+/// `laya bench --int8 SET` runs the kernels of that int8 instruction set (the scalar twin exists
+/// everywhere) and says so; a set this CPU lacks or an unknown name is a one-line error.
+#[test]
+fn bench_int8_flag_picks_the_instruction_set() {
+    let m = model_file("int8flag.laya", GgmlType::Q8_0);
+    let bench = |isa: &str| laya().args(["bench", "--json", "--iterations", "30", "--cold-runs", "1", "--int8", isa, "--model"]).arg(&m).output().unwrap();
+    let out = bench("scalar");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["int8_isa"], "scalar");
+    assert_eq!(v["allocations_per_prediction"].as_f64(), Some(0.0));
+    for isa in ["avx2", "avx-vnni", "avx512-vnni"] {
+        let available: laya_kernels::Int8Isa = isa.parse().unwrap();
+        let out = bench(isa);
+        if laya_kernels::Kernels::detect().with_int8(available).is_some() {
+            assert!(out.status.success(), "{isa}: {}", String::from_utf8_lossy(&out.stderr));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["int8_isa"], isa);
+        } else {
+            assert_clean_error(&out);
+            assert!(String::from_utf8_lossy(&out.stderr).contains("does not have it"));
+        }
+    }
+    let out = bench("sse2");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("one of: scalar, avx2, avx-vnni, avx512-vnni"));
+}

@@ -467,6 +467,28 @@ impl Int8Isa {
     }
 }
 
+/// Parses the names [`Int8Isa`]'s `Display` prints (`scalar`, `avx2`, `avx-vnni`,
+/// `avx512-vnni`).
+///
+/// ```
+/// use laya_kernels::Int8Isa;
+/// assert_eq!("avx512-vnni".parse::<Int8Isa>(), Ok(Int8Isa::Avx512Vnni));
+/// assert!("sse2".parse::<Int8Isa>().is_err());
+/// for i in Int8Isa::ALL {
+///     assert_eq!(i.to_string().parse::<Int8Isa>(), Ok(i));
+/// }
+/// ```
+impl std::str::FromStr for Int8Isa {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Int8Isa::ALL.into_iter().find(|i| i.to_string() == s).ok_or_else(|| {
+            let names: Vec<String> = Int8Isa::ALL.iter().map(|i| i.to_string()).collect();
+            format!("unknown int8 instruction set {s:?} (one of: {})", names.join(", "))
+        })
+    }
+}
+
 impl fmt::Display for Int8Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
