@@ -299,11 +299,6 @@ fn threaded(
     (p50, p99, mean, n / secs)
 }
 
-/// Starts this binary `cold_runs` times with `--cold-probe` and times process start to the
-/// first prediction's answer; returns (median ms, peak RSS in kB of the probe).
-/// Starts `--cold-runs` fresh processes that each load the model and predict once. Returns
-/// the medians of spawn → first prediction and of load → first prediction (ms), and the
-/// largest peak RSS (KB).
 /// The model with the kernels `--int8` asks for (default: detected).
 fn load(args: &Args) -> Result<Arc<Model>, CliError> {
     let Some(isa) = args.int8 else {
@@ -323,6 +318,9 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
     }
 }
 
+/// Starts `--cold-runs` fresh processes that each load the model and predict once. Returns
+/// the medians of spawn → first prediction and of load → first prediction (ms), and the
+/// largest peak RSS (KB).
 fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
     let exe = std::env::current_exe()?;
     let mut times = Vec::new();

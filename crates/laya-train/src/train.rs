@@ -140,8 +140,8 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
 }
 
 /// How many shards [`train_step`] cuts a batch of `batch_size` samples into on `threads`
-/// threads: one per thread, but no shard smaller than 32 samples (below that a shard's
-/// matrices are too small to pay for their own graph).
+/// threads: one per thread, but no shard smaller than 32 samples (a floor chosen, not tuned:
+/// tiny shards would spend more on their own graph than their matrices take).
 ///
 /// ```
 /// use laya_train::shard_count;
