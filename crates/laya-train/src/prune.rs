@@ -523,7 +523,8 @@ mod tests {
         let bias = vec![1.0; f];
         let down: Vec<f32> = (0..d).flat_map(|r| vec![(r + 1) as f32; f]).collect();
         let (eu, ed) = group_energy(&up, &bias, &down, f, d);
-        assert_eq!(eu, vec![(0 + 1 + 4 + 9 + 4) as f64, (16 + 25 + 36 + 49 + 4) as f64]);
+        // Units 0..4: 0² + 1² + 2² + 3² plus the four unit biases; units 4..8 likewise.
+        assert_eq!(eu, vec![(1 + 4 + 9 + 4) as f64, (16 + 25 + 36 + 49 + 4) as f64]);
         assert_eq!(ed, vec![4.0 * (1.0 + 4.0), 4.0 * (1.0 + 4.0)]);
     }
 }
