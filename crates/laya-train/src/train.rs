@@ -221,36 +221,69 @@ pub struct ValidReport {
     pub events: usize,
 }
 
+/// One validation chunk's sums (see [`evaluate`]).
+#[derive(Default)]
+struct EvalSums {
+    wsum: f64,
+    wn: f64,
+    rsum: f64,
+    rn: f64,
+    top1: usize,
+    top5: usize,
+    in_lex: usize,
+    racc: usize,
+}
+
 /// Losses and accuracies of `net` on an encoded set (no gradients).
 pub fn evaluate(net: &LayaNet, set: &EncodedSet, cfg: &TrainConfig, batch_size: usize) -> Result<ValidReport> {
     let (v, c) = (net.config().vocab(), net.config().replace_classes);
-    let (mut wsum, mut wn, mut rsum, mut rn) = (0f64, 0f64, 0f64, 0f64);
-    let (mut top1, mut top5, mut in_lex, mut racc) = (0usize, 0usize, 0usize, 0usize);
     let idx: Vec<usize> = (0..set.len()).collect();
-    for chunk in idx.chunks(batch_size.max(1)) {
-        let batch = make_batch(set, chunk, v, c, net.device())?;
-        let rows = Tensor::from_slice(&batch.rows, (batch.size, set.t), net.device())?;
-        let (w, r) = net.forward(&rows)?;
-        let (_, word, rep) = loss_tensors(&w, &r, &batch, cfg.replace_loss_weight)?;
-        wsum += word.to_scalar::<f32>()? as f64 * batch.word_weight as f64;
-        wn += batch.word_weight as f64;
-        rsum += rep.to_scalar::<f32>()? as f64 * batch.total_weight as f64;
-        rn += batch.total_weight as f64;
-        let wl: Vec<Vec<f32>> = w.to_vec2()?;
-        let rl: Vec<Vec<f32>> = r.to_vec2()?;
-        for k in 0..batch.size {
-            if let Some(cw) = batch.clicked_word[k] {
-                in_lex += 1;
-                let target = wl[k][cw as usize];
-                let better = wl[k].iter().filter(|&&x| x > target).count();
-                top1 += (better == 0) as usize;
-                top5 += (better < 5) as usize;
+    // Chunks run side by side on the current pool, like the training step's shards, and their
+    // partial sums are added in chunk order, so the report does not depend on the thread count.
+    let parts: Vec<Result<EvalSums>> = idx
+        .par_chunks(batch_size.max(1))
+        .map(|chunk| {
+            let batch = make_batch(set, chunk, v, c, net.device())?;
+            let rows = Tensor::from_slice(&batch.rows, (batch.size, set.t), net.device())?;
+            let (w, r) = net.forward(&rows)?;
+            let (_, word, rep) = loss_tensors(&w, &r, &batch, cfg.replace_loss_weight)?;
+            let mut e = EvalSums {
+                wsum: word.to_scalar::<f32>()? as f64 * batch.word_weight as f64,
+                wn: batch.word_weight as f64,
+                rsum: rep.to_scalar::<f32>()? as f64 * batch.total_weight as f64,
+                rn: batch.total_weight as f64,
+                ..EvalSums::default()
+            };
+            let wl: Vec<Vec<f32>> = w.to_vec2()?;
+            let rl: Vec<Vec<f32>> = r.to_vec2()?;
+            for k in 0..batch.size {
+                if let Some(cw) = batch.clicked_word[k] {
+                    e.in_lex += 1;
+                    let target = wl[k][cw as usize];
+                    let better = wl[k].iter().filter(|&&x| x > target).count();
+                    e.top1 += (better == 0) as usize;
+                    e.top5 += (better < 5) as usize;
+                }
+                let rc = batch.replace_class[k] as usize;
+                let better = rl[k].iter().filter(|&&x| x > rl[k][rc]).count();
+                e.racc += (better == 0) as usize;
             }
-            let rc = batch.replace_class[k] as usize;
-            let better = rl[k].iter().filter(|&&x| x > rl[k][rc]).count();
-            racc += (better == 0) as usize;
-        }
+            Ok(e)
+        })
+        .collect();
+    let mut t = EvalSums::default();
+    for p in parts {
+        let p = p?;
+        t.wsum += p.wsum;
+        t.wn += p.wn;
+        t.rsum += p.rsum;
+        t.rn += p.rn;
+        t.top1 += p.top1;
+        t.top5 += p.top5;
+        t.in_lex += p.in_lex;
+        t.racc += p.racc;
     }
+    let EvalSums { wsum, wn, rsum, rn, top1, top5, in_lex, racc } = t;
     let n = set.len().max(1);
     let word = (wsum / wn.max(1e-12)) as f32;
     let replace = (rsum / rn.max(1e-12)) as f32;

@@ -153,6 +153,25 @@ fn sharded_step_matches_the_one_graph_step() {
     }
 }
 
+/// `evaluate` runs its chunks side by side and adds their sums in chunk order: the report is
+/// the same on one thread and on three, to the bit.
+#[test]
+fn evaluation_does_not_depend_on_the_thread_count() {
+    let net = LayaNet::new(tiny_cfg(50, 2), 4).unwrap();
+    let tc = TrainConfig::default();
+    let mut events: Vec<Event> = (0..3).flat_map(|_| memorise_events()).collect();
+    events[7].weight = 3.0;
+    let set = encode_events(&events, net.config(), &tc);
+    let report = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| evaluate(&net, &set, &tc, 7)).unwrap()
+    };
+    let (one, three) = (report(1), report(3));
+    assert_eq!(one, three);
+    assert_eq!(one.events, 60);
+    assert!(one.loss.total.is_finite() && one.top5 >= one.top1);
+}
+
 #[test]
 fn batch_shards_keep_the_batch_divisors_and_refuse_bad_ranges() {
     let net = LayaNet::new(tiny_cfg(50, 1), 3).unwrap();
