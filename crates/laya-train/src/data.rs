@@ -198,13 +198,12 @@ impl Batch {
         }
         let t = self.rows.len() / self.size.max(1);
         let n = range.len();
-        let word_target = self.word_target.narrow(0, range.start, n)?;
-        let row_sums: Vec<f32> = word_target.sum(1)?.to_vec1()?;
         Ok(Batch {
             size: n,
             rows: self.rows[range.start * t..range.end * t].to_vec(),
-            word_target,
-            word_count: row_sums.iter().filter(|&&s| s != 0.0).count(),
+            word_target: self.word_target.narrow(0, range.start, n)?,
+            // A sample has a word target exactly when its click is in the lexicon (`word_target`).
+            word_count: self.clicked_word[range.clone()].iter().filter(|w| w.is_some()).count(),
             word_weight: self.word_weight,
             total_weight: self.total_weight,
             replace_target: self.replace_target.narrow(0, range.start, n)?,
