@@ -47,6 +47,12 @@ pub struct Args {
     /// figures do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    /// Also say where the top-5 misses come from: out of the lexicon, ranked too low among
+    /// candidates of their kind, or crowded off the bar by next words / completions (asks the
+    /// predictor a second time at i = 0 and 1; about twice the run time). Adds a `breakdown`
+    /// object to --json.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
@@ -72,11 +78,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 session.set_act_precision(args.act.activations);
                 Ok(ModelPredictor { session })
             };
-            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)
+            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
         }
         Kind::Ngram => {
             let make = predictors::ngram_factory(args.ngram.as_deref())?;
-            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress)
+            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
         }
     }?;
     bar.finish_and_clear();
@@ -98,6 +104,21 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "| {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
             report.ksr, report.top1_k0, report.top5_k0, report.top1_k1, report.top5_k1, report.oov_rate
         );
+        if let Some(b) = &report.breakdown {
+            println!();
+            println!("Where the top-5 misses come from (shares of the same words; oov + top-5 alone + outranked = 1):");
+            println!();
+            println!("| | top-5 | oov | top-5 alone | crowded out | outranked |");
+            println!("|---|---|---|---|---|---|");
+            for (name, top5, row) in [("k0 (next word)", report.top5_k0, &b.k0), ("k1 (completion)", report.top5_k1, &b.k1)] {
+                println!(
+                    "| {name} | {top5:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+                    row.oov, row.top5_alone, row.crowded_out, row.outranked
+                );
+            }
+            println!();
+            println!("top-5 alone: among the five best candidates of that replace count (of the first {}); crowded out: of those, not on the bar.", laya_text::DEEP);
+        }
     }
     Ok(())
 }

@@ -227,6 +227,39 @@ fn eval_threads_do_not_change_the_figures() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--threads"));
 }
 
+/// `laya eval --breakdown`: the EVAL.md keys are those of a plain run, a `breakdown` object is
+/// added to --json (shares adding up to one per row) and a second table to the text report.
+#[test]
+fn eval_breakdown_adds_the_miss_table() {
+    let m = model_file("breakdown.laya", GgmlType::F32);
+    let text = tmp("breakdown.txt");
+    let lines: Vec<String> = (0..30).map(|i| ["hello world", "hello there world", "the end"][i % 3].to_string()).collect();
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    let eval = |extra: &[&str]| {
+        let out = laya().args(["eval", "--threads", "2", "--model"]).arg(&m).arg("--text").arg(&text).args(extra).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json = |extra: &[&str]| {
+        let mut v: serde_json::Value = serde_json::from_str(&eval(extra)).unwrap();
+        v.as_object_mut().unwrap().remove("seconds");
+        v
+    };
+    let (plain, mut with) = (json(&["--json"]), json(&["--json", "--breakdown"]));
+    let b = with.as_object_mut().unwrap().remove("breakdown").expect("a breakdown object");
+    assert_eq!(plain, with, "--breakdown changed the EVAL.md figures");
+    for slot in ["k0", "k1"] {
+        let f = |k: &str| b[slot][k].as_f64().unwrap_or_else(|| panic!("{slot}.{k} in {b}"));
+        assert!((f("oov") + f("top5_alone") + f("outranked") - 1.0).abs() < 1e-9, "{b}");
+        assert!(f("crowded_out") <= f("top5_alone"), "{b}");
+    }
+    let top5 = plain["top5_k1"].as_f64().unwrap();
+    assert!(b["k1"]["top5_alone"].as_f64().unwrap() >= top5, "{b}");
+    let table = eval(&["--breakdown"]);
+    assert!(table.contains("| k1 (completion) |") && table.contains("crowded out"), "{table}");
+    assert!(!eval(&[]).contains("crowded out"));
+}
+
 #[test]
 fn simulate_threads_write_the_same_log() {
     let text = tmp("sim.txt");

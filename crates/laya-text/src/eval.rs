@@ -79,6 +79,66 @@ pub struct EvalReport {
     pub predictions: usize,
     /// Wall time of the whole run.
     pub seconds: f64,
+    /// Where the top-5 misses come from, when asked for ([`evaluate_parallel`]'s `breakdown`);
+    /// absent otherwise, so the default report has exactly EVAL.md's keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
+}
+
+/// How many candidates the harness asks for when it breaks the misses down: the five best
+/// candidates *of one replace count* are looked for among the predictor's first `DEEP`.
+pub const DEEP: usize = 64;
+
+/// Where the top-5 misses of the next word (`k0`) and of the one-character completion (`k1`)
+/// come from (`laya eval --breakdown`). For each, over the same words as `top5_k0` /
+/// `top5_k1`: `oov + top5_alone + outranked = 1` and `top5 ≈ top5_alone − crowded_out`.
+///
+/// It tells a model's trainer which lever moves the metric: a bigger lexicon (`oov`), a
+/// better ranking (`outranked`), or how the bar is shared between next words and completions
+/// (`crowded_out`, the completion rule's business).
+///
+/// ```
+/// use laya_text::{evaluate_parallel, Candidate, PredictError, Predictor, Segmenter, SegmentMode};
+/// // Always shows one next word, then the completion "ab".
+/// struct P;
+/// impl Predictor for P {
+///     fn predict(&mut self, _: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+///         out.clear();
+///         for (i, w) in ["x", "y", "z", "u", "v"].iter().enumerate().take(k) {
+///             out.push(Candidate { word: w.to_string(), replace: 0, p: 0.1 - i as f32 * 0.01 });
+///         }
+///         if k > 5 {
+///             out.push(Candidate { word: "ab".into(), replace: 1, p: 0.01 });
+///         }
+///         Ok(())
+///     }
+/// }
+/// let seg = Segmenter::new(SegmentMode::Segmented);
+/// let r = evaluate_parallel(1, &|| Ok(P), vec!["ab".into()], &seg, &|_| true, None, &|_| {}, true).unwrap();
+/// let b = r.breakdown.unwrap();
+/// assert_eq!((r.top5_k1, b.k1.top5_alone, b.k1.crowded_out), (0.0, 1.0, 1.0));
+/// ```
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Breakdown {
+    /// Before any character of the word is typed (the next word), over all words.
+    pub k0: MissBreakdown,
+    /// After its first character (the completion), over words of two characters or more.
+    pub k1: MissBreakdown,
+}
+
+/// One row of a [`Breakdown`]: shares of the words it covers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MissBreakdown {
+    /// Outside the lexicon: no predictor over this lexicon can show them.
+    pub oov: f64,
+    /// Among the first five candidates *with this replace count* in the predictor's first
+    /// [`DEEP`]: the top-5 rate if the whole bar went to candidates of this kind.
+    pub top5_alone: f64,
+    /// Among those five best of their kind but not on the bar: pushed off it by candidates of
+    /// another replace count.
+    pub crowded_out: f64,
+    /// In the lexicon but not among the five best of their kind: ranked too low.
+    pub outranked: f64,
 }
 
 /// Candidates the simulated person looks at.
@@ -132,7 +192,7 @@ pub fn evaluate(
             break;
         }
         progress(raw.len() as u64 + 1);
-        if type_line(pred, &raw, seg, in_lexicon, &mut tally, &mut scratch)? {
+        if type_line(pred, &raw, seg, in_lexicon, &mut tally, &mut scratch, false)? {
             n_lines += 1;
         }
     }
@@ -143,6 +203,10 @@ pub fn evaluate(
 /// `make` (a model session, or a copy of the n-gram baseline). The counts are sums over
 /// lines, so the report equals [`evaluate`]'s on the same lines whatever the thread count
 /// (only `seconds` differs). Lines are taken up to `limit` non-empty ones first, as there.
+///
+/// `breakdown` also fills [`EvalReport::breakdown`]: at i = 0 and i = 1 the predictor is asked
+/// a second time, for [`DEEP`] candidates (not counted in `predictions`), which roughly doubles
+/// the run time; every other figure is that of a run without it.
 ///
 /// ```
 /// use laya_text::{evaluate, evaluate_parallel, Candidate, PredictError, Predictor, Segmenter, SegmentMode};
@@ -158,10 +222,10 @@ pub fn evaluate(
 /// let seg = Segmenter::new(SegmentMode::Segmented);
 /// let lines: Vec<String> = (0..50).map(|i| if i % 3 == 0 { "ab c".into() } else { "c d".into() }).collect();
 /// let one = evaluate(&mut C, lines.clone().into_iter(), &seg, &|_| true, None, &mut |_| {}).unwrap();
-/// let four = evaluate_parallel(4, &|| Ok(C), lines, &seg, &|_| true, None, &|_| {}).unwrap();
+/// let four = evaluate_parallel(4, &|| Ok(C), lines, &seg, &|_| true, None, &|_| {}, false).unwrap();
 /// assert_eq!((one.words, one.ksr, one.top1_k0), (four.words, four.ksr, four.top1_k0));
 /// ```
-#[allow(clippy::too_many_arguments)] // evaluate's arguments plus the thread count
+#[allow(clippy::too_many_arguments)] // evaluate's arguments plus the thread count and breakdown
 pub fn evaluate_parallel<P: Predictor>(
     threads: usize,
     make: &(dyn Fn() -> Result<P, PredictError> + Sync),
@@ -170,6 +234,7 @@ pub fn evaluate_parallel<P: Predictor>(
     in_lexicon: &(dyn Fn(&str) -> bool + Sync),
     limit: Option<usize>,
     progress: &(dyn Fn(u64) + Sync),
+    breakdown: bool,
 ) -> Result<EvalReport, PredictError> {
     let start = Instant::now();
     let mut lines = lines;
@@ -202,7 +267,7 @@ pub fn evaluate_parallel<P: Predictor>(
                         }
                         for raw in &lines[at..(at + CHUNK).min(lines.len())] {
                             progress(raw.len() as u64 + 1);
-                            type_line(&mut pred, raw, seg, in_lexicon, &mut tally, &mut scratch)?;
+                            type_line(&mut pred, raw, seg, in_lexicon, &mut tally, &mut scratch, breakdown)?;
                         }
                     }
                 })
@@ -214,7 +279,11 @@ pub fn evaluate_parallel<P: Predictor>(
     for r in results {
         total.add(&r?);
     }
-    Ok(total.report(start))
+    let mut report = total.report(start);
+    if breakdown {
+        report.breakdown = Some(total.breakdown());
+    }
+    Ok(report)
 }
 
 /// Integer counts of the harness; a report is a function of their sum.
@@ -230,6 +299,12 @@ struct Tally {
     t1k1: usize,
     t5k1: usize,
     k1_words: usize,
+    /// Out-of-lexicon words of two characters or more.
+    k1_oov: usize,
+    /// `[i]`: words among the five best of replace count `i` (the breakdown's deep call).
+    alone: [usize; 2],
+    /// `[i]`: of those, the ones not on the bar.
+    crowded: [usize; 2],
 }
 
 impl Tally {
@@ -244,6 +319,22 @@ impl Tally {
         self.t1k1 += o.t1k1;
         self.t5k1 += o.t5k1;
         self.k1_words += o.k1_words;
+        self.k1_oov += o.k1_oov;
+        for i in 0..2 {
+            self.alone[i] += o.alone[i];
+            self.crowded[i] += o.crowded[i];
+        }
+    }
+
+    fn breakdown(&self) -> Breakdown {
+        let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let row = |i: usize, n: usize, oov: usize| MissBreakdown {
+            oov: ratio(oov, n),
+            top5_alone: ratio(self.alone[i], n),
+            crowded_out: ratio(self.crowded[i], n),
+            outranked: ratio(n - oov - self.alone[i], n),
+        };
+        Breakdown { k0: row(0, self.words, self.oov), k1: row(1, self.k1_words, self.k1_oov) }
     }
 
     fn report(&self, start: Instant) -> EvalReport {
@@ -259,6 +350,7 @@ impl Tally {
             oov_rate: ratio(self.oov, self.words),
             predictions: self.predictions,
             seconds: start.elapsed().as_secs_f64(),
+            breakdown: None,
         }
     }
 }
@@ -267,6 +359,7 @@ impl Tally {
 #[derive(Default)]
 struct Scratch {
     out: Vec<Candidate>,
+    deep: Vec<Candidate>,
     ctx: String,
 }
 
@@ -278,8 +371,9 @@ fn type_line<P: Predictor + ?Sized>(
     in_lexicon: &dyn Fn(&str) -> bool,
     tally: &mut Tally,
     scratch: &mut Scratch,
+    breakdown: bool,
 ) -> Result<bool, PredictError> {
-    let Scratch { out, ctx } = scratch;
+    let Scratch { out, deep, ctx } = scratch;
     let raw = raw.trim_end_matches(['\n', '\r']);
     if raw.trim().is_empty() {
         return Ok(false);
@@ -300,6 +394,7 @@ fn type_line<P: Predictor + ?Sized>(
         }
         if n >= 2 {
             tally.k1_words += 1;
+            tally.k1_oov += usize::from(!known);
         }
         let mut found = false;
         for i in 0..n {
@@ -323,6 +418,14 @@ fn type_line<P: Predictor + ?Sized>(
                     tally.t5k1 += usize::from(rank.is_some());
                 }
                 _ => {}
+            }
+            if breakdown && i < 2 && known {
+                deep.clear();
+                // Not counted in `predictions`: the EVAL.md figures stay those of a plain run.
+                pred.predict(ctx, DEEP, deep)?;
+                let alone = deep.iter().take(DEEP).filter(|c| c.replace == i).take(BAR).any(|c| c.word == w);
+                tally.alone[i] += usize::from(alone);
+                tally.crowded[i] += usize::from(alone && rank.is_none());
             }
             if !found && rank.is_some() {
                 found = true;

@@ -1,6 +1,6 @@
 //! The EVAL.md §2 harness against hand-computed expectations (tests/data/eval_cases.json).
 
-use laya_text::{evaluate, evaluate_parallel, Candidate, PredictError, Predictor, SegmentMode, Segmenter};
+use laya_text::{evaluate, evaluate_parallel, Candidate, PredictError, Predictor, SegmentMode, Segmenter, BAR, DEEP};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
@@ -11,8 +11,9 @@ struct Table(HashMap<String, Vec<(String, usize)>>);
 impl Predictor for Table {
     fn predict(&mut self, ctx: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
         out.clear();
-        // The harness asks for the bar size; a predictor may return more, only 5 are looked at.
-        assert_eq!(k, 5);
+        // The harness asks for the bar size (or, for the breakdown, DEEP); a predictor may
+        // return more, only the first k are looked at.
+        assert!(k == BAR || k == DEEP, "asked for {k}");
         if let Some(c) = self.0.get(ctx) {
             out.extend(c.iter().map(|(w, r)| Candidate { word: w.clone(), replace: *r, p: 0.1 }));
         }
@@ -29,6 +30,8 @@ struct Case {
     lexicon: Option<Vec<String>>,
     table: HashMap<String, Vec<(String, usize)>>,
     expect: HashMap<String, f64>,
+    /// `laya eval --breakdown`'s object, when the case pins it.
+    expect_breakdown: Option<serde_json::Value>,
 }
 
 #[test]
@@ -46,7 +49,7 @@ fn eval_cases() {
         // field but the wall time).
         for threads in [1, 2, 5] {
             let make = || Ok(p.clone());
-            let mut rp = evaluate_parallel(threads, &make, case.lines.clone(), seg, &in_lex, case.limit, &|_| {}).unwrap();
+            let mut rp = evaluate_parallel(threads, &make, case.lines.clone(), seg, &in_lex, case.limit, &|_| {}, false).unwrap();
             rp.seconds = r.seconds;
             assert_eq!(rp, r, "{}: {threads} threads", case.name);
         }
@@ -57,6 +60,27 @@ fn eval_cases() {
         }
         let keys: Vec<&String> = got.as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), 10, "{}: report keys {keys:?}", case.name);
+        // With the breakdown: the same figures (predictions included), plus the breakdown,
+        // whose shares add up to one per row.
+        let make = || Ok(p.clone());
+        let mut rb = evaluate_parallel(2, &make, case.lines.clone(), seg, &in_lex, case.limit, &|_| {}, true).unwrap();
+        rb.seconds = r.seconds;
+        let b = rb.breakdown.take().unwrap_or_else(|| panic!("{}: no breakdown", case.name));
+        assert_eq!(rb, r, "{}: the breakdown changed the report", case.name);
+        for row in [&b.k0, &b.k1] {
+            let sum = row.oov + row.top5_alone + row.outranked;
+            assert!(sum == 0.0 || (sum - 1.0).abs() < 1e-12, "{}: shares add up to {sum}", case.name);
+            assert!(row.crowded_out <= row.top5_alone, "{}", case.name);
+        }
+        if let Some(want) = &case.expect_breakdown {
+            let got = serde_json::to_value(&b).unwrap();
+            for slot in ["k0", "k1"] {
+                for key in ["oov", "top5_alone", "crowded_out", "outranked"] {
+                    let (g, w) = (got[slot][key].as_f64().unwrap(), want[slot][key].as_f64().unwrap());
+                    assert!((g - w).abs() < 1e-12, "{}: {slot}.{key} = {g}, expected {w}", case.name);
+                }
+            }
+        }
     }
 }
 
@@ -73,6 +97,6 @@ fn predictor_errors_propagate() {
     let e = evaluate(&mut Failing, ["a".to_string()].into_iter(), &gold, &|_| true, None, &mut |_| {}).unwrap_err();
     assert!(e.to_string().contains("boom"));
     let lines: Vec<String> = (0..100).map(|_| "a b".to_string()).collect();
-    let e = evaluate_parallel(3, &|| Ok(Failing), lines, &gold, &|_| true, None, &|_| {}).unwrap_err();
+    let e = evaluate_parallel(3, &|| Ok(Failing), lines, &gold, &|_| true, None, &|_| {}, false).unwrap_err();
     assert!(e.to_string().contains("boom"));
 }
