@@ -197,40 +197,41 @@ pub fn run(args: Args) -> Result<(), CliError> {
         stages,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_report(&report);
+        print_report(&report)?;
     }
     Ok(())
 }
 
-fn print_report(r: &Report) {
-    println!("model        {} ({} words, {:.2} MB, kernels {})", r.model, r.vocab, r.file_bytes as f64 / 1e6, r.kernel_level);
-    println!("int8         {} kernels, {} activations, {:.2} MB packed at load", r.int8_isa, r.activations, r.packed_bytes as f64 / 1e6);
-    println!("predictions  {} on {} thread(s), batch 1", r.predictions, r.threads);
-    println!();
-    println!("| metric                      | value |");
-    println!("|-----------------------------|-------|");
-    println!("| p50 latency                 | {:.1} µs |", r.p50_us);
-    println!("| p99 latency                 | {:.1} µs |", r.p99_us);
-    println!("| mean latency                | {:.1} µs |", r.mean_us);
-    println!("| predictions / second        | {:.0} |", r.predictions_per_second);
-    println!("| cold start (process → first prediction) | {:.2} ms |", r.cold_start_ms);
-    println!("| cold start in that process (load → first prediction) | {:.2} ms |", r.cold_first_prediction_ms);
-    println!("| load in this process        | {:.2} ms |", r.load_ms);
-    println!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
-    println!("| allocations per prediction  | {} |", r.allocations_per_prediction);
-    println!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s f32 peak ({} MACs) |",
+fn print_report(r: &Report) -> Result<(), CliError> {
+    outln!("model        {} ({} words, {:.2} MB, kernels {})", r.model, r.vocab, r.file_bytes as f64 / 1e6, r.kernel_level);
+    outln!("int8         {} kernels, {} activations, {:.2} MB packed at load", r.int8_isa, r.activations, r.packed_bytes as f64 / 1e6);
+    outln!("predictions  {} on {} thread(s), batch 1", r.predictions, r.threads);
+    outln!();
+    outln!("| metric                      | value |");
+    outln!("|-----------------------------|-------|");
+    outln!("| p50 latency                 | {:.1} µs |", r.p50_us);
+    outln!("| p99 latency                 | {:.1} µs |", r.p99_us);
+    outln!("| mean latency                | {:.1} µs |", r.mean_us);
+    outln!("| predictions / second        | {:.0} |", r.predictions_per_second);
+    outln!("| cold start (process → first prediction) | {:.2} ms |", r.cold_start_ms);
+    outln!("| cold start in that process (load → first prediction) | {:.2} ms |", r.cold_first_prediction_ms);
+    outln!("| load in this process        | {:.2} ms |", r.load_ms);
+    outln!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
+    outln!("| allocations per prediction  | {} |", r.allocations_per_prediction);
+    outln!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s f32 peak ({} MACs) |",
         r.gflops_at_p50, 100.0 * r.peak_fraction, r.peak_gflops, r.macs_per_prediction);
     if let (Some(p), Some(f)) = (r.peak_int8_gops, r.peak_fraction_int8) {
-        println!("| same against the int8 peak  | {:.1}% of {:.0} GOP/s (vpdpbusd) |", 100.0 * f, p);
+        outln!("| same against the int8 peak  | {:.1}% of {:.0} GOP/s (vpdpbusd) |", 100.0 * f, p);
     }
-    println!();
-    println!("| stage        | mean µs | share |");
-    println!("|--------------|---------|-------|");
+    outln!();
+    outln!("| stage        | mean µs | share |");
+    outln!("|--------------|---------|-------|");
     for s in &r.stages {
-        println!("| {:<12} | {:>7.2} | {:>4.1}% |", s.stage, s.mean_us, 100.0 * s.share);
+        outln!("| {:<12} | {:>7.2} | {:>4.1}% |", s.stage, s.mean_us, 100.0 * s.share);
     }
+    Ok(())
 }
 
 fn contexts(args: &Args) -> Result<Vec<String>, CliError> {
@@ -363,7 +364,7 @@ fn probe(args: &Args) -> Result<(), CliError> {
     session.set_act_precision(args.act.activations);
     std::hint::black_box(session.predict("今天天气", 5).len());
     let us = t0.elapsed().as_secs_f64() * 1e6;
-    println!("{}", serde_json::to_string(&Probe { first_prediction_us: us, peak_rss_kb: peak_rss_kb() })?);
+    outln!("{}", serde_json::to_string(&Probe { first_prediction_us: us, peak_rss_kb: peak_rss_kb() })?);
     Ok(())
 }
 

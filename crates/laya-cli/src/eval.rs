@@ -33,10 +33,11 @@ pub struct Args {
     /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
     #[arg(long, default_value_t = 1.0)]
     completion_exponent: f32,
-    /// How the word and replace heads combine (docs/format.md §3 step 6): `marginal` splits
-    /// each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
+    /// How the word and replace heads combine (docs/format.md §3 step 6): `split` offers a word
+    /// that starts with the typed text only as a completion, P(w) split by P(i); `marginal`
+    /// splits each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
     /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
-    #[arg(long, default_value = "marginal")]
+    #[arg(long, default_value = "split")]
     completion_rule: laya_runtime::CompletionRule,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
@@ -90,34 +91,34 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError(format!("{} has no words to type", args.text.display())));
     }
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
         let name = match args.predictor {
             Kind::Model => format!("model {}", model.info().name),
             Kind::Ngram => "n-gram baseline".to_string(),
         };
-        println!("{name} on {} ({} words, {} chars, {} predictions, {:.1} s)", args.text.display(), report.words, report.chars, report.predictions, report.seconds);
-        println!();
-        println!("| ksr | top1_k0 | top5_k0 | top1_k1 | top5_k1 | oov_rate |");
-        println!("|-----|---------|---------|---------|---------|----------|");
-        println!(
+        outln!("{name} on {} ({} words, {} chars, {} predictions, {:.1} s)", args.text.display(), report.words, report.chars, report.predictions, report.seconds);
+        outln!();
+        outln!("| ksr | top1_k0 | top5_k0 | top1_k1 | top5_k1 | oov_rate |");
+        outln!("|-----|---------|---------|---------|---------|----------|");
+        outln!(
             "| {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
             report.ksr, report.top1_k0, report.top5_k0, report.top1_k1, report.top5_k1, report.oov_rate
         );
         if let Some(b) = &report.breakdown {
-            println!();
-            println!("Where the top-5 misses come from (shares of the same words; oov + top-5 alone + outranked = 1):");
-            println!();
-            println!("| | top-5 | oov | top-5 alone | crowded out | outranked |");
-            println!("|---|---|---|---|---|---|");
+            outln!();
+            outln!("Where the top-5 misses come from (shares of the same words; oov + top-5 alone + outranked = 1):");
+            outln!();
+            outln!("| | top-5 | oov | top-5 alone | crowded out | outranked |");
+            outln!("|---|---|---|---|---|---|");
             for (name, top5, row) in [("k0 (next word)", report.top5_k0, &b.k0), ("k1 (completion)", report.top5_k1, &b.k1)] {
-                println!(
+                outln!(
                     "| {name} | {top5:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
                     row.oov, row.top5_alone, row.crowded_out, row.outranked
                 );
             }
-            println!();
-            println!("top-5 alone: among the five best candidates of that replace count (of the first {}); crowded out: of those, not on the bar.", laya_text::DEEP);
+            outln!();
+            outln!("top-5 alone: among the five best candidates of that replace count (of the first {}); crowded out: of those, not on the bar.", laya_text::DEEP);
         }
     }
     Ok(())

@@ -20,11 +20,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let bytes = std::fs::read(&args.file).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
     match LayaFile::parse(&bytes) {
         Ok(f) => {
-            print!("{}", f.summary());
-            println!("verdict          valid Laya model: every check of docs/format.md passed");
+            out!("{}", f.summary());
+            outln!("verdict          valid Laya model: every check of docs/format.md passed");
             if args.words {
                 for (w, n) in f.meta.words.iter().zip(&f.meta.frequencies) {
-                    println!("{w}\t{n}");
+                    outln!("{w}\t{n}");
                 }
             }
             Ok(())
@@ -32,15 +32,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Err(err) => {
             // Show what can still be read, so the user sees where the file went wrong.
             if let Ok(g) = GgufFile::parse(&bytes) {
-                println!("GGUF v{}, {} keys, {} tensors, alignment {}", g.version, g.kv.len(), g.tensors.len(), g.alignment);
-                println!("| tensor | type | ne | bytes |");
-                println!("|--------|------|----|-------|");
+                outln!("GGUF v{}, {} keys, {} tensors, alignment {}", g.version, g.kv.len(), g.tensors.len(), g.alignment);
+                outln!("| tensor | type | ne | bytes |");
+                outln!("|--------|------|----|-------|");
                 for t in &g.tensors {
-                    println!("| {} | {} | {:?} | {} |", t.name, t.ty.name(), t.ne, t.size);
+                    outln!("| {} | {} | {:?} | {} |", t.name, t.ty.name(), t.ne, t.size);
                 }
                 if let Ok(r) = checksum_report(&bytes) {
                     let verdict = if r.is_ok() { "ok" } else { "MISMATCH" };
-                    println!("checksum stored {:016x}, computed {:016x}: {verdict}", r.stored, r.computed);
+                    outln!("checksum stored {:016x}, computed {:016x}: {verdict}", r.stored, r.computed);
                 }
             }
             Err(CliError(format!("{path} is not a valid Laya model: {err}")))

@@ -21,7 +21,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<(), CliError> {
     let installed = laya_runtime::install(&args.model, &args.into, &args.name)?;
     let model = laya_runtime::Model::load(&installed)?;
-    println!(
+    outln!(
         "installed {} ({} bytes, checksum {:016x}); running engines pick it up at their next swap",
         installed.display(),
         model.info().file_len,

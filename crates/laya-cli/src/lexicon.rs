@@ -60,16 +60,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     lex.write_tsv(std::io::BufWriter::new(out))?;
     let set: HashSet<String> = lex.word_set();
-    println!("wrote {}: {} words", args.out.display(), lex.len());
-    println!();
-    println!("| text | tokens | coverage |");
-    println!("|------|--------|----------|");
+    outln!("wrote {}: {} words", args.out.display(), lex.len());
+    outln!();
+    outln!("| text | tokens | coverage |");
+    outln!("|------|--------|----------|");
     let c = coverage(&set, &corpus);
-    println!("| {} (train) | {} | {:.2}% |", args.train.display(), c.tokens, 100.0 * c.rate);
+    outln!("| {} (train) | {} | {:.2}% |", args.train.display(), c.tokens, 100.0 * c.rate);
     let auto = Segmenter::new(SegmentMode::Auto);
     for v in &args.valid {
         let c = coverage(&set, &count(v, &auto)?);
-        println!("| {} | {} | {:.2}% |", v.display(), c.tokens, 100.0 * c.rate);
+        outln!("| {} | {} | {:.2}% |", v.display(), c.tokens, 100.0 * c.rate);
     }
     Ok(())
 }

@@ -6,6 +6,23 @@
 // Linked for its malloc/free override (see Cargo.toml); nothing is called by name.
 extern crate mimalloc;
 
+/// `println!` that returns from the enclosing function with a [`CliError`] when stdout fails
+/// instead of panicking, so `laya inspect --words m.laya | head` ends quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::stdout_error)?
+    }};
+}
+
+/// `print!` with the same error handling as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).map_err($crate::stdout_error)?
+    }};
+}
+
 mod bench;
 mod default_model;
 mod eval;
@@ -69,6 +86,19 @@ impl<E: std::fmt::Display> From<E> for CliError {
     }
 }
 
+/// The message of the error a write to a closed stdout turns into; `main` exits quietly on it,
+/// as Unix tools do when the reader of their output has gone (`| head`).
+const STDOUT_CLOSED: &str = "stdout was closed by its reader";
+
+/// The [`CliError`] of a failed write to stdout.
+pub fn stdout_error(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        CliError(STDOUT_CLOSED.into())
+    } else {
+        CliError(format!("writing stdout: {e}"))
+    }
+}
+
 /// The model named by `--model`, or the one embedded in this binary.
 pub fn load_model(path: Option<&std::path::Path>) -> Result<Arc<Model>, CliError> {
     match path {
@@ -104,6 +134,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(CliError(msg)) if msg == STDOUT_CLOSED => ExitCode::SUCCESS,
         Err(CliError(msg)) => {
             eprintln!("laya: error: {msg}");
             ExitCode::FAILURE

@@ -52,6 +52,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     model.save(std::io::BufWriter::new(out))?;
-    println!("wrote {}: {} words, {} trigrams", args.out.display(), model.vocab_len(), model.trigram_len());
+    outln!("wrote {}: {} words, {} trigrams", args.out.display(), model.vocab_len(), model.trigram_len());
     Ok(())
 }

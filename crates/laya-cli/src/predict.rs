@@ -33,10 +33,11 @@ pub struct Args {
     /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
     #[arg(long, default_value_t = 1.0)]
     completion_exponent: f32,
-    /// How the word and replace heads combine (docs/format.md §3 step 6): `marginal` splits
-    /// each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
+    /// How the word and replace heads combine (docs/format.md §3 step 6): `split` offers a word
+    /// that starts with the typed text only as a completion, P(w) split by P(i); `marginal`
+    /// splits each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
     /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
-    #[arg(long, default_value = "marginal")]
+    #[arg(long, default_value = "split")]
     completion_rule: laya_runtime::CompletionRule,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
@@ -101,12 +102,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let out = backend.answer(&context, args.top)?;
     if args.json {
-        println!("{}", serde_json::to_string(&out)?);
+        outln!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
-    println!("{:>4}  {:<20} {:>7}  {:>8}", "rank", "word", "replace", "p");
+    outln!("{:>4}  {:<20} {:>7}  {:>8}", "rank", "word", "replace", "p");
     for (i, c) in out.candidates.iter().enumerate() {
-        println!("{:>4}  {:<20} {:>7}  {:>8.4}", i + 1, pad(c.word, 20), c.replace, c.p);
+        outln!("{:>4}  {:<20} {:>7}  {:>8.4}", i + 1, pad(c.word, 20), c.replace, c.p);
     }
     Ok(())
 }
@@ -147,7 +148,7 @@ fn jsonl(backend: &mut Backend, top: usize) -> Result<(), CliError> {
             Ok(req) => serde_json::to_string(&backend.answer(&req.context, top)?)?,
             Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
         };
-        writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(|e| CliError(format!("writing stdout: {e}")))?;
+        writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(crate::stdout_error)?;
     }
     Ok(())
 }

@@ -218,23 +218,22 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "fine_tuned_events": if fine_tuned { events.len() } else { 0 },
             "valid_after_fine_tuning": valid,
         });
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
     if let Some((table, _)) = &summary {
-        println!("{table}");
+        outln!("{table}");
     }
-    print_table(&report, &path, &out, bytes.len(), out_bytes.len());
-    Ok(())
+    print_table(&report, &path, &out, bytes.len(), out_bytes.len())
 }
 
-fn print_table(r: &PruneReport, input: &str, output: &str, before: usize, after: usize) {
-    println!("{input} -> {output}");
-    println!();
-    println!("| block | FFN width | FFN parameters | kept saliency |");
-    println!("|-------|-----------|----------------|---------------|");
+fn print_table(r: &PruneReport, input: &str, output: &str, before: usize, after: usize) -> Result<(), CliError> {
+    outln!("{input} -> {output}");
+    outln!();
+    outln!("| block | FFN width | FFN parameters | kept saliency |");
+    outln!("|-------|-----------|----------------|---------------|");
     for b in &r.blocks {
-        println!(
+        outln!(
             "| {} | {} → {} | {} → {} | {:.1}% |",
             b.block,
             b.old_width,
@@ -244,18 +243,19 @@ fn print_table(r: &PruneReport, input: &str, output: &str, before: usize, after:
             100.0 * b.kept_saliency
         );
     }
-    println!(
+    outln!(
         "| all | | {} → {} (whole model) | |",
         fmt_int(r.params_before),
         fmt_int(r.params_after)
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "file size {} → {} bytes ({:.1}% of the input)",
         fmt_int(before),
         fmt_int(after),
         100.0 * after as f64 / before.max(1) as f64
     );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -123,30 +123,30 @@ pub fn run(args: Args) -> Result<(), CliError> {
             },
             "tensors": tensors,
         });
-        println!("{report}");
+        outln!("{report}");
         return Ok(());
     }
-    println!("{path} -> {out}");
-    println!(
+    outln!("{path} -> {out}");
+    outln!(
         "file size        {} -> {} bytes ({:.2}x smaller)",
         bytes.len(),
         out_bytes.len(),
         bytes.len() as f64 / out_bytes.len() as f64
     );
-    println!();
-    println!("| tensor | type | ne | bytes |");
-    println!("|--------|------|----|-------|");
+    outln!();
+    outln!("| tensor | type | ne | bytes |");
+    outln!("|--------|------|----|-------|");
     for t in &q.tensors {
-        println!("| {} | {} | {:?} | {} |", t.name, t.ty.name(), t.ne, t.data.len());
+        outln!("| {} | {} | {:?} | {} |", t.name, t.ty.name(), t.ne, t.data.len());
     }
-    println!();
-    println!("embedding reconstruction error over the whole table ({}):", e.ty.name());
-    println!("| compensation | RMSE | max abs error |");
-    println!("|--------------|------|---------------|");
-    println!("| without | {:.6e} | {:.6e} |", e.without_comp.rmse, e.without_comp.max_abs);
+    outln!();
+    outln!("embedding reconstruction error over the whole table ({}):", e.ty.name());
+    outln!("| compensation | RMSE | max abs error |");
+    outln!("|--------------|------|---------------|");
+    outln!("| without | {:.6e} | {:.6e} |", e.without_comp.rmse, e.without_comp.max_abs);
     match e.with_comp {
-        Some(w) => println!("| with | {:.6e} | {:.6e} |", w.rmse, w.max_abs),
-        None => println!("| with | (none written) | |"),
+        Some(w) => outln!("| with | {:.6e} | {:.6e} |", w.rmse, w.max_abs),
+        None => outln!("| with | (none written) | |"),
     }
     Ok(())
 }

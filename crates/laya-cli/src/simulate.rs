@@ -51,7 +51,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if stats.events == 0 {
         return Err(CliError(format!("{} has no words to simulate", args.text.display())));
     }
-    println!(
+    outln!(
         "wrote {}: {} events from {} words on {} lines ({} with the typed word appended because the baseline did not show it)",
         args.out.display(),
         stats.events,

@@ -351,7 +351,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         "events used {}, without a click {}, bad click index {}, clicked word outside the lexicon {} (replace head only)",
         s.used, s.no_click, s.bad_click, s.clicked_oov
     );
-    println!("{}", laya_train::summary_table(&outcome.state));
+    outln!("{}", laya_train::summary_table(&outcome.state));
     if stop.load(Ordering::Relaxed) {
         let dir = args.checkpoint_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "(none)".into());
         return Err(CliError(format!(
@@ -373,7 +373,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     write_atomically(&args.out, &bytes)?;
     let svg = args.out.with_extension("loss.svg");
     std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;
-    println!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
+    outln!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
     Ok(())
 }
 

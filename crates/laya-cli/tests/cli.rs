@@ -138,7 +138,7 @@ fn bench_reports_the_eval_md_keys_and_zero_allocations() {
 }
 
 #[test]
-fn completion_rule_is_a_flag_of_predict_and_eval_with_marginal_the_default() {
+fn completion_rule_is_a_flag_of_predict_and_eval_with_split_the_default() {
     let m = model_file("rule.laya", GgmlType::F32);
     let predict = |extra: &[&str]| {
         let out = laya().args(["predict", "--json", "--top", "8", "--model"]).arg(&m).args(extra).arg("hel").output().unwrap();
@@ -146,7 +146,7 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_marginal_the_default() {
         String::from_utf8(out.stdout).unwrap()
     };
     let default = predict(&[]);
-    assert_eq!(default, predict(&["--completion-rule", "marginal"]));
+    assert_eq!(default, predict(&["--completion-rule", "split"]));
     assert_ne!(default, predict(&["--completion-rule", "product"]));
     assert_ne!(predict(&["--completion-rule", "product"]), predict(&["--completion-rule", "conditional"]));
     let bad = laya().args(["predict", "--completion-rule", "both", "x"]).output().unwrap();
@@ -161,9 +161,24 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_marginal_the_default() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    for rule in ["marginal", "product", "conditional"] {
+    for rule in ["split", "marginal", "product", "conditional"] {
         assert!(eval(rule).contains("\"top5_k1\""), "{rule}");
     }
+
+    // On the embedded model, after 非常 the marginal rule offers 非常重视 as a next word (which
+    // would type 非常 twice); the default offers words that start with 非常 or 常 only as
+    // completions.
+    let embedded = |extra: &[&str]| {
+        let out = laya().args(["predict", "--json", "--top", "8"]).args(extra).arg("这本书非常").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["candidates"].as_array().unwrap().clone()
+    };
+    let continues = |c: &serde_json::Value| {
+        let w = c["word"].as_str().unwrap();
+        c["replace"] == 0 && ((w.starts_with("非常") && w != "非常") || (w.starts_with('常') && w != "常"))
+    };
+    assert!(!embedded(&[]).iter().any(continues), "{:?}", embedded(&[]));
+    assert!(embedded(&["--completion-rule", "marginal"]).iter().any(continues));
 }
 
 /// `--activations` reaches the session in `predict`, `eval` and `bench`: on a Q8_0 model `f32`
@@ -312,4 +327,24 @@ fn bench_int8_flag_picks_the_instruction_set() {
     }
     let out = bench("sse2");
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("one of: scalar, avx2, avx-vnni, avx512-vnni"));
+}
+
+/// A reader that stops early (`laya inspect --words m | head -1`) ends the command quietly:
+/// exit 0 and no panic message, not "failed printing to stdout: Broken pipe".
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    let mut child = laya()
+        .args(["inspect", "--words", concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default.laya")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("model"), "{first}");
+    // The reader is dropped here; the 20,000 word lines that follow do not fit a pipe buffer.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.is_empty(), "{:?} {err}", out.status);
 }

@@ -56,12 +56,15 @@ typedef int32_t laya_status;
 /* How a session combines the word and replace heads into candidate scores (model format
  * section 3, step 6). */
 typedef int32_t laya_completion_rule;
-/* Splits each word's probability between "next word" and "completion" (the default). */
+/* Splits each word's probability between "next word" and "completion". */
 #define LAYA_COMPLETION_MARGINAL 0
 /* P(w)*P(i)^beta, beta set by laya_session_set_completion_exponent. */
 #define LAYA_COMPLETION_PRODUCT 1
 /* P(i)*P(w) renormalised over the words that start with the typed characters. */
 #define LAYA_COMPLETION_CONDITIONAL 2
+/* A word that continues the typed characters is offered only as a completion, its
+ * probability split between its completions in proportion to the replace head (the default). */
+#define LAYA_COMPLETION_SPLIT 3
 
 /* Opaque handles. */
 typedef struct laya_engine laya_engine;
@@ -123,8 +126,9 @@ laya_status laya_session_predict(laya_session* session, const char* utf8, size_t
  * Same threading rule as laya_session_predict. */
 laya_status laya_session_checksum(const laya_session* session, uint64_t* out_checksum);
 
-/* Chooses how the session combines the two heads: LAYA_COMPLETION_MARGINAL (the default),
- * LAYA_COMPLETION_PRODUCT or LAYA_COMPLETION_CONDITIONAL. Kept across model swaps.
+/* Chooses how the session combines the two heads: LAYA_COMPLETION_SPLIT (the default),
+ * LAYA_COMPLETION_MARGINAL, LAYA_COMPLETION_PRODUCT or LAYA_COMPLETION_CONDITIONAL. Kept across
+ * model swaps.
  * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_INVALID_ARGUMENT (unknown rule; the session keeps
  * its rule). Same threading rule as laya_session_predict. */
 laya_status laya_session_set_completion_rule(laya_session* session, laya_completion_rule rule);

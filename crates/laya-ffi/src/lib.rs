@@ -62,12 +62,15 @@ pub const LAYA_ERR_INVALID_ARGUMENT: laya_status = 7;
 /// How a session combines the word and replace heads into candidate scores
 /// (`laya_runtime::CompletionRule`; docs/format.md §3 step 6).
 pub type laya_completion_rule = i32;
-/// Splits each word's probability between "next word" and "completion" (the default).
+/// Splits each word's probability between "next word" and "completion".
 pub const LAYA_COMPLETION_MARGINAL: laya_completion_rule = 0;
 /// `P(w)·P(i)^beta` (see [`laya_session_set_completion_exponent`]).
 pub const LAYA_COMPLETION_PRODUCT: laya_completion_rule = 1;
 /// `P(i)·P(w)` renormalised over the words that start with the typed characters.
 pub const LAYA_COMPLETION_CONDITIONAL: laya_completion_rule = 2;
+/// A word that continues the typed characters is offered only as a completion, its
+/// probability split between its completions in proportion to the replace head (the default).
+pub const LAYA_COMPLETION_SPLIT: laya_completion_rule = 3;
 
 /// One candidate word of a prediction.
 #[repr(C)]
@@ -405,8 +408,9 @@ pub unsafe extern "C" fn laya_session_checksum(session: *const laya_session, out
     })
 }
 
-/// Chooses how the session combines the word and replace heads: `LAYA_COMPLETION_MARGINAL`
-/// (the default), `LAYA_COMPLETION_PRODUCT` or `LAYA_COMPLETION_CONDITIONAL` (see
+/// Chooses how the session combines the word and replace heads: `LAYA_COMPLETION_SPLIT`
+/// (the default), `LAYA_COMPLETION_MARGINAL`, `LAYA_COMPLETION_PRODUCT` or
+/// `LAYA_COMPLETION_CONDITIONAL` (see
 /// `laya_runtime::CompletionRule`). Any other value is refused with `LAYA_ERR_INVALID_ARGUMENT`
 /// and leaves the session as it was. Kept across model swaps.
 ///
@@ -421,10 +425,11 @@ pub unsafe extern "C" fn laya_session_set_completion_rule(session: *mut laya_ses
             LAYA_COMPLETION_MARGINAL => laya_runtime::CompletionRule::Marginal,
             LAYA_COMPLETION_PRODUCT => laya_runtime::CompletionRule::Product,
             LAYA_COMPLETION_CONDITIONAL => laya_runtime::CompletionRule::Conditional,
+            LAYA_COMPLETION_SPLIT => laya_runtime::CompletionRule::Split,
             other => {
                 return Err((
                     LAYA_ERR_INVALID_ARGUMENT,
-                    format!("unknown completion rule {other} (expected LAYA_COMPLETION_MARGINAL, _PRODUCT or _CONDITIONAL)"),
+                    format!("unknown completion rule {other} (expected LAYA_COMPLETION_MARGINAL, _SPLIT, _PRODUCT or _CONDITIONAL)"),
                 ))
             }
         };

@@ -210,8 +210,8 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
         assert_eq!(laya_session_set_completion_exponent(ptr::null_mut(), 0.5), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_exponent(h.session, f32::NAN), LAYA_OK);
         assert_eq!(laya_session_set_completion_rule(ptr::null_mut(), LAYA_COMPLETION_PRODUCT), LAYA_ERR_NULL_ARGUMENT);
-        assert_eq!(laya_session_set_completion_rule(h.session, 3), LAYA_ERR_INVALID_ARGUMENT);
-        assert!(msg().contains("unknown completion rule 3"), "{}", msg());
+        assert_eq!(laya_session_set_completion_rule(h.session, 4), LAYA_ERR_INVALID_ARGUMENT);
+        assert!(msg().contains("unknown completion rule 4"), "{}", msg());
         assert_eq!(CStr::from_ptr(laya_status_name(LAYA_ERR_INVALID_ARGUMENT)).to_str().unwrap(), "LAYA_ERR_INVALID_ARGUMENT");
         let mut s = ptr::null_mut();
         assert_eq!(laya_session_new(ptr::null(), &mut s), LAYA_ERR_NULL_ARGUMENT);
@@ -236,6 +236,7 @@ fn completion_rule_and_exponent_through_the_c_abi_match_the_rust_session() {
     let cases = [
         (LAYA_COMPLETION_MARGINAL, CompletionRule::Marginal, 1.0f32),
         (LAYA_COMPLETION_CONDITIONAL, CompletionRule::Conditional, 1.0),
+        (LAYA_COMPLETION_SPLIT, CompletionRule::Split, 1.0),
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 0.0),
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 0.25),
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 1.0),

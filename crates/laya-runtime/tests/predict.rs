@@ -118,12 +118,15 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
     let cfg = TinyConfig::default();
     let rules = [
         (CompletionRule::Marginal, 1.0f32),
+        (CompletionRule::Split, 1.0),
         (CompletionRule::Conditional, 1.0),
         (CompletionRule::Product, 1.0),
         (CompletionRule::Product, 0.5),
         (CompletionRule::Product, 0.25),
         (CompletionRule::Product, 0.0),
     ];
+    // Words the split rule took off the next-word list: the contexts must exercise it.
+    let mut split_words = 0;
     for seed in [3, 11] {
         let m = model(&cfg, seed, GgmlType::F32);
         let mut s = Session::new(m.clone());
@@ -175,13 +178,24 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                 let mut pairs: Vec<(f64, String, usize)> = Vec::new();
                 for (id, &p) in pw.iter().enumerate() {
                     let w = m.word(id).unwrap().to_string();
-                    let taken: f64 = (1..adm.len()).filter(|&i| adm[i].contains(&id)).map(factor).sum();
+                    let own: Vec<usize> = (1..adm.len()).filter(|&i| adm[i].contains(&id)).collect();
+                    if rule == CompletionRule::Split {
+                        // Split: P(w) goes to the word's completions in proportion to P(i).
+                        let norm: f64 = own.iter().map(|&i| pi[i]).sum();
+                        split_words += usize::from(norm > 0.0);
+                        pairs.push((if norm > 0.0 { 0.0 } else { p }, w.clone(), 0));
+                        for &i in &own {
+                            pairs.push((if norm > 0.0 { p * pi[i] / norm } else { 0.0 }, w.clone(), i));
+                        }
+                        continue;
+                    }
+                    let taken: f64 = own.iter().map(|&i| factor(i)).sum();
                     let next = match rule {
                         CompletionRule::Marginal => p * (1.0 - taken).max(0.0),
                         _ => p * pi[0],
                     };
                     pairs.push((next, w.clone(), 0));
-                    for i in (1..adm.len()).filter(|&i| adm[i].contains(&id)) {
+                    for &i in &own {
                         pairs.push((p * factor(i), w.clone(), i));
                     }
                 }
@@ -199,6 +213,7 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
             }
         }
     }
+    assert!(split_words > 0, "no context continues a lexicon word");
 }
 
 /// A model whose lexicon `sort_lexicon` put in byte order (the one-pass load path) predicts
