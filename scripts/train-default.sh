@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Reproduces the embedded default Chinese model (models/default.laya) from nothing:
 # fetch the corpora, choose the lexicon, train the n-gram baseline, simulate keyboard logs,
-# train the transformer with the click-weighted objective, evaluate model and baseline.
+# train the transformer with the click-weighted objective (its F16 export, the master that
+# `--init` and `laya quantize` start from, is written next to it as models/default-f16.laya),
+# quantise it (INT4 embedding with compensation, INT8 linears and head), evaluate model and
+# baseline.
 # The committed model's three stages were run on a 16-core Xeon (README); on a 2-core machine the
 # whole script took 31.5 minutes end to end (README: simulated logs removed first, training at
 # 1,191-1,209 samples/s on both cores) — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
 #
-#   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya)
+#   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya; F16: OUT_MODEL with -f16)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-models/default.laya}
+OUT_F16="${OUT%.laya}-f16.laya"
 D=data/zh
 # Three stages, as the committed model was made: a fresh network on 600,000 events (an even stride
 # through the ~1.75M simulated), then `--init` continuing it on 800,000 events with a lower peak
@@ -82,7 +86,8 @@ $LAYA train --init runs/default-stage2.laya --events $D/train-events.jsonl --val
     --max-events "$STAGE3" --max-valid-events 2000 --epochs 1 --seed 3 \
     --batch-size 512 --lr 1e-3 --warmup-steps 100 --shown-scope same-replace \
     --checkpoint-dir runs/default-3 ${LAYA_RESUME:+--resume} \
-    --name laya-zh-default --language zh --training-data "$INFO" --out "$OUT"
+    --name laya-zh-default --language zh --training-data "$INFO" --out "$OUT_F16"
+$LAYA quantize "$OUT_F16" "$OUT"
 
 for p in model ngram; do
     $LAYA eval --model "$OUT" --predictor $p --ngram $D/ngram.json --text $D/valid.txt --limit 1000

@@ -59,11 +59,11 @@ target/release/examples/random_model "$models/rand-20000-f32.laya" 20000 f32 128
 # activations; the peers run the same weights dequantised to f32 with f32 activations, so their
 # top-5 may differ from Laya's on a few contexts (the report flags it; docs/quantization.md).
 target/release/laya quantize "$models/seed-512-f32.laya" "$models/seed-512-q.laya" >/dev/null
-target/release/laya quantize models/default.laya "$models/default-q.laya" >/dev/null
+target/release/laya quantize models/default-f16.laya "$models/default-q.laya" >/dev/null
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
-    "lexicon 20000, default model, F16=models/default.laya=models/default.laya as committed (2 blocks, FFN 256, 4,628-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
+    "lexicon 20000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, 4,628-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
     "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere." \
     "lexicon 512, seed shape, quantised=$models/seed-512-q.laya=the seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
-    "lexicon 20000, default quantised=$models/default-q.laya=models/default.laya through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."
+    "lexicon 20000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."

@@ -764,17 +764,18 @@ impl Kernels {
     }
 
     /// Whether [`Kernels::matmul_q8_packed`] has a SIMD tier on this handle's int8 set
-    /// (AVX-512 VNNI, AVX-VNNI). Where it does, a runtime should repack its Q8_0 matrices
-    /// ([`PackedQ8::new`]) at load and multiply them with `matmul_q8_packed`; elsewhere
-    /// [`Kernels::matmul_q8`] on the file's bytes is the faster choice (the packed scalar twin
-    /// exists for the tests).
+    /// (AVX-512 VNNI, AVX-VNNI, AVX2). Where it does, a runtime should repack its Q8_0 matrices
+    /// ([`PackedQ8::new`]) at load and multiply them with `matmul_q8_packed`, which beats both
+    /// the row-major int8 kernel and the f32 path for every shape measured (`kernel_bench`);
+    /// elsewhere [`Kernels::matmul_q8`] on the file's bytes is the faster choice (the packed
+    /// scalar twin exists for the tests).
     ///
     /// ```
     /// use laya_kernels::Kernels;
     /// assert!(!Kernels::scalar().packs_q8());
     /// ```
     pub fn packs_q8(&self) -> bool {
-        matches!(self.int8, Int8Isa::AvxVnni | Int8Isa::Avx512Vnni)
+        matches!(self.int8, Int8Isa::Avx2 | Int8Isa::AvxVnni | Int8Isa::Avx512Vnni)
     }
 
     /// [`Kernels::matmul_q8`] on a [`PackedQ8`] matrix: the same formula, with every block's
@@ -805,6 +806,9 @@ impl Kernels {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
             Int8Isa::Avx512Vnni => unsafe { packed_x86::avx512vnni::matmul(w, xq, n_pos, bias, y) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX2, FMA and F16C were detected at construction.
+            Int8Isa::Avx2 => unsafe { packed_x86::avx2::matmul(w, xq, n_pos, bias, y) },
             _ => packed::matmul(w, xq, n_pos, bias, y),
         }
     }

@@ -1,4 +1,5 @@
-//! VNNI tiers of `Kernels::matmul_q8_packed` (layout and reasoning in `packed.rs`).
+//! x86 tiers of `Kernels::matmul_q8_packed` and `matmul_q4_packed` (layout and reasoning in
+//! `packed.rs`); the 512-bit VNNI tier is described here, the 256-bit ones at their macros.
 //!
 //! Per block of 32 inputs and group of 16 rows, for each position: the i32 accumulator starts
 //! at `−128·Σx` (undoing the `+128` stored with the weights), takes eight `vpdpbusd` of a
@@ -270,102 +271,141 @@ pub(crate) mod avx512vnni_q4 {
     }
 }
 
-/// AVX-VNNI: 256-bit `vpdpbusd`, each group of 16 rows as two halves of 8.
-pub(crate) mod avxvnni {
-    use super::*;
+/// The 256-bit [`PackedQ8`] kernels, each group of 16 rows as two halves of 8 (bytes 0..32 and
+/// 32..64 of every 64-byte vector), stamped out twice:
+///
+/// * AVX-VNNI: `vpdpbusd` of the stored `w + 128` (u8) against the broadcast activations, the
+///   accumulator started at `−128·Σx`, as in the 512-bit tier;
+/// * plain AVX2: `maddubs` cannot take the offset bytes (a pair of 255·127 products overflows
+///   i16), so each weight vector is turned back into signed `w` (xor 0x80) and multiplied with
+///   the sign trick of `q8_x86.rs`: `maddubs(|w|, x·sign(w))`, whose pairs stay within
+///   2·128·127 = 32,512, then `madd` by ones to i32. No offset, so the accumulator starts at 0.
+///   Lane `r` still holds row `r`'s exact block dot product: no horizontal sums, which is
+///   what the row-major AVX2 kernel spends most of its time on for the word head.
+macro_rules! q8_256 {
+    ($module:ident, $feat:literal, $vnni:literal) => {
+        pub(crate) mod $module {
+            use super::*;
 
-    /// `vpdpbusd` on 256-bit registers.
-    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    #[inline]
-    fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpbusd_avx_epi32(acc, u, s)
-    }
-
-    /// `H` halves (8 rows each) starting at half `h0`, `P` positions from `p0`.
-    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    #[inline]
-    fn tile<const H: usize, const P: usize>(
-        w: &PackedQ8,
-        xq: &[ActBlock],
-        h0: usize,
-        p0: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
-        let (rows, nb, stride, sc) = (w.rows(), w.cols() / QK, w.stride(), w.scales());
-        let data = w.bytes();
-        // Byte offset of half h's group, and of the half inside a 64-byte weight vector.
-        let at = |h: usize| ((h0 + h) / 2 * stride, (h0 + h) % 2 * 32);
-        let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
-        let mut acc = [[_mm256_setzero_ps(); P]; H];
-        for b in 0..nb {
-            let mut isum = [[_mm256_setzero_si256(); P]; H];
-            for p in 0..P {
-                let c = _mm256_set1_epi32(-128 * xr[p][b].sum);
-                for h in 0..H {
-                    isum[h][p] = c;
+            /// `acc + Σ` over groups of four of `w·x` per i32 lane: `u` is the stored weight
+            /// vector (`w + 128`), `s` four activation bytes broadcast.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn dot(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+                if $vnni {
+                    #[allow(unused_unsafe)]
+                    // SAFETY: only the instance compiled with avxvnni (`$vnni` is a literal)
+                    // takes this branch, and dispatch selects it only after detecting AVX-VNNI.
+                    unsafe {
+                        _mm256_dpbusd_avx_epi32(acc, u, s)
+                    }
+                } else {
+                    let w = _mm256_xor_si256(u, _mm256_set1_epi8(-128));
+                    let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(s, w));
+                    _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
                 }
             }
-            for k in 0..8 {
-                let wv: [__m256i; H] = core::array::from_fn(|h| {
-                    let (g, half) = at(h);
-                    // SAFETY: the caller keeps (h0+H)/2 <= groups, so g + sc + 64·(8b+k) +
-                    // half + 32 <= groups·stride = data.len() (check).
-                    unsafe { _mm256_loadu_si256(data.as_ptr().add(g + sc + 64 * (8 * b + k) + half) as *const __m256i) }
-                });
-                for p in 0..P {
-                    let xv = _mm256_set1_epi32(x4(&xr[p][b], k));
+
+            /// The accumulator's start for an activation block with sum `sum`.
+            #[inline(always)]
+            fn start(sum: i32) -> i32 {
+                if $vnni {
+                    -128 * sum
+                } else {
+                    0
+                }
+            }
+
+            /// `H` halves (8 rows each) starting at half `h0`, `P` positions from `p0`.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn tile<const H: usize, const P: usize>(
+                w: &PackedQ8,
+                xq: &[ActBlock],
+                h0: usize,
+                p0: usize,
+                bias: Option<&[f32]>,
+                y: &mut [f32],
+            ) {
+                let (rows, nb, stride, sc) = (w.rows(), w.cols() / QK, w.stride(), w.scales());
+                let data = w.bytes();
+                // Byte offset of half h's group, and of the half inside a 64-byte weight vector.
+                let at = |h: usize| ((h0 + h) / 2 * stride, (h0 + h) % 2 * 32);
+                let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
+                let mut acc = [[_mm256_setzero_ps(); P]; H];
+                for b in 0..nb {
+                    let mut isum = [[_mm256_setzero_si256(); P]; H];
+                    for p in 0..P {
+                        let c = _mm256_set1_epi32(start(xr[p][b].sum));
+                        for h in 0..H {
+                            isum[h][p] = c;
+                        }
+                    }
+                    for k in 0..8 {
+                        let wv: [__m256i; H] = core::array::from_fn(|h| {
+                            let (g, half) = at(h);
+                            // SAFETY: the caller keeps (h0+H)/2 <= groups, so g + sc +
+                            // 64·(8b+k) + half + 32 <= groups·stride = data.len() (check).
+                            unsafe { _mm256_loadu_si256(data.as_ptr().add(g + sc + 64 * (8 * b + k) + half) as *const __m256i) }
+                        });
+                        for p in 0..P {
+                            let xv = _mm256_set1_epi32(x4(&xr[p][b], k));
+                            for h in 0..H {
+                                isum[h][p] = dot(isum[h][p], wv[h], xv);
+                            }
+                        }
+                    }
                     for h in 0..H {
-                        isum[h][p] = dot(isum[h][p], wv[h], xv);
+                        let (g, half) = at(h);
+                        // SAFETY: 8 f16 scales at g + 32b + half/2 .. + 16 <= g + sc.
+                        let dw = unsafe {
+                            _mm256_cvtph_ps(_mm_loadu_si128(data.as_ptr().add(g + 32 * b + half / 2) as *const __m128i))
+                        };
+                        for p in 0..P {
+                            let s = _mm256_mul_ps(dw, _mm256_set1_ps(xr[p][b].d));
+                            acc[h][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][p]), s, acc[h][p]);
+                        }
+                    }
+                }
+                for h in 0..H {
+                    store_half(&acc[h], bias, rows, (h0 + h) * 8, p0, y);
+                }
+            }
+
+            #[target_feature(enable = $feat)]
+            pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+                check(w.bytes().len(), w.groups(), w.stride(), w.rows(), w.cols(), xq, n_pos, bias, y);
+                let halves = 2 * w.groups();
+                if n_pos == 1 {
+                    let mut h = 0;
+                    while h + 4 <= halves {
+                        tile::<4, 1>(w, xq, h, 0, bias, y);
+                        h += 4;
+                    }
+                    while h < halves {
+                        tile::<2, 1>(w, xq, h, 0, bias, y);
+                        h += 2;
+                    }
+                    return;
+                }
+                for h in (0..halves).step_by(2) {
+                    let mut p = 0;
+                    while p + 3 <= n_pos {
+                        tile::<2, 3>(w, xq, h, p, bias, y);
+                        p += 3;
+                    }
+                    while p < n_pos {
+                        tile::<2, 1>(w, xq, h, p, bias, y);
+                        p += 1;
                     }
                 }
             }
-            for h in 0..H {
-                let (g, half) = at(h);
-                // SAFETY: 8 f16 scales at g + 32b + half/2 .. + 16 <= g + sc.
-                let dw = unsafe {
-                    _mm256_cvtph_ps(_mm_loadu_si128(data.as_ptr().add(g + 32 * b + half / 2) as *const __m128i))
-                };
-                for p in 0..P {
-                    let s = _mm256_mul_ps(dw, _mm256_set1_ps(xr[p][b].d));
-                    acc[h][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][p]), s, acc[h][p]);
-                }
-            }
         }
-        for h in 0..H {
-            store_half(&acc[h], bias, rows, (h0 + h) * 8, p0, y);
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-        check(w.bytes().len(), w.groups(), w.stride(), w.rows(), w.cols(), xq, n_pos, bias, y);
-        let halves = 2 * w.groups();
-        if n_pos == 1 {
-            let mut h = 0;
-            while h + 4 <= halves {
-                tile::<4, 1>(w, xq, h, 0, bias, y);
-                h += 4;
-            }
-            while h < halves {
-                tile::<2, 1>(w, xq, h, 0, bias, y);
-                h += 2;
-            }
-            return;
-        }
-        for h in (0..halves).step_by(2) {
-            let mut p = 0;
-            while p + 3 <= n_pos {
-                tile::<2, 3>(w, xq, h, p, bias, y);
-                p += 3;
-            }
-            while p < n_pos {
-                tile::<2, 1>(w, xq, h, p, bias, y);
-                p += 1;
-            }
-        }
-    }
+    };
 }
+
+q8_256!(avxvnni, "avx2,fma,f16c,avxvnni", true);
+q8_256!(avx2, "avx2,fma,f16c", false);
 
 /// The 256-bit [`PackedQ4`] kernels, stamped out twice: plain AVX2 and AVX-VNNI. Each group of
 /// 16 rows is two halves of 8 (bytes 0..32 and 32..64 of every 64-byte vector).

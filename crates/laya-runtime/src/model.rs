@@ -65,8 +65,9 @@ pub(crate) struct Mat {
     pub rows: usize,
     pub cols: usize,
     pub range: Range<usize>,
-    /// A quantised linear layer's weights repacked for the VNNI kernels, made at load where
-    /// the CPU has them (`Kernels::packs_q8`, `Kernels::packs_q4`); `None` otherwise.
+    /// A quantised linear layer's weights repacked for the packed int8 kernels, made at load
+    /// where the CPU has them (`Kernels::packs_q8`, `Kernels::packs_q4`: x86 with AVX2);
+    /// `None` otherwise.
     pub packed: Option<Packed>,
 }
 
@@ -186,8 +187,7 @@ impl Model {
                 .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
             Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packed: None })
         };
-        // A linear layer: its Q8_0 weights on VNNI CPUs, its Q4_0/Q4_1 weights on x86 with
-        // AVX2, also get the interleaved copy the packed int8 kernels read (a few percent more
+        // A linear layer: its Q8_0, Q4_0 or Q4_1 weights on x86 with AVX2 also get the interleaved copy the packed int8 kernels read (a few percent more
         // than the tensor, once, at load).
         let lin = |t: &TensorRef| -> Result<Mat, LoadError> {
             let mut m = mat(t)?;
@@ -332,7 +332,8 @@ impl Model {
         std::hint::black_box(acc);
     }
 
-    /// Heap bytes of the packed copies of Q8_0 layers (0 where the CPU has no VNNI kernels).
+    /// Heap bytes of the packed copies of quantised layers (0 where the CPU has no packed
+    /// int8 kernels).
     pub fn packed_bytes(&self) -> usize {
         let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
         l.chain([&self.output]).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum()

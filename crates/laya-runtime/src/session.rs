@@ -30,12 +30,12 @@ pub enum ActPrecision {
     /// Activations are quantised to int8 blocks of 32 (one f32 scale each) and multiplied with
     /// the int8 weights in integer arithmetic (`Kernels::matmul_q8`): faster, and within the
     /// activation rounding (half a step of `max|x|/127` per value) of the f32 path. Used where
-    /// this CPU's int8 kernels beat the f32 ones: in every Q8_0 layer on CPUs with AVX-512
-    /// VNNI or AVX-VNNI (the packed kernels, `Kernels::packs_q8`), every Q4_0/Q4_1 layer on
-    /// x86 CPUs with AVX2 (`Kernels::packs_q4`), and otherwise the one-position Q8_0 layers
-    /// (the last block's query side and the word head). So a quantised model's logits differ
-    /// between those kinds of CPU by the activation rounding of the other layers;
-    /// [`ActPrecision::Int8All`] computes the VNNI CPUs' numbers on any CPU.
+    /// this CPU's int8 kernels beat the f32 ones: in every Q8_0, Q4_0 and Q4_1 layer on x86
+    /// CPUs with AVX2 (the packed kernels, `Kernels::packs_q8`, `Kernels::packs_q4`), and
+    /// elsewhere in the one-position Q8_0 layers (the last block's query side and the word
+    /// head). So a quantised model's logits differ between those kinds of CPU by the
+    /// activation rounding of the other layers; [`ActPrecision::Int8All`] computes the x86
+    /// numbers on any CPU.
     #[default]
     Int8,
     /// Int8 activations in every Q8_0, Q4_0 and Q4_1 layer on every CPU (slower than
@@ -434,7 +434,7 @@ impl Session {
         let kern = m.kernels;
         let int8 = *act != ActPrecision::F32;
         // Which layers take int8 activations (measured in benchmarks/README.md, kernel_bench):
-        // a layer the model packed at load (Q8_0 on VNNI CPUs, Q4 on x86 with AVX2) always,
+        // a layer the model packed at load (Q8_0 and Q4 on x86 with AVX2) always,
         // since the packed kernels beat the f32 path for every shape. Unpacked Q8_0 layers only
         // for one position (the last block and the word head): there the row-major int8
         // kernels win (1.6x with AVX2 on Zen 3), for 16 positions the f32 panel does. Under
