@@ -6,8 +6,8 @@
 # quantise it (INT4 embedding with compensation, INT8 linears and head), evaluate model and
 # baseline.
 # The committed model's three stages were run on a 16-core Xeon (README); on a 2-core machine the
-# whole script took 31.5 minutes end to end (README: simulated logs removed first, training at
-# 1,191-1,209 samples/s on both cores) — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
+# whole script takes 37.6 minutes from a fresh clone, release build included (README: training at
+# 1,286-1,428 samples/s on both cores) — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
 #
 #   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya; F16: OUT_MODEL with -f16)
 set -euo pipefail

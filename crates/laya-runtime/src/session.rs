@@ -435,9 +435,10 @@ impl Session {
         let int8 = *act != ActPrecision::F32;
         // Which layers take int8 activations (measured in benchmarks/README.md, kernel_bench):
         // a layer the model packed at load (Q8_0 and Q4 on x86 with AVX2) always,
-        // since the packed kernels beat the f32 path for every shape. Unpacked Q8_0 layers only
-        // for one position (the last block and the word head): there the row-major int8
-        // kernels win (1.6x with AVX2 on Zen 3), for 16 positions the f32 panel does. Under
+        // since the packed kernels beat the f32 path for every shape. Unpacked Q8_0 layers (CPUs
+        // without packed kernels) only for one position (the last block and the word head):
+        // there the row-major int8 kernels won (1.6x with AVX2 on Zen 3 before AVX2 packed),
+        // for 16 positions the f32 panel does. Under
         // `Int8All` every quantised layer (unpacked Q4 ones through the slow scalar reference).
         let all = *act == ActPrecision::Int8All;
         let q8n = |w: &Mat, n: usize| {
