@@ -3,7 +3,7 @@
 # fetch the corpora, choose the lexicon, train the n-gram baseline, simulate keyboard logs,
 # train the transformer with the click-weighted objective (its F16 export, the master that
 # `--init` and `laya quantize` start from, is written next to it as models/default-f16.laya),
-# quantise it (INT4 embedding with compensation, INT8 linears and head), evaluate model and
+# attach jieba's word frequencies as the completion prior (`laya prior`), quantise it (INT4 embedding with compensation, INT8 linears and head), evaluate model and
 # baseline.
 # The committed model's three stages were run on a 16-core Xeon (README); on a 2-core machine the
 # whole script takes 37.6 minutes from a fresh clone, release build included (README: training at
@@ -87,6 +87,9 @@ $LAYA train --init runs/default-stage2.laya --events $D/train-events.jsonl --val
     --batch-size 512 --lr 1e-3 --warmup-steps 100 --shown-scope same-replace \
     --checkpoint-dir runs/default-3 ${LAYA_RESUME:+--resume} \
     --name laya-zh-default --language zh --training-data "$INFO" --out "$OUT_F16"
+# The completion prior: each lexicon word's frequency in jieba's dictionary, so completions are
+# ranked for the genres a keyboard meets rather than for 1998 news (docs/format.md §3 step 6).
+$LAYA prior --dict $D/dict.txt "$OUT_F16" "$OUT_F16"
 $LAYA quantize "$OUT_F16" "$OUT"
 
 for p in model ngram; do

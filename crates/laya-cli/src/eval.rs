@@ -33,6 +33,11 @@ pub struct Args {
     /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
     #[arg(long, default_value_t = 1.0)]
     completion_exponent: f32,
+    /// Weight λ of the completion prior (models made with `laya prior`): a word completing the
+    /// typed characters gets its P(w) times (dictionary share / corpus share)^λ, renormalised
+    /// among those words; 0 ranks completions by the network alone (0..=2).
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_COMPLETION_PRIOR)]
+    completion_prior: f32,
     /// How the word and replace heads combine (docs/format.md §3 step 6): `split` offers a word
     /// that starts with the typed text only as a completion, P(w) split by P(i); `marginal`
     /// splits each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
@@ -76,6 +81,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 let mut session = Session::new(model.clone());
                 session.set_completion_exponent(args.completion_exponent);
                 session.set_completion_rule(args.completion_rule);
+                session.set_completion_prior(args.completion_prior);
                 session.set_act_precision(args.act.activations);
                 Ok(ModelPredictor { session })
             };

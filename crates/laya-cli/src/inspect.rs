@@ -10,7 +10,8 @@ use crate::CliError;
 pub struct Args {
     /// The model file.
     file: PathBuf,
-    /// Also list every lexicon word with its frequency.
+    /// Also list every lexicon word with its corpus frequency (and dictionary frequency, when
+    /// the file has them).
     #[arg(long)]
     words: bool,
 }
@@ -23,8 +24,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
             out!("{}", f.summary());
             outln!("verdict          valid Laya model: every check of docs/format.md passed");
             if args.words {
-                for (w, n) in f.meta.words.iter().zip(&f.meta.frequencies) {
-                    outln!("{w}\t{n}");
+                match &f.meta.dict_frequencies {
+                    // Third column: the dictionary frequency of `laya prior`.
+                    Some(d) => {
+                        for ((w, n), dn) in f.meta.words.iter().zip(&f.meta.frequencies).zip(d) {
+                            outln!("{w}\t{n}\t{dn}");
+                        }
+                    }
+                    None => {
+                        for (w, n) in f.meta.words.iter().zip(&f.meta.frequencies) {
+                            outln!("{w}\t{n}");
+                        }
+                    }
                 }
             }
             Ok(())

@@ -34,6 +34,7 @@ mod predict;
 mod predictors;
 mod progress;
 mod prune;
+mod prior;
 mod quantize;
 mod simulate;
 mod train;
@@ -75,6 +76,8 @@ enum Command {
     Quantize(quantize::Args),
     /// Prune FFN blocks in whole 4×4 blocks to narrower widths, optionally fine-tuning after.
     Prune(prune::Args),
+    /// Store each lexicon word's dictionary frequency in a model: the completion prior.
+    Prior(prior::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
         Command::Install(a) => install::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Prune(a) => prune::run(a),
+        Command::Prior(a) => prior::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

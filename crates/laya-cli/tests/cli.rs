@@ -181,6 +181,33 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_split_the_default() {
     assert!(embedded(&["--completion-rule", "marginal"]).iter().any(continues));
 }
 
+/// The embedded model carries jieba's frequencies (`laya prior`), and `--completion-prior`
+/// reaches the session: after a typed 天 the default weight and 0 rank the completions
+/// differently, the next-word share of the bar stays the same, and eval takes the flag too.
+#[test]
+fn completion_prior_flag_on_the_embedded_model() {
+    let run = |extra: &[&str]| {
+        let out = laya().args(["predict", "--json", "--top", "64"]).args(extra).arg("今天天").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["candidates"].as_array().unwrap().iter().map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap())).collect::<Vec<_>>()
+    };
+    let (with, without) = (run(&[]), run(&["--completion-prior", "0"]));
+    let order = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 == 1).take(5).map(|c| c.0.clone()).collect::<Vec<_>>();
+    assert_ne!(order(&with), order(&without), "the prior changed no completion");
+    let completion_share = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 > 0).map(|c| c.2).sum::<f64>();
+    assert!(completion_share(&with) > 0.5 && completion_share(&without) > 0.5);
+    // (The first 30: how many next words fit in the 64 depends on the completions.)
+    let next_words = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 == 0).take(30).map(|c| (c.0.clone(), (c.2 * 1e4).round() as i64)).collect::<Vec<_>>();
+    assert_eq!(next_words(&with), next_words(&without), "next words must not move");
+    let text = tmp("prior-eval.txt");
+    std::fs::write(&text, "今天天气很好\n这个酒店的服务不错\n").unwrap();
+    for w in ["0", "0.5"] {
+        let out = laya().args(["eval", "--json", "--completion-prior", w, "--text"]).arg(&text).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// `--activations` reaches the session in `predict`, `eval` and `bench`: on a Q8_0 model `f32`
 /// and `int8-all` give other probabilities; eval runs both over the same words; bench reports
 /// what it ran and allocates nothing per prediction on any of them.

@@ -455,6 +455,24 @@ pub unsafe extern "C" fn laya_session_set_completion_exponent(session: *mut laya
     })
 }
 
+/// Sets the weight `lambda` of the completion prior (`Session::set_completion_prior`; default
+/// 0.5): words completing the typed characters are re-ranked towards a general-purpose
+/// dictionary's frequencies when the model file carries them (`laya prior`); 0 turns it off.
+/// Values outside `0..=2` are clamped, NaN means 0. Kept across model swaps. Recomputes one
+/// factor per lexicon word: call it when settings change, not per keystroke.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_set_completion_prior(session: *mut laya_session, lambda: f32) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        s.inner.session().set_completion_prior(lambda);
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

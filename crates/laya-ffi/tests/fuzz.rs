@@ -35,7 +35,9 @@ impl Drop for Handles {
 fn handles(name: &str) -> Handles {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("ffi-fuzz-{name}-{}.laya", std::process::id()));
-    let (meta, tensors) = random_model(&TinyConfig::small(), 77, GgmlType::Q8_0);
+    let (mut meta, tensors) = random_model(&TinyConfig::small(), 77, GgmlType::Q8_0);
+    // Dictionary frequencies, so the completion prior is live in every test (default λ).
+    meta.dict_frequencies = Some((0..meta.vocab_size() as u32).map(|i| if i % 4 == 0 { 0 } else { 1 + i * 7919 % 997 }).collect());
     std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
     let reference = Session::new(Model::load(&path).unwrap());
     let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
@@ -209,6 +211,9 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
         assert_eq!(laya_session_checksum(h.session, ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_exponent(ptr::null_mut(), 0.5), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_exponent(h.session, f32::NAN), LAYA_OK);
+        assert_eq!(laya_session_set_completion_prior(ptr::null_mut(), 0.5), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_set_completion_prior(h.session, f32::NAN), LAYA_OK);
+        assert_eq!(laya_session_set_completion_prior(h.session, 0.5), LAYA_OK);
         assert_eq!(laya_session_set_completion_rule(ptr::null_mut(), LAYA_COMPLETION_PRODUCT), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_rule(h.session, 4), LAYA_ERR_INVALID_ARGUMENT);
         assert!(msg().contains("unknown completion rule 4"), "{}", msg());
@@ -230,7 +235,7 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
 }
 
 #[test]
-fn completion_rule_and_exponent_through_the_c_abi_match_the_rust_session() {
+fn completion_rule_exponent_and_prior_through_the_c_abi_match_the_rust_session() {
     use laya_runtime::CompletionRule;
     let mut h = handles("beta");
     let cases = [
@@ -241,15 +246,20 @@ fn completion_rule_and_exponent_through_the_c_abi_match_the_rust_session() {
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 0.25),
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 1.0),
     ];
-    for (c_rule, rule, beta) in cases {
+    for lambda in [0.0, 0.5, 2.0] {
         // SAFETY: a live session used by this thread only.
-        assert_eq!(unsafe { laya_session_set_completion_rule(h.session, c_rule) }, LAYA_OK);
-        // SAFETY: as above.
-        assert_eq!(unsafe { laya_session_set_completion_exponent(h.session, beta) }, LAYA_OK);
-        h.reference.set_completion_rule(rule);
-        h.reference.set_completion_exponent(beta);
-        for ctx in ["hel", "今天天", "a", "", "wor", "x y"] {
-            check(&mut h, ctx.as_bytes(), 8).unwrap();
+        assert_eq!(unsafe { laya_session_set_completion_prior(h.session, lambda) }, LAYA_OK);
+        h.reference.set_completion_prior(lambda);
+        for (c_rule, rule, beta) in cases {
+            // SAFETY: as above.
+            assert_eq!(unsafe { laya_session_set_completion_rule(h.session, c_rule) }, LAYA_OK);
+            // SAFETY: as above.
+            assert_eq!(unsafe { laya_session_set_completion_exponent(h.session, beta) }, LAYA_OK);
+            h.reference.set_completion_rule(rule);
+            h.reference.set_completion_exponent(beta);
+            for ctx in ["hel", "今天天", "a", "", "wor", "x y"] {
+                check(&mut h, ctx.as_bytes(), 8).unwrap();
+            }
         }
     }
 }

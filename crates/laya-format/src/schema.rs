@@ -44,6 +44,7 @@ pub mod keys {
     pub const REPLACE_CLASSES: &str = "laya.replace_classes";
     pub const LEXICON_WORDS: &str = "laya.lexicon.words";
     pub const LEXICON_FREQUENCIES: &str = "laya.lexicon.frequencies";
+    pub const LEXICON_DICT_FREQUENCIES: &str = "laya.lexicon.dict_frequencies";
     pub const NORMALIZATION: &str = "laya.normalization";
     pub const PROVENANCE_LANGUAGE: &str = "laya.provenance.language";
     pub const PROVENANCE_TRAINING_DATA: &str = "laya.provenance.training_data";
@@ -52,7 +53,7 @@ pub mod keys {
     pub const CHECKSUM: &str = "laya.checksum";
 
     /// Every `laya.*` key of format version 1; any other `laya.*` key is refused.
-    pub const LAYA_KEYS: [&str; 21] = [
+    pub const LAYA_KEYS: [&str; 22] = [
         FORMAT_VERSION,
         CONTEXT_LENGTH,
         EMBEDDING_LENGTH,
@@ -68,6 +69,7 @@ pub mod keys {
         REPLACE_CLASSES,
         LEXICON_WORDS,
         LEXICON_FREQUENCIES,
+        LEXICON_DICT_FREQUENCIES,
         NORMALIZATION,
         PROVENANCE_LANGUAGE,
         PROVENANCE_TRAINING_DATA,
@@ -273,6 +275,9 @@ pub struct ModelMeta {
     /// The lexicon: word `i` is row `i` of the word head.
     pub words: Strings,
     pub frequencies: Vec<u32>,
+    /// Optional: each word's frequency in a general-purpose dictionary (0 = not in it), the
+    /// genre-neutral prior the runtime ranks completions with (docs/format.md §3 step 6).
+    pub dict_frequencies: Option<Vec<u32>>,
     pub normalization: Vec<NormRule>,
     pub provenance: Provenance,
 }
@@ -705,6 +710,19 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
             ),
         ));
     }
+    let dict_frequencies = match k.file.get(keys::LEXICON_DICT_FREQUENCIES) {
+        None => None,
+        Some(_) => {
+            let f = k.u32s(keys::LEXICON_DICT_FREQUENCIES)?;
+            if f.len() != words.len() {
+                return Err(invalid(
+                    keys::LEXICON_DICT_FREQUENCIES,
+                    format!("has {} entries but the lexicon has {} words", f.len(), words.len()),
+                ));
+            }
+            Some(f.to_vec())
+        }
+    };
     let normalization = k
         .strings(keys::NORMALIZATION)?
         .iter()
@@ -743,6 +761,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
         // Filled by the caller, which moves the (possibly large) lexicon out of the container.
         words: Strings::new(),
         frequencies: frequencies.to_vec(),
+        dict_frequencies,
         normalization,
         provenance,
     };
@@ -1236,6 +1255,10 @@ impl<'a> LayaFile<'a> {
         );
         let _ = writeln!(s, "replace classes  {}", h.replace_classes);
         let _ = writeln!(s, "lexicon          {} words", m.words.len());
+        if let Some(d) = &m.dict_frequencies {
+            let found = d.iter().filter(|&&f| f > 0).count();
+            let _ = writeln!(s, "dict prior       {found} of {} words have a dictionary frequency (completion prior)", m.words.len());
+        }
         let rules: Vec<&str> = m.normalization.iter().map(|r| r.name()).collect();
         let _ = writeln!(s, "normalization    [{}]", rules.join(", "));
         let p = &m.provenance;

@@ -195,6 +195,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         hparams,
         words: words.into(),
         frequencies,
+        dict_frequencies: None,
         normalization: vec![NormRule::FullwidthAscii, NormRule::LowercaseAscii],
         provenance: Provenance {
             language: "zh".into(),

@@ -303,6 +303,11 @@ pub fn model_keys(meta: &ModelMeta) -> Vec<(String, Value)> {
             keys::LEXICON_FREQUENCIES.into(),
             Value::Array(Array::U32(meta.frequencies.clone())),
         ),
+    ]);
+    if let Some(f) = &meta.dict_frequencies {
+        kv.push((keys::LEXICON_DICT_FREQUENCIES.into(), Value::Array(Array::U32(f.clone()))));
+    }
+    kv.extend([
         (
             keys::NORMALIZATION.into(),
             Value::Array(Array::String(
@@ -412,6 +417,13 @@ pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<
             reason: format!("the lexicon has {n} words"),
         });
     }
+    if let Some(f) = meta.dict_frequencies.as_ref().filter(|f| f.len() != n) {
+        return Err(FormatError::BadLength {
+            what: keys::LEXICON_DICT_FREQUENCIES.into(),
+            len: f.len(),
+            reason: format!("the lexicon has {n} words"),
+        });
+    }
     let per_word = |t: &TensorData| t.name == "output.weight" || t.name == "output.bias";
     // Both tensors have one row per word as their last dimension; rows are whole blocks. All
     // are checked before any moves, so a refusal leaves everything as it was.
@@ -434,5 +446,8 @@ pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<
     }
     meta.words = order.iter().map(|&id| &meta.words[id as usize]).collect();
     meta.frequencies = order.iter().map(|&id| meta.frequencies[id as usize]).collect();
+    if let Some(f) = &mut meta.dict_frequencies {
+        *f = order.iter().map(|&id| f[id as usize]).collect();
+    }
     Ok(true)
 }

@@ -57,6 +57,9 @@ pub struct ModelInfo {
     pub file_len: usize,
     /// `mmap`, `heap` or `embedded`.
     pub storage: &'static str,
+    /// Lexicon words with a dictionary frequency (`laya.lexicon.dict_frequencies`); 0 when
+    /// the file has none, and then completions are ranked by the network alone.
+    pub dict_words: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -134,6 +137,8 @@ pub struct Model {
     pub(crate) replace: Mat,
     pub(crate) replace_b: Vec<f32>,
     pub(crate) lexicon: Lexicon,
+    /// Per word, `ln(dictionary share) − ln(corpus share)`, or empty (see [`prior_shift`]).
+    pub(crate) prior_shift: Vec<f32>,
 }
 
 impl Model {
@@ -243,6 +248,7 @@ impl Model {
             checksum: file.checksum,
             file_len: bytes.len(),
             storage: storage.kind(),
+            dict_words: file.meta.dict_frequencies.as_deref().map_or(0, |d| d.iter().filter(|&&f| f > 0).count()),
         };
         let parts = Model {
             kernels,
@@ -253,6 +259,7 @@ impl Model {
             out_norm_b: f32s(&file.output_norm_b),
             output: lin(&file.output_w)?,
             output_b: f32s(&file.output_b),
+            prior_shift: file.meta.dict_frequencies.as_deref().map(|d| prior_shift(&file.meta.frequencies, d)).unwrap_or_default(),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
             lexicon: Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order)),
@@ -360,4 +367,23 @@ fn wtype(t: GgmlType) -> WType {
 /// runtime free of unaligned-cast `unsafe` and costs a few kilobytes.
 fn f32s(t: &TensorRef) -> Vec<f32> {
     t.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+/// The completion prior's per-word log ratio (docs/format.md §3 step 6): how much more often a
+/// general-purpose dictionary sees the word than the training corpus did,
+/// `ln(d_w / Σd) − ln((c_w + 1) / Σ(c + 1))`, both sums over the words the dictionary has.
+/// A word the dictionary lacks (`d_w = 0`: punctuation, numbers, names of the corpus) keeps 0,
+/// so it neither gains nor loses. Computed once, at load.
+fn prior_shift(corpus: &[u32], dict: &[u32]) -> Vec<f32> {
+    let both = || corpus.iter().zip(dict).filter(|(_, &d)| d > 0);
+    let sum_d: f64 = both().map(|(_, &d)| d as f64).sum();
+    let sum_c: f64 = both().map(|(&c, _)| c as f64 + 1.0).sum();
+    if sum_d == 0.0 {
+        return vec![0.0; dict.len()];
+    }
+    corpus
+        .iter()
+        .zip(dict)
+        .map(|(&c, &d)| if d == 0 { 0.0 } else { ((d as f64 / sum_d).ln() - ((c as f64 + 1.0) / sum_c).ln()) as f32 })
+        .collect()
 }

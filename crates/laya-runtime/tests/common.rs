@@ -36,3 +36,17 @@ pub const CONTEXTS: &[&str] = &[
     "\u{10FFFF}\u{E000}\u{FFFF}",
     " ",
 ];
+
+/// Dictionary frequencies for a generated lexicon: every fifth word absent (0), the others
+/// spread over four orders of magnitude, so the completion prior moves words both ways.
+pub fn dict_frequencies(n: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| if i % 5 == 0 { 0 } else { 1 + (i * 7919 % 10_007) }).collect()
+}
+
+/// A generated model whose file carries `laya.lexicon.dict_frequencies`, with its metadata.
+pub fn model_with_dict(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (Arc<Model>, laya_format::ModelMeta) {
+    let (mut meta, tensors) = random_model(cfg, seed, ty);
+    meta.dict_frequencies = Some(dict_frequencies(meta.vocab_size()));
+    let m = Model::from_bytes(write_model(&meta, &tensors).expect("valid")).expect("valid model loads");
+    (m, meta)
+}

@@ -127,9 +127,29 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
     ];
     // Words the split rule took off the next-word list: the contexts must exercise it.
     let mut split_words = 0;
+    // Completions the prior moved by more than 1%: likewise.
+    let mut reweighted = 0;
+    // (model, its per-word prior shift ln(d/Σd) − ln((c+1)/Σ(c+1)) or none, λ): a file
+    // without dictionary frequencies at the default λ, then one with them at several λ.
+    let mut cases = Vec::new();
     for seed in [3, 11] {
-        let m = model(&cfg, seed, GgmlType::F32);
+        cases.push((model(&cfg, seed, GgmlType::F32), None, laya_runtime::DEFAULT_COMPLETION_PRIOR));
+        let (m, meta) = common::model_with_dict(&cfg, seed, GgmlType::F32);
+        let d = meta.dict_frequencies.clone().unwrap();
+        let both: Vec<usize> = (0..d.len()).filter(|&i| d[i] > 0).collect();
+        let sd: f64 = both.iter().map(|&i| d[i] as f64).sum();
+        let sc: f64 = both.iter().map(|&i| meta.frequencies[i] as f64 + 1.0).sum();
+        let shift: Vec<f64> = (0..d.len())
+            .map(|i| if d[i] == 0 { 0.0 } else { (d[i] as f64 / sd).ln() - ((meta.frequencies[i] as f64 + 1.0) / sc).ln() })
+            .collect();
+        for lambda in [0.0, 0.5, 2.0] {
+            cases.push((m.clone(), Some(shift.clone()), lambda));
+        }
+    }
+    for (m, shift, lambda) in cases {
         let mut s = Session::new(m.clone());
+        s.set_completion_prior(lambda);
+        let prior = |id: usize| shift.as_ref().map_or(1.0, |sh| (lambda as f64 * sh[id]).exp());
         for (rule, beta) in rules {
             s.set_completion_rule(rule);
             s.set_completion_exponent(beta);
@@ -167,6 +187,15 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                     })
                     .collect();
                 let mass: Vec<f64> = adm.iter().map(|ids| ids.iter().map(|&id| pw[id]).sum()).collect();
+                // The prior reweights each class's words and keeps the class's mass.
+                let weighted: Vec<f64> = adm.iter().map(|ids| ids.iter().map(|&id| pw[id] * prior(id)).sum()).collect();
+                let pwc = |id: usize, i: usize| -> f64 {
+                    if weighted[i] > 0.0 {
+                        pw[id] * prior(id) * mass[i] / weighted[i]
+                    } else {
+                        pw[id]
+                    }
+                };
                 let factor = |i: usize| -> f64 {
                     match rule {
                         CompletionRule::Product => pi[i].powf(beta as f64),
@@ -185,7 +214,8 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                         split_words += usize::from(norm > 0.0);
                         pairs.push((if norm > 0.0 { 0.0 } else { p }, w.clone(), 0));
                         for &i in &own {
-                            pairs.push((if norm > 0.0 { p * pi[i] / norm } else { 0.0 }, w.clone(), i));
+                            reweighted += usize::from((pwc(id, i) - p).abs() > 0.01 * p);
+                            pairs.push((if norm > 0.0 { pwc(id, i) * pi[i] / norm } else { 0.0 }, w.clone(), i));
                         }
                         continue;
                     }
@@ -196,7 +226,7 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                     };
                     pairs.push((next, w.clone(), 0));
                     for &i in &own {
-                        pairs.push((p * factor(i), w.clone(), i));
+                        pairs.push((pwc(id, i) * factor(i), w.clone(), i));
                     }
                 }
                 let total: f64 = pairs.iter().map(|p| p.0).sum();
@@ -207,13 +237,14 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                 for c in got.iter() {
                     let r = pairs.iter().find(|p| p.1 == c.word && p.2 == c.replace).expect("admissible");
                     let want = r.0 / total;
-                    assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "{rule:?} β {beta} {ctx:?} {c:?}: reference p {want}");
-                    assert!(c.p as f64 >= fifth - 1e-5, "{rule:?} β {beta} {ctx:?}: {c:?} is not among the reference top 5");
+                    assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "{rule:?} β {beta} λ {lambda} {ctx:?} {c:?}: reference p {want}");
+                    assert!(c.p as f64 >= fifth - 1e-5, "{rule:?} β {beta} λ {lambda} {ctx:?}: {c:?} is not among the reference top 5");
                 }
             }
         }
     }
     assert!(split_words > 0, "no context continues a lexicon word");
+    assert!(reweighted > 0, "the completion prior moved no completion");
 }
 
 /// A model whose lexicon `sort_lexicon` put in byte order (the one-pass load path) predicts
@@ -241,4 +272,40 @@ fn a_sorted_lexicon_predicts_exactly_as_the_original() {
             }
         }
     }
+}
+
+/// λ = 0, or a file without dictionary frequencies, ranks exactly as before the prior existed;
+/// a positive λ changes completions only: next-word candidates keep their probabilities.
+#[test]
+fn the_completion_prior_moves_completions_only() {
+    let cfg = TinyConfig::default();
+    let plain = model(&cfg, 7, GgmlType::F32);
+    let (with_dict, _) = common::model_with_dict(&cfg, 7, GgmlType::F32);
+    assert_eq!(plain.info().dict_words, 0);
+    assert!(with_dict.info().dict_words > 0);
+    let (mut a, mut b) = (Session::new(plain), Session::new(with_dict));
+    b.set_completion_prior(0.0);
+    let mut changed = 0;
+    for ctx in CONTEXTS {
+        let list = |s: &mut Session| -> Vec<(String, usize, f32)> { s.predict(ctx, 64).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect() };
+        assert_eq!(list(&mut a), list(&mut b), "λ = 0 on {ctx:?}");
+        b.set_completion_prior(1.0);
+        let (before, after) = (list(&mut a), list(&mut b));
+        b.set_completion_prior(0.0);
+        for (w, r, p) in &after {
+            if *r == 0 {
+                let old = before.iter().find(|x| &x.0 == w && x.1 == 0).map(|x| x.2);
+                if let Some(old) = old {
+                    assert!((old - p).abs() <= 1e-6 + 1e-5 * old, "{ctx:?}: next word {w} moved {old} -> {p}");
+                }
+            }
+        }
+        changed += usize::from(before != after);
+    }
+    assert!(changed > 0, "λ = 1 changed no prediction");
+    // Out-of-range weights are clamped, NaN turns the prior off.
+    b.set_completion_prior(f32::NAN);
+    assert_eq!(b.completion_prior(), 0.0);
+    b.set_completion_prior(9.0);
+    assert_eq!(b.completion_prior(), 2.0);
 }

@@ -19,6 +19,8 @@ fn predict_allocates_nothing() {
     // The compensated embedding lookup (token_embd_comp.weight) must not allocate either.
     let (meta, tensors) = random_quantized_model(&TinyConfig::default(), 2, &QuantizeOptions::default());
     models.push(("Q4_1+comp".into(), Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap()));
+    // The completion prior (dictionary frequencies in the file, default λ) reweights in place.
+    models.push(("F32+dict prior".into(), common::model_with_dict(&TinyConfig::default(), 2, GgmlType::F32).0));
     for (ty, m) in models {
         let mut s = Session::new(m);
         s.warm_up();

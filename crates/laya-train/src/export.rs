@@ -59,6 +59,7 @@ impl ModelConfig {
             },
             words: self.words.iter().collect(),
             frequencies: self.frequencies.clone(),
+            dict_frequencies: None,
             normalization: self
                 .normalization
                 .iter()

@@ -1,0 +1,72 @@
+//! `laya prior --dict DICT IN OUT`: stores each lexicon word's frequency in a general-purpose
+//! dictionary in the model file (`laya.lexicon.dict_frequencies`), the genre-neutral prior the
+//! runtime ranks completions with (docs/format.md §3 step 6, `--completion-prior`).
+
+use std::io::BufReader;
+use std::path::PathBuf;
+
+use laya_format::{write_model, LayaFile, TensorData};
+use laya_text::read_dict;
+
+use crate::CliError;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A dictionary with frequencies (jieba's dict.txt format: `word freq [tag]` per line).
+    #[arg(long)]
+    dict: PathBuf,
+    /// The model to read (any type; its tensors are copied unchanged).
+    input: PathBuf,
+    /// Where to write the model with the dictionary frequencies (may be the input).
+    output: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let path = args.input.display().to_string();
+    let bytes = std::fs::read(&args.input).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
+    let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;
+    let dict_path = args.dict.display().to_string();
+    let dict = read_dict(BufReader::new(
+        std::fs::File::open(&args.dict).map_err(|e| CliError(format!("cannot read {dict_path}: {e}")))?,
+    ))
+    .map_err(|e| CliError(format!("{dict_path}: {e}")))?;
+    if dict.is_empty() {
+        return Err(CliError(format!("{dict_path} has no entries; expected lines of `word freq [tag]`")));
+    }
+    let mut meta = file.meta.clone();
+    let freqs: Vec<u32> = meta
+        .words
+        .iter()
+        .map(|w| dict.get(w).map_or(0, |&f| f.min(u32::MAX as u64) as u32))
+        .collect();
+    let found = freqs.iter().filter(|&&f| f > 0).count();
+    if found == 0 {
+        return Err(CliError(format!(
+            "none of the {} lexicon words of {path} is in {dict_path} with a frequency above 0; is it the model's language?",
+            freqs.len()
+        )));
+    }
+    let replaced = meta.dict_frequencies.is_some();
+    meta.dict_frequencies = Some(freqs);
+    let tensors: Vec<TensorData> = file
+        .tensors()
+        .into_iter()
+        .map(|t| TensorData { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: t.data.to_vec() })
+        .collect();
+    let out_bytes = write_model(&meta, &tensors)?;
+    let out = args.output.display().to_string();
+    // Written beside the target and renamed, so an interrupted run leaves the old file whole
+    // (OUT may be IN).
+    let tmp = args.output.with_extension("laya.tmp");
+    std::fs::write(&tmp, &out_bytes).map_err(|e| CliError(format!("cannot write {}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, &args.output).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
+    outln!("{path} -> {out}");
+    outln!(
+        "dictionary {dict_path}: {} entries; {found} of {} lexicon words found ({:.1}%){}",
+        dict.len(),
+        meta.words.len(),
+        100.0 * found as f64 / meta.words.len() as f64,
+        if replaced { "; replaced the file's previous dictionary frequencies" } else { "" }
+    );
+    Ok(())
+}
