@@ -5,7 +5,9 @@
 use std::io::BufReader;
 use std::path::PathBuf;
 
-use laya_format::{write_model, LayaFile, TensorData};
+use std::collections::HashMap;
+
+use laya_format::{write_model, LayaFile, ModelMeta, TensorData};
 use laya_text::read_dict;
 
 use crate::CliError;
@@ -48,18 +50,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let replaced = meta.dict_frequencies.is_some();
     meta.dict_frequencies = Some(freqs);
-    let tensors: Vec<TensorData> = file
-        .tensors()
-        .into_iter()
-        .map(|t| TensorData { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: t.data.to_vec() })
-        .collect();
+    let tensors = owned_tensors(&file);
     let out_bytes = write_model(&meta, &tensors)?;
     let out = args.output.display().to_string();
-    // Written beside the target and renamed, so an interrupted run leaves the old file whole
-    // (OUT may be IN).
-    let tmp = args.output.with_extension("laya.tmp");
-    std::fs::write(&tmp, &out_bytes).map_err(|e| CliError(format!("cannot write {}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, &args.output).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
+    // OUT may be IN: an interrupted run must leave the old file whole.
+    crate::train::write_atomically(&args.output, &out_bytes)?;
     outln!("{path} -> {out}");
     outln!(
         "dictionary {dict_path}: {} entries; {found} of {} lexicon words found ({:.1}%){}",
@@ -69,4 +64,27 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if replaced { "; replaced the file's previous dictionary frequencies" } else { "" }
     );
     Ok(())
+}
+
+fn owned_tensors(file: &LayaFile) -> Vec<TensorData> {
+    file.tensors()
+        .into_iter()
+        .map(|t| TensorData { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: t.data.to_vec() })
+        .collect()
+}
+
+/// After `laya train --init` or `laya prune`: gives the model just exported (`bytes`) the
+/// dictionary frequencies of the model it came from, word by word, so the completion prior
+/// survives fine-tuning. Returns `None` when `source` has none; `Some(false)` (bytes unchanged)
+/// when a word of the export is not in `source`'s lexicon, since its frequency is unknown.
+pub(crate) fn carry_dict_frequencies(bytes: &mut Vec<u8>, source: &ModelMeta) -> Result<Option<bool>, CliError> {
+    let Some(freqs) = &source.dict_frequencies else { return Ok(None) };
+    let by_word: HashMap<&str, u32> = source.words.iter().zip(freqs).map(|(w, &f)| (w, f)).collect();
+    let file = LayaFile::parse(bytes)?;
+    let carried: Option<Vec<u32>> = file.meta.words.iter().map(|w| by_word.get(w).copied()).collect();
+    let Some(carried) = carried else { return Ok(Some(false)) };
+    let mut meta = file.meta.clone();
+    meta.dict_frequencies = Some(carried);
+    *bytes = write_model(&meta, &owned_tensors(&file))?;
+    Ok(Some(true))
 }

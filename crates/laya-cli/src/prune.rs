@@ -191,7 +191,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         ),
         created: today(),
     };
-    let out_bytes = small.export_bytes(&info, precision)?;
+    let mut out_bytes = small.export_bytes(&info, precision)?;
+    // Pruning keeps the lexicon, so the completion prior's frequencies carry over whole.
+    crate::prior::carry_dict_frequencies(&mut out_bytes, m)?;
     write_atomically(&args.out, &out_bytes)?;
     let out = args.out.display().to_string();
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use laya_text::{read_events, Event, Lexicon, OnError};
-use laya_format::GgmlType;
+use laya_format::{GgmlType, LayaFile};
 use laya_train::{
     train, train_from, LayaNet, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, Precision, RunOptions, StepReport,
     TrainConfig, TrainHooks,
@@ -369,7 +369,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::F16 => Precision::F16,
     };
-    let bytes = outcome.net.export_bytes(&info, precision)?;
+    let mut bytes = outcome.net.export_bytes(&info, precision)?;
+    if let Some(init) = &args.init {
+        let source = LayaFile::parse(&std::fs::read(init)?)?.meta;
+        match crate::prior::carry_dict_frequencies(&mut bytes, &source)? {
+            Some(true) => outln!("kept the dictionary frequencies (completion prior) of {}", init.display()),
+            Some(false) => outln!(
+                "note: {} has dictionary frequencies but the lexicon changed; run `laya prior --dict DICT` on the new model",
+                init.display()
+            ),
+            None => {}
+        }
+    }
     write_atomically(&args.out, &bytes)?;
     let svg = args.out.with_extension("loss.svg");
     std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;

@@ -45,7 +45,7 @@ fn dictionary_frequencies_land_in_the_file_and_survive_quantisation() {
     ok(&laya().arg("quantize").arg(&output).arg(&q).output().unwrap());
     let mq = meta(&q);
     let dq = mq.dict_frequencies.as_ref().expect("kept by quantize");
-    assert_eq!(dq[mq.words.iter().position(|x| x == &words[1]).unwrap()], 42);
+    assert_eq!(dq[mq.words.iter().position(|x| x == words[1]).unwrap()], 42);
 
     // Both files predict; the weight is a flag of predict and eval.
     for flag in ["0", "0.5", "2"] {
@@ -74,4 +74,22 @@ fn bad_dictionaries_are_refused_and_nothing_is_written() {
     let out = laya().arg("prior").arg("--dict").arg(&dict).arg(tmp("garbage.laya")).arg(&output).output().unwrap();
     assert_one_line_error(&out, "is not a valid Laya model");
     assert!(!output.exists(), "a refused run writes nothing");
+}
+
+#[test]
+fn pruning_keeps_the_dictionary_frequencies_word_by_word() {
+    let cfg = TinyConfig { feed_forward_length: vec![128, 96], vocab: 40, ..TinyConfig::small() };
+    let (mut meta0, tensors) = random_model(&cfg, 9, GgmlType::F32);
+    let freqs: Vec<u32> = (0..meta0.vocab_size() as u32).map(|i| if i % 3 == 0 { 0 } else { 10 + i }).collect();
+    meta0.dict_frequencies = Some(freqs.clone());
+    let input = tmp("prune-dict.laya");
+    std::fs::write(&input, write_model(&meta0, &tensors).unwrap()).unwrap();
+    let output = tmp("prune-dict-out.laya");
+    ok(&laya().args(["prune", "--ffn", "64,32", "--model"]).arg(&input).arg("--out").arg(&output).output().unwrap());
+    let after = meta(&output);
+    let d = after.dict_frequencies.as_ref().expect("kept by prune");
+    for (i, w) in after.words.iter().enumerate() {
+        let j = meta0.words.iter().position(|x| x == w).unwrap();
+        assert_eq!(d[i], freqs[j], "{w}");
+    }
 }

@@ -72,6 +72,11 @@ fn trains_then_continues_from_the_model_with_init() {
     assert_eq!(meta.words, vec!["不错", "今天", "天气"]);
     assert_eq!(meta.frequencies, vec![5, 3, 10]);
 
+    // The completion prior's dictionary frequencies (`laya prior`) survive `--init`.
+    let dict = tmp("dict.txt");
+    std::fs::write(&dict, "天气 100 n\n今天 50 t\n").unwrap();
+    ok(laya().arg("prior").arg("--dict").arg(&dict).arg(&first).arg(&first).output().unwrap());
+
     let second = tmp("second.laya");
     let out = laya()
         .args(["train", "--init"])
@@ -85,7 +90,11 @@ fn trains_then_continues_from_the_model_with_init() {
         .pipe(tiny)
         .output()
         .unwrap();
-    let continued = word_loss_of_first_epoch(&ok(out));
+    let text = ok(out);
+    assert!(text.contains("kept the dictionary frequencies"), "{text}");
+    let continued = word_loss_of_first_epoch(&text);
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
+    assert_eq!(meta.dict_frequencies, Some(vec![0, 50, 100]), "by word: 不错, 今天, 天气");
     assert!(continued < fresh, "continuing should start from the trained weights: {continued} vs {fresh}");
 
     let pred = ok(laya().args(["predict", "--model"]).arg(&second).args(["--json", "今天"]).output().unwrap());
