@@ -313,7 +313,7 @@ impl Session {
     /// bar that completions get, do not change (docs/format.md §3 step 6). It needs a file with
     /// `laya.lexicon.dict_frequencies` (`laya prior`); without one, or with `λ = 0`, ranking
     /// is the network's alone. Measured on the default model (README): `λ = 0.5` gains 1.4
-    /// points of `top5_k1` on reviews and costs 1.0 on held-out news. Values are clamped to
+    /// points of `top5_k1` on reviews and costs 1.1 on held-out news. Values are clamped to
     /// `0..=2`; NaN means 0. Recomputes one factor per word; call it outside the typing loop.
     ///
     /// ```
