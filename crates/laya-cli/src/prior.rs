@@ -67,10 +67,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
 }
 
 fn owned_tensors(file: &LayaFile) -> Vec<TensorData> {
-    file.tensors()
-        .into_iter()
-        .map(|t| TensorData { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: t.data.to_vec() })
-        .collect()
+    file.tensors().into_iter().map(|t| t.to_owned_data()).collect()
 }
 
 /// After `laya train --init` or `laya prune`: gives the model just exported (`bytes`) the

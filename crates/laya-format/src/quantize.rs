@@ -268,12 +268,7 @@ pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantiz
     let mut embedding = None;
     for t in file.tensors() {
         let Some(ty) = target(&t.name) else {
-            tensors.push(TensorData {
-                name: t.name.clone(),
-                ty: t.ty,
-                ne: t.ne.clone(),
-                data: t.data.to_vec(),
-            });
+            tensors.push(t.to_owned_data());
             continue;
         };
         let orig = t.to_f32()?;

@@ -343,6 +343,22 @@ impl TensorRef<'_> {
             .get(i.checked_mul(rb)?..i.checked_add(1)?.checked_mul(rb)?)
     }
 
+    /// An owned copy, ready for [`crate::write_model`] (tools that rewrite a file keep the
+    /// tensors they do not change this way).
+    ///
+    /// ```
+    /// use laya_format::{testing, write_model, GgmlType, LayaFile, TensorData};
+    /// let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 2, GgmlType::Q8_0);
+    /// let bytes = write_model(&meta, &tensors)?;
+    /// let file = LayaFile::parse(&bytes)?;
+    /// let copied: Vec<TensorData> = file.tensors().into_iter().map(|t| t.to_owned_data()).collect();
+    /// assert_eq!(write_model(&file.meta, &copied)?, bytes);
+    /// # Ok::<(), laya_format::FormatError>(())
+    /// ```
+    pub fn to_owned_data(&self) -> crate::TensorData {
+        crate::TensorData { name: self.name.clone(), ty: self.ty, ne: self.ne.clone(), data: self.data.to_vec() }
+    }
+
     /// All values decoded to f32 (row-major along `ne[0]`).
     pub fn to_f32(&self) -> Result<Vec<f32>, FormatError> {
         crate::quant::dequantize(self.data, self.ty, self.n_elements())

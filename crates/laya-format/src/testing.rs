@@ -430,16 +430,7 @@ pub fn exercise_readers(bytes: &[u8]) -> Result<bool, String> {
     for candidate in [bytes, &patched[..]] {
         if let Ok(model) = crate::LayaFile::parse(candidate) {
             loaded = true;
-            let tensors: Vec<TensorData> = model
-                .tensors()
-                .into_iter()
-                .map(|t| TensorData {
-                    name: t.name.clone(),
-                    ty: t.ty,
-                    ne: t.ne.clone(),
-                    data: t.data.to_vec(),
-                })
-                .collect();
+            let tensors: Vec<TensorData> = model.tensors().into_iter().map(|t| t.to_owned_data()).collect();
             for t in model.tensors() {
                 let offset = (t.data.as_ptr() as usize).wrapping_sub(candidate.as_ptr() as usize);
                 if !offset.is_multiple_of(model.alignment as usize) {
