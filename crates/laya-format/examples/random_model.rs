@@ -1,16 +1,17 @@
 //! Writes a deterministic random Laya model of any size, for benchmarks and experiments:
 //!
-//!     cargo run --release -p laya-format --example random_model -- OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS]
+//!     cargo run --release -p laya-format --example random_model -- OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS] [POSITIONS]
 //!
 //! Defaults are the seed shape of SPEC.md: lexicon 512, F32, d 128, FFN 512, 3 blocks,
-//! 2 heads, 16-character context, 65,536-row direct embedding.
+//! 2 heads, 16-character context, 65,536-row direct embedding, `learned_absolute` positions
+//! (`relative_causal` for the causal window that keeps keys and values between keystrokes).
 use laya_format::testing::{random_model, TinyConfig};
-use laya_format::{write_model, GgmlType};
+use laya_format::{write_model, GgmlType, PositionScheme};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(out) = args.first() else {
-        eprintln!("usage: random_model OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS]");
+        eprintln!("usage: random_model OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS] [learned_absolute|relative_causal]");
         std::process::exit(2);
     };
     let num = |i: usize, default: u32| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default);
@@ -26,7 +27,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let position_scheme = match args.get(6).map(String::as_str).unwrap_or("learned_absolute") {
+        name => match PositionScheme::from_name(name) {
+            Some(s) => s,
+            None => {
+                eprintln!("unknown position scheme {name}: use learned_absolute or relative_causal");
+                std::process::exit(2);
+            }
+        },
+    };
     let cfg = TinyConfig {
+        position_scheme,
         context_length: 16,
         embedding_length: num(3, 128),
         head_count: 2,

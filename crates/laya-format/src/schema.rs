@@ -104,22 +104,53 @@ impl Activation {
     }
 }
 
-/// How positions are encoded (`laya.position_scheme`).
+/// How positions are encoded (`laya.position_scheme`, docs/format.md §3).
+///
+/// ```
+/// use laya_format::PositionScheme;
+/// let s = PositionScheme::from_name("relative_causal").unwrap();
+/// assert_eq!(s.name(), "relative_causal");
+/// // 2 blocks, window 16: the last 31 tokens decide the output.
+/// assert_eq!(s.receptive_field(2, 16), 31);
+/// assert_eq!(PositionScheme::LearnedAbsolute.receptive_field(2, 16), 16);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PositionScheme {
-    /// One learned `pos_embd` row per position.
+    /// One learned `pos_embd` row per position of a right-aligned window of `T` values,
+    /// bidirectional attention. One new character moves every other one: nothing carries over
+    /// from one keystroke to the next.
     LearnedAbsolute,
+    /// No position embedding; causal attention over a sliding window of `T` tokens with a
+    /// learned bias per block, head and distance (`pos_embd.weight` is `[T, L·H]`). Every
+    /// token's keys and values depend only on what precedes it, so a runtime can keep them
+    /// from one keystroke to the next and compute only the new characters.
+    RelativeCausal,
 }
 
 impl PositionScheme {
     pub fn name(self) -> &'static str {
         match self {
             PositionScheme::LearnedAbsolute => "learned_absolute",
+            PositionScheme::RelativeCausal => "relative_causal",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Self> {
-        (s == "learned_absolute").then_some(PositionScheme::LearnedAbsolute)
+        match s {
+            "learned_absolute" => Some(PositionScheme::LearnedAbsolute),
+            "relative_causal" => Some(PositionScheme::RelativeCausal),
+            _ => None,
+        }
+    }
+
+    /// How many of the last tokens can change the output of a model with `blocks` blocks and
+    /// `context_length` `T`: `T` for learned positions, `L·(T−1)+1` for the causal window
+    /// (each block reaches `T−1` tokens further back).
+    pub fn receptive_field(self, blocks: u32, context_length: u32) -> u32 {
+        match self {
+            PositionScheme::LearnedAbsolute => context_length,
+            PositionScheme::RelativeCausal => blocks * context_length.saturating_sub(1) + 1,
+        }
     }
 }
 
@@ -655,7 +686,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
     let position_scheme = PositionScheme::from_name(pos_name).ok_or_else(|| {
         invalid(
             keys::POSITION_SCHEME,
-            format!("'{pos_name}' is not learned_absolute"),
+            format!("'{pos_name}' is not learned_absolute or relative_causal"),
         )
     })?;
 
@@ -969,13 +1000,27 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
                 ),
             )
         },
-        spec(
-            "pos_embd.weight".into(),
-            vec![d, u64::from(h.context_length)],
-            FLOAT_TYPES,
-            false,
-            format!("{dr} and laya.context_length = {}", h.context_length),
-        ),
+        match h.position_scheme {
+            PositionScheme::LearnedAbsolute => spec(
+                "pos_embd.weight".into(),
+                vec![d, u64::from(h.context_length)],
+                FLOAT_TYPES,
+                false,
+                format!("{dr} and laya.context_length = {}", h.context_length),
+            ),
+            // One bias per (block, head) row and distance column; added to attention scores,
+            // so it must be finite.
+            PositionScheme::RelativeCausal => spec(
+                "pos_embd.weight".into(),
+                vec![u64::from(h.context_length), u64::from(h.block_count) * u64::from(h.head_count)],
+                FLOAT_TYPES,
+                true,
+                format!(
+                    "laya.position_scheme = relative_causal: laya.context_length = {} by laya.block_count · laya.attention.head_count = {}·{}",
+                    h.context_length, h.block_count, h.head_count
+                ),
+            ),
+        },
     ];
     for (l, &f) in h.feed_forward_length.iter().enumerate() {
         let f = u64::from(f);
@@ -1258,7 +1303,20 @@ impl<'a> LayaFile<'a> {
         );
         let _ = writeln!(s, "activation       {}", h.activation.name());
         let _ = writeln!(s, "layer norm eps   {}", h.layer_norm_epsilon);
-        let _ = writeln!(s, "positions        {}", h.position_scheme.name());
+        match h.position_scheme {
+            PositionScheme::LearnedAbsolute => {
+                let _ = writeln!(s, "positions        {}", h.position_scheme.name());
+            }
+            PositionScheme::RelativeCausal => {
+                let _ = writeln!(
+                    s,
+                    "positions        {} (window {}, the last {} tokens reach the output)",
+                    h.position_scheme.name(),
+                    h.context_length,
+                    h.position_scheme.receptive_field(h.block_count, h.context_length)
+                );
+            }
+        }
         let table = match &h.mapping {
             Mapping::Direct => String::new(),
             Mapping::Table(t) => format!(", {} codepoints", t.len()),

@@ -63,6 +63,8 @@ pub struct TinyConfig {
     /// `C`.
     pub replace_classes: u32,
     pub activation: Activation,
+    /// `learned_absolute` (a `[d, T]` position table) or `relative_causal` (a `[T, L·H]` bias).
+    pub position_scheme: PositionScheme,
 }
 
 impl Default for TinyConfig {
@@ -76,6 +78,7 @@ impl Default for TinyConfig {
             vocab: 200,
             replace_classes: 8,
             activation: Activation::GeluTanh,
+            position_scheme: PositionScheme::LearnedAbsolute,
         }
     }
 }
@@ -92,6 +95,7 @@ impl TinyConfig {
             vocab: 24,
             replace_classes: 8,
             activation: Activation::GeluTanh,
+            position_scheme: PositionScheme::LearnedAbsolute,
         }
     }
 }
@@ -185,7 +189,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         layer_norm_epsilon: 1e-5,
         feed_forward_length: cfg.feed_forward_length.clone(),
         activation: cfg.activation,
-        position_scheme: PositionScheme::LearnedAbsolute,
+        position_scheme: cfg.position_scheme,
         embedding_rows: rows,
         mapping,
         replace_classes: cfg.replace_classes,
@@ -235,13 +239,19 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         &mut rng,
         Kind::Matrix,
     );
-    add(
-        "pos_embd.weight".into(),
-        float_ty,
-        vec![d, u64::from(cfg.context_length)],
-        &mut rng,
-        Kind::Matrix,
-    );
+    let pos_ne = match cfg.position_scheme {
+        PositionScheme::LearnedAbsolute => vec![d, u64::from(cfg.context_length)],
+        PositionScheme::RelativeCausal => vec![
+            u64::from(cfg.context_length),
+            cfg.feed_forward_length.len() as u64 * u64::from(cfg.head_count),
+        ],
+    };
+    // Relative biases get the bias scale: they shift attention, not replace it.
+    let pos_kind = match cfg.position_scheme {
+        PositionScheme::LearnedAbsolute => Kind::Matrix,
+        PositionScheme::RelativeCausal => Kind::Bias,
+    };
+    add("pos_embd.weight".into(), float_ty, pos_ne, &mut rng, pos_kind);
     for (l, &f) in cfg.feed_forward_length.iter().enumerate() {
         let f = u64::from(f);
         let p = |s: &str| format!("blk.{l}.{s}");

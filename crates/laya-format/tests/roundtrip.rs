@@ -5,7 +5,7 @@ mod common;
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{
     checksum, model_keys, quant, write_model, Activation, Array, GgmlType, GgufFile, GgufWriter,
-    LayaFile, Mapping, Value,
+    LayaFile, Mapping, PositionScheme, Value,
 };
 
 fn assert_round_trip(cfg: &TinyConfig, seed: u64, ty: GgmlType) {
@@ -234,4 +234,43 @@ fn summary_lists_hparams_tensors_and_checksum() {
         s.lines().filter(|l| l.starts_with("  ")).count(),
         tensors.len() + 1
     );
+}
+
+#[test]
+fn relative_causal_positions() {
+    let cfg = TinyConfig {
+        position_scheme: PositionScheme::RelativeCausal,
+        feed_forward_length: vec![64, 32, 32],
+        ..TinyConfig::small()
+    };
+    for ty in [GgmlType::F32, GgmlType::Q8_0] {
+        assert_round_trip(&cfg, 21, ty);
+    }
+    let (meta, mut tensors) = random_model(&cfg, 21, GgmlType::F32);
+    let pos = tensors.iter().position(|t| t.name == "pos_embd.weight").unwrap();
+    // One bias row per (block, head), one column per distance 0..T.
+    assert_eq!(tensors[pos].ne, vec![16, 3 * 2]);
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let model = LayaFile::parse(&bytes).unwrap();
+    assert!(model.summary().contains("relative_causal (window 16, the last 46 tokens reach the output)"));
+
+    // The learned table's shape is refused under the causal scheme, and the reverse.
+    let (_, learned) = random_model(&TinyConfig { feed_forward_length: vec![64, 32, 32], ..TinyConfig::small() }, 21, GgmlType::F32);
+    tensors[pos] = learned.into_iter().find(|t| t.name == "pos_embd.weight").unwrap();
+    let bytes = write_model(&meta, &tensors);
+    let err = match bytes {
+        Ok(b) => LayaFile::parse(&b).unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("pos_embd.weight") && err.contains("relative_causal"), "{err}");
+
+    // A bias that is not finite would poison every attention score.
+    let (meta, mut tensors) = random_model(&cfg, 21, GgmlType::F32);
+    let nan = f32::NAN.to_le_bytes();
+    tensors[pos].data[..4].copy_from_slice(&nan);
+    let err = match write_model(&meta, &tensors) {
+        Ok(b) => LayaFile::parse(&b).unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("pos_embd.weight"), "{err}");
 }

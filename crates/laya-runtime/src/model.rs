@@ -206,6 +206,9 @@ impl Model {
             Ok(m)
         };
         let hp = &file.meta.hparams;
+        if hp.position_scheme != laya_format::PositionScheme::LearnedAbsolute {
+            return Err(LoadError::Kernel(format!("position scheme {} is not supported by this runtime yet", hp.position_scheme.name())));
+        }
         let cfg = Config {
             context_length: hp.context_length as usize,
             d_model: hp.embedding_length as usize,
