@@ -2,12 +2,17 @@
 //! both standalone packages speak exactly the same protocol to `peers.py`:
 //!
 //! ```text
-//! PEER MODEL.laya CONTEXTS.json ITERS WARMUP OUT.json LOGITS.f32
+//! PEER MODEL.laya CONTEXTS.json ITERS WARMUP OUT.json LOGITS.f32 [TYPING.json PASSES TYPING_LOGITS.f32]
 //! ```
 //!
 //! OUT.json holds the cold start, the raw per-decision times, the peak RSS and the top-5 word ids
 //! per context; LOGITS.f32 holds the word logits of every context (little-endian f32, row-major),
 //! so the driver can compare peers value by value.
+//!
+//! With the three optional arguments the peer also runs the *typing* mode: TYPING.json is a
+//! sequence of requests (a text typed one character at a time, every prefix a request), decided
+//! in order — one untimed pass, then PASSES timed passes — and OUT.json gains `typing_times_ns`
+//! and `typing_top5`, TYPING_LOGITS.f32 the word logits of each request of one pass.
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,7 +33,10 @@ pub enum PeerError {
 impl fmt::Display for PeerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PeerError::Usage(m) => write!(f, "{m}\nusage: PEER MODEL.laya CONTEXTS.json ITERS WARMUP OUT.json LOGITS.f32"),
+            PeerError::Usage(m) => write!(
+                f,
+                "{m}\nusage: PEER MODEL.laya CONTEXTS.json ITERS WARMUP OUT.json LOGITS.f32 [TYPING.json PASSES TYPING_LOGITS.f32]"
+            ),
             PeerError::Io(p, e) => write!(f, "{}: {e}", p.display()),
             PeerError::Contexts(p, m) => write!(f, "{}: expected a JSON array of strings: {m}", p.display()),
             PeerError::Model(m) => write!(f, "model: {m}"),
@@ -47,13 +55,26 @@ pub struct Args {
     pub warmup: usize,
     pub out: PathBuf,
     pub logits: PathBuf,
+    /// The typing mode, when asked for.
+    pub typing: Option<Typing>,
+}
+
+/// The typing mode's arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Typing {
+    /// JSON array of the requests, in typing order.
+    pub requests: PathBuf,
+    /// Timed passes over the requests (after one untimed pass).
+    pub passes: usize,
+    pub logits: PathBuf,
 }
 
 impl Args {
-    /// Parses the six positional arguments (program name already removed).
+    /// Parses the six positional arguments, or nine with the typing mode (program name already
+    /// removed).
     pub fn parse(args: &[String]) -> Result<Args, PeerError> {
-        if args.len() != 6 {
-            return Err(PeerError::Usage(format!("expected 6 arguments, got {}", args.len())));
+        if args.len() != 6 && args.len() != 9 {
+            return Err(PeerError::Usage(format!("expected 6 or 9 arguments, got {}", args.len())));
         }
         let num = |i: usize, what: &str| {
             args[i].parse::<usize>().map_err(|_| PeerError::Usage(format!("{what} must be a whole number, got {:?}", args[i])))
@@ -65,6 +86,10 @@ impl Args {
             warmup: num(3, "WARMUP")?,
             out: args[4].clone().into(),
             logits: args[5].clone().into(),
+            typing: match args.len() {
+                9 => Some(Typing { requests: args[6].clone().into(), passes: num(7, "PASSES")?, logits: args[8].clone().into() }),
+                _ => None,
+            },
         })
     }
 }
@@ -112,17 +137,63 @@ pub fn time_decisions(contexts: &[String], warmup: usize, iters: usize, mut deci
     times
 }
 
-/// Writes OUT.json and LOGITS.f32.
+/// Times `decide` on the typing requests in order: one untimed pass, then `passes` timed ones.
+/// Every request extends the one before it (except the first of each pass), which is what lets
+/// a runtime that keeps keys and values between keystrokes reuse them.
+pub fn time_typing(requests: &[String], passes: usize, mut decide: impl FnMut(&str)) -> Vec<u64> {
+    requests.iter().for_each(|r| decide(r));
+    let mut times = Vec::with_capacity(passes * requests.len());
+    for _ in 0..passes {
+        for r in requests {
+            let t0 = Instant::now();
+            decide(r);
+            times.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    times
+}
+
+/// The typing mode's results, for [`write_results`].
+pub struct TypingResults<'a> {
+    pub times_ns: &'a [u64],
+    pub logits: &'a [Vec<f32>],
+}
+
+/// Embedding rows of a `relative_causal` context (docs/format.md §3): the last `r` tokens of
+/// BOS (row 0) followed by every character, each through `row` (normalisation and mapping).
+/// A stream shorter than `r` keeps its BOS and is not padded here (a peer that computes
+/// dynamic shapes needs no padding).
+#[allow(dead_code)] // laya-peer leaves encoding to the runtime
+pub fn causal_rows(context: &str, r: usize, mut row: impl FnMut(char) -> u32) -> Vec<u32> {
+    let n = context.chars().count();
+    let mut rows = Vec::with_capacity(r.min(n + 1));
+    if n < r {
+        rows.push(0);
+    }
+    rows.extend(context.chars().skip(n.saturating_sub(r)).map(&mut row));
+    rows
+}
+
+fn write_f32(path: &PathBuf, logits: &[Vec<f32>]) -> Result<(), PeerError> {
+    let mut bytes = Vec::with_capacity(logits.iter().map(|l| 4 * l.len()).sum());
+    for v in logits.iter().flatten() {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).map_err(|e| PeerError::Io(path.clone(), e))
+}
+
+/// Writes OUT.json and LOGITS.f32 (and TYPING_LOGITS.f32 with the typing mode).
 pub fn write_results(
     args: &Args,
     peer: &str,
     cold_start_ms: f64,
     times_ns: &[u64],
     logits: &[Vec<f32>],
+    typing: Option<TypingResults<'_>>,
     notes: &str,
 ) -> Result<(), PeerError> {
     let top5: Vec<Vec<usize>> = logits.iter().map(|l| top_k(l, 5)).collect();
-    let report = serde_json::json!({
+    let mut report = serde_json::json!({
         "peer": peer,
         "cold_start_ms": cold_start_ms,
         "times_ns": times_ns,
@@ -131,12 +202,14 @@ pub fn write_results(
         "vocab": logits.first().map_or(0, Vec::len),
         "notes": notes,
     });
-    std::fs::write(&args.out, report.to_string()).map_err(|e| PeerError::Io(args.out.clone(), e))?;
-    let mut bytes = Vec::with_capacity(logits.iter().map(|l| 4 * l.len()).sum());
-    for v in logits.iter().flatten() {
-        bytes.extend_from_slice(&v.to_le_bytes());
+    if let (Some(t), Some(spec)) = (&typing, &args.typing) {
+        let top5: Vec<Vec<usize>> = t.logits.iter().map(|l| top_k(l, 5)).collect();
+        report["typing_times_ns"] = serde_json::json!(t.times_ns);
+        report["typing_top5"] = serde_json::json!(top5);
+        write_f32(&spec.logits, t.logits)?;
     }
-    std::fs::write(&args.logits, bytes).map_err(|e| PeerError::Io(args.logits.clone(), e))
+    std::fs::write(&args.out, report.to_string()).map_err(|e| PeerError::Io(args.out.clone(), e))?;
+    write_f32(&args.logits, logits)
 }
 
 #[cfg(test)]
@@ -154,6 +227,11 @@ mod tests {
         let ok: Vec<String> = ["m", "c", "10", "2", "o", "l"].iter().map(|s| s.to_string()).collect();
         let a = Args::parse(&ok).unwrap();
         assert_eq!((a.iters, a.warmup), (10, 2));
+        assert_eq!(a.typing, None);
+        let typing: Vec<String> = ["m", "c", "10", "2", "o", "l", "t", "3", "tl"].iter().map(|s| s.to_string()).collect();
+        let t = Args::parse(&typing).unwrap().typing.unwrap();
+        assert_eq!((t.requests.to_str(), t.passes, t.logits.to_str()), (Some("t"), 3, Some("tl")));
+        assert!(Args::parse(&typing[..7]).is_err());
         let bad: Vec<String> = ["m", "c", "ten", "2", "o", "l"].iter().map(|s| s.to_string()).collect();
         assert!(Args::parse(&bad).unwrap_err().to_string().contains("ITERS"));
         assert!(Args::parse(&ok[..3]).is_err());
@@ -176,5 +254,23 @@ mod tests {
         let t = time_decisions(&ctx, 1, 3, |c| seen.push(c.to_string()));
         assert_eq!(t.len(), 3);
         assert_eq!(seen, vec!["a", "a", "b", "a"]);
+    }
+
+    #[test]
+    fn typing_is_one_untimed_pass_then_timed_passes_in_order() {
+        let req = vec!["".to_string(), "a".to_string(), "ab".to_string()];
+        let mut seen = Vec::new();
+        let t = time_typing(&req, 2, |c| seen.push(c.to_string()));
+        assert_eq!(t.len(), 6);
+        assert_eq!(seen, ["", "a", "ab", "", "a", "ab", "", "a", "ab"]);
+    }
+
+    #[test]
+    fn causal_rows_keep_bos_until_the_stream_is_longer_than_r() {
+        let row = |c: char| c as u32;
+        assert_eq!(causal_rows("", 4, row), vec![0]);
+        assert_eq!(causal_rows("abc", 4, row), vec![0, 97, 98, 99]);
+        assert_eq!(causal_rows("abcd", 4, row), vec![97, 98, 99, 100]);
+        assert_eq!(causal_rows("今天abcde", 4, row), vec![98, 99, 100, 101]);
     }
 }

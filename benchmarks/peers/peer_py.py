@@ -25,12 +25,68 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import reference_forward as rf  # noqa: E402  (the repository's gguf reader, reused as a library)
 
 
+def is_causal(hp):
+    return hp.get("laya.position_scheme", "learned_absolute") == "relative_causal"
+
+
+def causal_plan(hp):
+    """`relative_causal` (format.md §3): the `R = L·(T−1)+1` input tokens; block `l` computes
+    queries, attention and FFN at its last `m[l]` positions (`m[L−1] = 1`, `m[l] = m[l+1]+T−1`)
+    and keys/values at the last `K[l] = m[l]+T−1` (the positions block `l−1` produced; `K[0] = R`)."""
+    T, L = hp["laya.context_length"], hp["laya.block_count"]
+    m = [1] * L
+    for l in range(L - 2, -1, -1):
+        m[l] = m[l + 1] + T - 1
+    K = [ml + T - 1 for ml in m]
+    R = L * (T - 1) + 1
+    assert K[0] == R
+    return R, m, K
+
+
 def context_rows(hp, context):
-    """Embedding rows of one context (format.md §3 step 1), via the reference's own helpers."""
+    """(embedding rows, number of padding rows in front) of one context, via the reference's
+    own helpers. learned_absolute (format.md §3 step 1): the last T values, left-padded with
+    codepoint 0, which is an ordinary token (pad = 0). relative_causal: the last R tokens of
+    BOS (row 0) + every character; a shorter stream is left-padded with row 0 to R and `pad`
+    says how many rows are padding (the graph masks them)."""
+    rules = hp["laya.normalization"]
+    if is_causal(hp):
+        R = causal_plan(hp)[0]
+        toks = [rf.row_of(rf.normalise(ch, rules), hp) for ch in context[-R:]]
+        if len(toks) < R:
+            toks = [0] + toks  # BOS is still among the last R tokens
+        pad = R - len(toks)
+        return np.array([0] * pad + toks, dtype=np.int64), pad
     T = hp["laya.context_length"]
-    cps = [rf.normalise(ch, hp["laya.normalization"]) for ch in context][-T:]
+    cps = [rf.normalise(ch, rules) for ch in context][-T:]
     cps = [0] * (T - len(cps)) + cps
-    return np.array([rf.row_of(c, hp) for c in cps], dtype=np.int64)
+    return np.array([rf.row_of(c, hp) for c in cps], dtype=np.int64), 0
+
+
+# Added to the score of a masked (query, key) pair: exp() of it is exactly 0 in f32, and unlike
+# -inf it cannot make a NaN (every query row keeps at least itself, see causal_masks).
+NEG = np.float32(-1e30)
+
+
+def causal_masks(hp, W):
+    """Per block `l`, constants of the fixed-shape causal graph over the R padded tokens:
+    `bias` (H, m[l], K[l]) = pos_embd[l·H+h][t−s] inside the window 0 ≤ t−s < T, NEG outside;
+    `diag` (m[l], K[l]) true where the key is the query itself; `kpos` (K[l],) the keys'
+    positions in 0..R. At run time a key is allowed when `kpos ≥ pad` (a real token) or it is
+    the query itself: real tokens never see padding, and a padding query (whose window is all
+    padding) attends only itself, so it stays finite and nobody reads it."""
+    T, L, H = hp["laya.context_length"], hp["laya.block_count"], hp["laya.attention.head_count"]
+    R, m, K = causal_plan(hp)
+    pos = W["pos_embd.weight"]  # numpy (L·H, T) = GGUF ne [T, L·H]: row l·H+h, column distance
+    assert pos.shape == (L * H, T), pos.shape
+    out = []
+    for l in range(L):
+        qpos, kpos = np.arange(R - m[l], R), np.arange(R - K[l], R)
+        delta = qpos[:, None] - kpos[None, :]
+        window = (delta >= 0) & (delta < T)
+        bias = np.where(window[None], pos[l * H:(l + 1) * H][:, np.clip(delta, 0, T - 1)], NEG)
+        out.append((bias.astype(np.float32), delta == 0, kpos.astype(np.int64)))
+    return out
 
 
 def f32_weights(hp, W):
@@ -82,21 +138,32 @@ def build_onnx(hp, W):
     def heads(y, n):  # (n, d) -> (H, n, dh)
         return op("Transpose", [op("Reshape", [y, const(np.array([n, H, dh], np.int64))])], perm=[1, 0, 2])
 
-    x = op("Add", [op("Gather", [const(W["token_embd.weight"], "embd"), "rows"], axis=0),
-                   const(W["pos_embd.weight"][:T], "pos")])
+    i64 = lambda *v: const(np.array(v, np.int64))
+    embd = op("Gather", [const(W["token_embd.weight"], "embd"), "rows"], axis=0)
+    if is_causal(hp):
+        R, m, K = causal_plan(hp)
+        x, n_in, neg = embd, R, const(NEG)
+        plan = [(K[l], m[l], mask) for l, mask in enumerate(causal_masks(hp, W))]
+    else:
+        x, n_in = op("Add", [embd, const(W["pos_embd.weight"][:T], "pos")]), T
+        plan = [(T, 1 if l == L - 1 else T, None) for l in range(L)]
     scale = const(np.array(1.0 / math.sqrt(dh), np.float32))
-    for l in range(L):
+    for l, (nk, nq, mask) in enumerate(plan):
+        # Block l: keys/values at the nk positions it receives, queries/attention/FFN at the last nq.
         p = f"blk.{l}."
         h = ln(x, p + "attn_norm")
-        k, v = heads(linear(h, p + "attn_k"), T), heads(linear(h, p + "attn_v"), T)
-        tq = 1 if l == L - 1 else T
-        if tq == 1:
-            last = lambda y: op("Slice", [y, const(np.array([T - 1], np.int64)), const(np.array([T], np.int64)),
-                                          const(np.array([0], np.int64))])
-            x, h = last(x), last(h)
-        q = heads(linear(h, p + "attn_q"), tq)
-        a = op("Softmax", [op("Mul", [op("MatMul", [q, op("Transpose", [k], perm=[0, 2, 1])]), scale])], axis=-1)
-        o = op("Reshape", [op("Transpose", [op("MatMul", [a, v])], perm=[1, 0, 2]), const(np.array([tq, d], np.int64))])
+        k, v = heads(linear(h, p + "attn_k"), nk), heads(linear(h, p + "attn_v"), nk)
+        if nq < nk:
+            tail = lambda y: op("Slice", [y, i64(nk - nq), i64(nk), i64(0)])
+            x, h = tail(x), tail(h)
+        q = heads(linear(h, p + "attn_q"), nq)
+        s = op("Mul", [op("MatMul", [q, op("Transpose", [k], perm=[0, 2, 1])]), scale])
+        if mask is not None:
+            bias, diag, kpos = mask
+            allowed = op("Or", [op("GreaterOrEqual", [const(kpos), "pad"]), const(diag)])
+            s = op("Add", [s, op("Where", [allowed, const(bias, "bias"), neg])])
+        a = op("Softmax", [s], axis=-1)
+        o = op("Reshape", [op("Transpose", [op("MatMul", [a, v])], perm=[1, 0, 2]), i64(nq, d)])
         x = op("Add", [x, linear(o, p + "attn_output")])
         up = linear(ln(x, p + "ffn_norm"), p + "ffn_up")
         up = op("Gelu", [up], approximate="tanh") if act == "gelu_tanh" else op("Relu", [up])
@@ -111,7 +178,8 @@ def build_onnx(hp, W):
     nodes.append(helper.make_node("Identity", [rlogits], ["rlogits"]))
     V, C = W["output.weight"].shape[0], W["replace.weight"].shape[0]
     graph = helper.make_graph(
-        nodes, "laya", [helper.make_tensor_value_info("rows", TensorProto.INT64, [T])],
+        nodes, "laya", [helper.make_tensor_value_info("rows", TensorProto.INT64, [n_in])]
+        + ([helper.make_tensor_value_info("pad", TensorProto.INT64, [1])] if is_causal(hp) else []),
         [helper.make_tensor_value_info("top_ids", TensorProto.INT64, [5]),
          helper.make_tensor_value_info("logits", TensorProto.FLOAT, [V]),
          helper.make_tensor_value_info("rlogits", TensorProto.FLOAT, [C])],
@@ -132,7 +200,10 @@ def make_onnxruntime(hp, W):
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(build_onnx(hp, W).SerializeToString(), so, providers=["CPUExecutionProvider"])
-    prepare = lambda rows: {"rows": rows}
+    if is_causal(hp):
+        prepare = lambda rows, pad: {"rows": rows, "pad": np.array([pad], np.int64)}
+    else:
+        prepare = lambda rows, pad: {"rows": rows}
     decide = lambda feed: sess.run(["top_ids"], feed)[0]
     logits = lambda feed: sess.run(["logits"], feed)[0]
     return prepare, decide, logits, f"onnxruntime {ort.__version__}, opset 20, ORT_ENABLE_ALL, 1+1 threads"
@@ -144,7 +215,10 @@ def make_torch(hp, W, compiled):
     import torch.nn.functional as F
 
     torch.set_num_threads(1)
-    torch.set_num_interop_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # a second network in the same process (--self-test): already set
+        pass
     T, d, H, L, eps, act = shape(hp)
     dh = d // H
     t = {k: torch.from_numpy(v) for k, v in W.items()}
@@ -181,18 +255,50 @@ def make_torch(hp, W, compiled):
         rlogits = lin(z, "replace")
         return logits, rlogits, torch.topk(logits, 5).indices
 
+    if is_causal(hp):
+        R, mq, K = causal_plan(hp)
+        masks = [tuple(torch.from_numpy(a) for a in mk) for mk in causal_masks(hp, W)]
+        neg = torch.tensor(NEG)
+
+        def forward(rows, pad):  # noqa: F811  (the relative_causal network replaces the one above)
+            x = embd[rows]
+            for l in range(L):
+                p = f"blk.{l}."
+                nk, nq = K[l], mq[l]
+                h = ln(x, p + "attn_norm")
+                k = lin(h, p + "attn_k").view(nk, H, dh).transpose(0, 1)
+                v = lin(h, p + "attn_v").view(nk, H, dh).transpose(0, 1)
+                if nq < nk:
+                    x, h = x[nk - nq:], h[nk - nq:]
+                q = lin(h, p + "attn_q").view(nq, H, dh).transpose(0, 1)
+                bias, diag, kpos = masks[l]
+                sb = torch.where((kpos >= pad) | diag, bias, neg)
+                a = torch.softmax((q @ k.transpose(1, 2)) * (1.0 / math.sqrt(dh)) + sb, dim=-1)
+                x = x + lin((a @ v).transpose(0, 1).reshape(nq, d), p + "attn_output")
+                up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
+                up = F.gelu(up, approximate="tanh") if act == "gelu_tanh" else F.relu(up)
+                x = x + lin(up, p + "ffn_down")
+            z = ln(x[-1], "output_norm")
+            logits = lin(z, "output")
+            rlogits = lin(z, "replace")
+            return logits, rlogits, torch.topk(logits, 5).indices
+
+        prepare = lambda rows, pad: (torch.from_numpy(rows), torch.tensor(pad, dtype=torch.int64))
+    else:
+        prepare = lambda rows, pad: (torch.from_numpy(rows),)
+
     fn = torch.compile(forward) if compiled else forward
 
-    def decide(rows):
+    def decide(feed):
         with torch.inference_mode():
-            return fn(rows)[2]
+            return fn(*feed)[2]
 
-    def logits(rows):
+    def logits(feed):
         with torch.inference_mode():
-            return fn(rows)[0].numpy().copy()
+            return fn(*feed)[0].numpy().copy()
 
     kind = "torch.compile (inductor, default mode)" if compiled else "eager"
-    return torch.from_numpy, decide, logits, f"torch {torch.__version__} {kind}, 1 thread"
+    return prepare, decide, logits, f"torch {torch.__version__} {kind}, 1 thread"
 
 
 # ---------------------------------------------------------------- MLX
@@ -238,20 +344,57 @@ def make_mlx(hp, W, compiled):
         top = cand[mx.argsort(-logits[cand])]
         return logits, rlogits, top
 
+    if is_causal(hp):
+        R, mq, K = causal_plan(hp)
+        masks = [tuple(mx.array(a) for a in mk) for mk in causal_masks(hp, W)]
+        neg = mx.array(NEG)
+
+        def forward(rows, pad):  # noqa: F811  (the relative_causal network replaces the one above)
+            x = embd[rows]
+            for l in range(L):
+                p = f"blk.{l}."
+                nk, nq = K[l], mq[l]
+                h = ln(x, p + "attn_norm")
+                k = lin(h, p + "attn_k").reshape(nk, H, dh).transpose(1, 0, 2)
+                v = lin(h, p + "attn_v").reshape(nk, H, dh).transpose(1, 0, 2)
+                if nq < nk:
+                    x, h = x[nk - nq:], h[nk - nq:]
+                q = lin(h, p + "attn_q").reshape(nq, H, dh).transpose(1, 0, 2)
+                bias, diag, kpos = masks[l]
+                sb = mx.where(mx.logical_or(kpos >= pad, diag), bias, neg)
+                a = mx.softmax((q @ k.transpose(0, 2, 1)) * (1.0 / math.sqrt(dh)) + sb, axis=-1)
+                x = x + lin((a @ v).transpose(1, 0, 2).reshape(nq, d), p + "attn_output")
+                up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
+                if act == "gelu_tanh":
+                    up = 0.5 * up * (1.0 + mx.tanh(c * (up + 0.044715 * up * up * up)))
+                else:
+                    up = mx.maximum(up, 0.0)
+                x = x + lin(up, p + "ffn_down")
+            z = ln(x[-1], "output_norm")
+            logits = lin(z, "output")
+            rlogits = lin(z, "replace")
+            cand = mx.argpartition(-logits, kth=4)[:5]
+            top = cand[mx.argsort(-logits[cand])]
+            return logits, rlogits, top
+
+        prepare = lambda rows, pad: (mx.array(rows), mx.array(pad, dtype=mx.int64))
+    else:
+        prepare = lambda rows, pad: (mx.array(rows),)
+
     fn = mx.compile(forward) if compiled else forward
 
-    def decide(rows):
-        out = fn(rows)
+    def decide(feed):
+        out = fn(*feed)
         mx.eval(out)
         return out[2]
 
-    def logits(rows):
-        out = fn(rows)
+    def logits(feed):
+        out = fn(*feed)
         mx.eval(out)
         return np.array(out[0])
 
     kind = "mx.compile" if compiled else "eager"
-    return mx.array, decide, logits, f"mlx {mx.__version__} {kind}, cpu stream"
+    return prepare, decide, logits, f"mlx {mx.__version__} {kind}, cpu stream"
 
 
 PEERS = {
@@ -263,10 +406,130 @@ PEERS = {
 }
 
 
+# ---------------------------------------------------------------- self-test
+def self_test(argv):
+    """peer_py.py --self-test MODEL [PEER,PEER,...] [--bin DIR]
+
+    Checks every Python peer (default: all five; they are built in this process) and, with
+    --bin, the Rust peers DIR/candle-peer and DIR/laya-peer (run through the benchmark protocol,
+    no timing) against causal_reference.py (relative_causal models: plain loops over the whole
+    stream, float64) or scripts/reference_forward.py (learned_absolute), on the benchmark's
+    contexts and every typing request: word logits within 1e-4 of the largest |logit|, and the
+    same top-5 (a swap of logits within 1e-5 of it counts as a near-tie). On a relative_causal
+    model the Python peers are also checked on an amplified copy of the weights (biases x30,
+    queries x4), so that the attention is sharp and a wrong bias, window or mask cannot hide in
+    near-uniform attention weights. Exits 1 when a check fails."""
+    import subprocess
+    import tempfile
+
+    import causal_reference as cr
+    import peers as drv
+
+    args = list(argv)
+    bin_dir = None
+    if "--bin" in args:
+        i = args.index("--bin")
+        bin_dir = args[i + 1]
+        del args[i:i + 2]
+    if not args:
+        sys.exit(self_test.__doc__)
+    model = args[0]
+    names = args[1].split(",") if len(args) > 1 else list(PEERS)
+    hp, W64 = rf.load(model)
+    causal = is_causal(hp)
+    contexts, typing = drv.CONTEXTS, drv.TYPING
+    requests = contexts + typing
+
+    def reference(Wd):
+        t0 = time.perf_counter()
+        if causal:
+            ctx = [cr.forward_causal(hp, Wd, c)[0] for c in contexts]
+            typ = list(cr.stream_logits(hp, Wd, drv.TYPING_TEXT)[0])  # row i = TYPING[i]
+        else:
+            ctx = [rf.forward(hp, Wd, c)[0] for c in contexts]
+            typ = [rf.forward(hp, Wd, c)[0] for c in typing]
+        print(f"  reference: {len(requests)} requests in {time.perf_counter() - t0:.1f} s", flush=True)
+        return np.stack(ctx + typ)
+
+    def check(name, logits, top5, ref):
+        ref_top = [list(np.argsort(-row, kind="stable")[:5]) for row in ref]
+        rel = float((np.abs(logits - ref).max(axis=1) / np.abs(ref).max(axis=1)).max())
+        bad, ties = [], 0
+        for i, (mine, want) in enumerate(zip(top5, ref_top)):
+            if list(mine) != want:
+                row = ref[i]
+                gap = max(abs(row[a] - row[b]) for a, b in zip(mine, want)) if len(mine) == len(want) else np.inf
+                (ties := ties + 1) if gap <= 1e-5 * np.abs(row).max() else bad.append(i)
+        ok = rel <= 1e-4 and not bad
+        print(f"  {name:14s} max rel logit diff {rel:.1e}, top-5 equal on {len(requests) - len(bad) - ties}/{len(requests)}"
+              f"{f' (+{ties} near-ties)' if ties else ''} -> {'OK' if ok else 'FAILED'}", flush=True)
+        for i in bad[:3]:
+            print(f"    request {requests[i][-20:]!r}: {list(top5[i])} vs reference {ref_top[i]}")
+        return ok
+
+    def python_peers(Wd, ref):
+        W = f32_weights(hp, Wd)
+        ok = True
+        for name in names:
+            prepare, decide, logits_of, _ = PEERS[name](hp, W)
+            feeds = [prepare(*context_rows(hp, c)) for c in requests]
+            logits = np.stack([np.asarray(logits_of(f), dtype=np.float64).reshape(-1) for f in feeds])
+            top5 = [list(map(int, np.asarray(decide(f)).reshape(-1))) for f in feeds]
+            ok &= check(name, logits, top5, ref)
+        return ok
+
+    print(f"{model}: {hp.get('laya.position_scheme', 'learned_absolute')}, {len(contexts)} contexts + {len(typing)} typing requests")
+    def sensitivity(Wd, ref):
+        # How far the logits move without the learned bias: what a wrong bias would cost at least.
+        no_bias = dict(Wd, **{"pos_embd.weight": Wd["pos_embd.weight"] * 0})
+        r0 = cr.stream_logits(hp, no_bias, drv.TYPING_TEXT)[0]
+        r1 = ref[len(contexts):]
+        rel = np.abs(r0 - r1).max(axis=1) / np.abs(r1).max(axis=1)
+        print(f"  (without the bias the typing requests' logits move by {np.median(rel):.1e} (median) to "
+              f"{rel.max():.1e} relative: the tolerance below is 1e-4)")
+
+    ref = reference(W64)
+    if causal:
+        sensitivity(W64, ref)
+    ok = python_peers(W64, ref)
+    if bin_dir:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = {k: os.path.join(tmp, k) for k in ["ctx.json", "typ.json", "out.json", "l.f32", "t.f32"]}
+            for key, data in [("ctx.json", contexts), ("typ.json", typing)]:
+                with open(paths[key], "w", encoding="utf-8") as f:
+                    json.dump(data, f, ensure_ascii=False)
+            for peer in ["candle", "laya"]:
+                cmd = [os.path.join(bin_dir, peer + "-peer"), model, paths["ctx.json"], "0", "0", paths["out.json"],
+                       paths["l.f32"], paths["typ.json"], "0", paths["t.f32"]]
+                p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, RAYON_NUM_THREADS="1"))
+                if p.returncode != 0:
+                    print(f"  {peer:14s} not run: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+                    continue
+                with open(paths["out.json"], encoding="utf-8") as f:
+                    rep = json.load(f)
+                logits = np.concatenate([np.fromfile(paths["l.f32"], "<f4").reshape(len(contexts), -1),
+                                         np.fromfile(paths["t.f32"], "<f4").reshape(len(typing), -1)]).astype(np.float64)
+                ok &= check(peer, logits, rep["top5"] + rep["typing_top5"], ref)
+    if causal:
+        print("  amplified weights (pos_embd x30, attn_q x4):")
+        amp = dict(W64, **{"pos_embd.weight": W64["pos_embd.weight"] * 30})
+        for l in range(hp["laya.block_count"]):
+            for t in ("weight", "bias"):
+                amp[f"blk.{l}.attn_q.{t}"] = W64[f"blk.{l}.attn_q.{t}"] * 4
+        ref = reference(amp)
+        sensitivity(amp, ref)
+        ok &= python_peers(amp, ref)
+    print("self-test", "passed" if ok else "FAILED")
+    sys.exit(0 if ok else 1)
+
+
 def main():
-    if len(sys.argv) != 8 or sys.argv[1] not in PEERS:
-        sys.exit(f"usage: peer_py.py {{{','.join(PEERS)}}} MODEL CONTEXTS.json ITERS WARMUP OUT.json LOGITS.f32")
-    peer, model, ctx_path, iters, warmup, out, logits_out = sys.argv[1:]
+    if len(sys.argv) > 1 and sys.argv[1] == "--self-test":
+        return self_test(sys.argv[2:])
+    if len(sys.argv) not in (8, 11) or sys.argv[1] not in PEERS:
+        sys.exit(f"usage: peer_py.py {{{','.join(PEERS)}}} MODEL CONTEXTS.json ITERS WARMUP OUT.json LOGITS.f32 "
+                 "[TYPING.json PASSES TYPING_LOGITS.f32]\n       peer_py.py --self-test MODEL [PEER,...] [--bin DIR]")
+    peer, model, ctx_path, iters, warmup, out, logits_out = sys.argv[1:8]
     iters, warmup = int(iters), int(warmup)
     with open(ctx_path, encoding="utf-8") as f:
         contexts = json.load(f)
@@ -277,7 +540,7 @@ def main():
     W = f32_weights(hp, W64)
     del W64
     prepare, decide, logits_of, notes = PEERS[peer](hp, W)
-    inputs = [prepare(context_rows(hp, c)) for c in contexts]
+    inputs = [prepare(*context_rows(hp, c)) for c in contexts]
     decide(inputs[0])
     cold_ms = (time.perf_counter() - t0) * 1e3
     for i in range(warmup):
@@ -294,9 +557,26 @@ def main():
     all_logits.astype("<f4").tofile(logits_out)
     report = {
         "peer": peer, "cold_start_ms": cold_ms, "read_ms": read_ms, "times_ns": times,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "top5": top5, "vocab": int(all_logits.shape[1]), "notes": notes,
     }
+    if len(sys.argv) == 11:
+        # Typing mode: every request in order, each computed from scratch (nothing is kept
+        # between runs of the graph); rows prepared before timing, as above.
+        typing_path, passes, typing_out = sys.argv[8], int(sys.argv[9]), sys.argv[10]
+        with open(typing_path, encoding="utf-8") as f:
+            requests = [prepare(*context_rows(hp, c)) for c in json.load(f)]
+        for x in requests:
+            decide(x)
+        typing_times = []
+        for _ in range(passes):
+            for x in requests:
+                s = clock()
+                decide(x)
+                typing_times.append(clock() - s)
+        np.stack([np.asarray(logits_of(x), dtype=np.float32).reshape(-1) for x in requests]).astype("<f4").tofile(typing_out)
+        report["typing_times_ns"] = typing_times
+        report["typing_top5"] = [list(map(int, np.asarray(decide(x)).reshape(-1))) for x in requests]
+    report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     with open(out, "w", encoding="utf-8") as f:
         json.dump(report, f)
 

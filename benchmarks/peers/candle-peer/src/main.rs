@@ -1,19 +1,32 @@
 //! candle's side of the peer benchmark: loads the file with `LayaNet::from_laya` (every tensor
 //! dequantised to f32) and times one decision = `predict_logits` on one context + top-5 over the
 //! word logits. Single-threaded when run with RAYON_NUM_THREADS=1 (the driver sets it).
-//! Protocol: see `common.rs`.
+//! `relative_causal` models, which `LayaNet` does not run, go through `causal.rs` (plain candle
+//! ops, the same dequantised weights). Protocol: see `common.rs`.
 use std::process::ExitCode;
 use std::time::Instant;
 
 #[path = "../../common.rs"]
 mod common;
+mod causal;
 
 use common::{Args, PeerError};
+use laya_format::PositionScheme;
 use laya_train::LayaNet;
 
-fn decide(net: &LayaNet, context: &str) -> Result<(Vec<f32>, Vec<usize>), PeerError> {
-    let (mut words, _replace) = net.predict_logits(&[context]).map_err(|e| PeerError::Model(e.to_string()))?;
-    let logits = words.pop().ok_or_else(|| PeerError::Model("predict_logits returned no row".into()))?;
+enum Net {
+    Learned(LayaNet),
+    Causal(causal::CausalNet),
+}
+
+fn decide(net: &Net, context: &str) -> Result<(Vec<f32>, Vec<usize>), PeerError> {
+    let logits = match net {
+        Net::Learned(net) => {
+            let (mut words, _replace) = net.predict_logits(&[context]).map_err(|e| PeerError::Model(e.to_string()))?;
+            words.pop().ok_or_else(|| PeerError::Model("predict_logits returned no row".into()))?
+        }
+        Net::Causal(net) => net.word_logits(context).map_err(|e| PeerError::Model(e.to_string()))?,
+    };
     let top = common::top_k(&logits, 5);
     Ok((logits, top))
 }
@@ -23,7 +36,10 @@ fn run(args: &Args) -> Result<(), PeerError> {
     let t0 = Instant::now();
     let bytes = std::fs::read(&args.model).map_err(|e| PeerError::Io(args.model.clone(), e))?;
     let file = laya_format::LayaFile::parse(&bytes).map_err(|e| PeerError::Model(e.to_string()))?;
-    let net = LayaNet::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?;
+    let net = match file.meta.hparams.position_scheme {
+        PositionScheme::LearnedAbsolute => Net::Learned(LayaNet::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?),
+        PositionScheme::RelativeCausal => Net::Causal(causal::CausalNet::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?),
+    };
     drop(file);
     drop(bytes);
     decide(&net, &contexts[0])?;
@@ -34,12 +50,29 @@ fn run(args: &Args) -> Result<(), PeerError> {
             failure.get_or_insert(e);
         }
     });
+    let logits = contexts.iter().map(|c| decide(&net, c).map(|r| r.0)).collect::<Result<Vec<_>, _>>()?;
+    // Typing mode: the same decision on every prefix in order; candle keeps nothing between
+    // calls, so each request is computed from scratch.
+    let typing = match &args.typing {
+        None => None,
+        Some(spec) => {
+            let requests = common::read_contexts(&spec.requests)?;
+            let times = common::time_typing(&requests, spec.passes, |c| {
+                if let Err(e) = decide(&net, c) {
+                    failure.get_or_insert(e);
+                }
+            });
+            let logits = requests.iter().map(|c| decide(&net, c).map(|r| r.0)).collect::<Result<Vec<_>, _>>()?;
+            Some((times, logits))
+        }
+    };
     if let Some(e) = failure {
         return Err(e);
     }
-    let logits = contexts.iter().map(|c| decide(&net, c).map(|r| r.0)).collect::<Result<Vec<_>, _>>()?;
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into());
-    common::write_results(args, "candle", cold_ms, &times, &logits, &format!("RAYON_NUM_THREADS={threads}"))
+    let kind = if matches!(net, Net::Causal(_)) { "candle ops (causal.rs), " } else { "" };
+    let typing_results = typing.as_ref().map(|(t, l)| common::TypingResults { times_ns: t, logits: l });
+    common::write_results(args, "candle", cold_ms, &times, &logits, typing_results, &format!("{kind}RAYON_NUM_THREADS={threads}"))
 }
 
 fn main() -> ExitCode {

@@ -33,15 +33,36 @@ fn run(args: &Args) -> Result<(), PeerError> {
     session.set_act_precision(laya_runtime::ActPrecision::F32);
     let logits: Vec<Vec<f32>> = contexts.iter().map(|c| session.logits(c).0).collect();
     let same = logits.iter().zip(&int8).filter(|(l, i)| top5(l) == **i).count();
-    let model = session.model();
-    let level = format!(
+    let model = session.model().clone();
+    let mut level = format!(
         "kernels {:?}, int8 {}{}; gate on f32 activations, int8 top-5 equal on {same}/{}",
         model.kernel_level(),
         model.int8_isa(),
         if model.packed_bytes() > 0 { " (packed)" } else { "" },
         contexts.len()
     );
-    common::write_results(args, "laya", cold_ms, &times, &logits, &level)
+    // Typing mode: ONE session for the whole sequence, so that a runtime which keeps keys and
+    // values between keystrokes (relative_causal models) reuses them from request to request,
+    // as it would for a person typing. The gate's logits come from the same session, in order,
+    // after the timed passes (f32 activations, like the isolated contexts above).
+    let typing = match &args.typing {
+        None => None,
+        Some(spec) => {
+            let requests = common::read_contexts(&spec.requests)?;
+            let mut typist = laya_runtime::Session::new(model);
+            let times = common::time_typing(&requests, spec.passes, |c| {
+                std::hint::black_box(typist.predict(c, 5).len());
+            });
+            let int8: Vec<Vec<usize>> = requests.iter().map(|c| top5(&typist.logits(c).0)).collect();
+            typist.set_act_precision(laya_runtime::ActPrecision::F32);
+            let logits: Vec<Vec<f32>> = requests.iter().map(|c| typist.logits(c).0).collect();
+            let same = logits.iter().zip(&int8).filter(|(l, i)| top5(l) == **i).count();
+            level += &format!("; typing: int8 top-5 equal on {same}/{}", requests.len());
+            Some((times, logits))
+        }
+    };
+    let typing_results = typing.as_ref().map(|(t, l)| common::TypingResults { times_ns: t, logits: l });
+    common::write_results(args, "laya", cold_ms, &times, &logits, typing_results, &level)
 }
 
 /// Ids of the five largest logits, ties to the lower id.
