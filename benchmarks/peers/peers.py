@@ -153,7 +153,7 @@ def gate(top5, logits, ref_logits):
 
 
 def table(label, note, rows, laya):
-    lines = [f"### {label}", "", note, "",
+    lines = [f"### {label} — isolated contexts", "", note, "",
              "| peer | p50 µs | p99 µs | cold start ms | (of which gguf-py read ms) | peak RSS MB | p50 / p50(Laya) | top-5 = Laya | max rel. logit diff | notes |",
              "|------|-------:|-------:|--------------:|------:|------------:|------:|:------|------:|-------|"]
     for r in rows:

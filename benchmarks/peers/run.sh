@@ -6,8 +6,9 @@
 #
 # Creates target/peers-venv (pinned PyPI packages), builds the Rust peers in release, writes the
 # random models, runs benchmarks/peers/peers.py and saves OUT_DIR/peers.{json,md}.
-# Environment: PEERS_ITERS (1000), PEERS_WARMUP (100), PEERS_TORCH_INDEX_URL (an index with
-# CPU-only torch wheels, when reachable; see README.md).
+# Environment: PEERS_ITERS (1000), PEERS_WARMUP (100), PEERS_TYPING_PASSES (2; 0 skips the typing
+# mode), PEERS_ONLY (a subset of the peers), PEERS_TORCH_INDEX_URL (an index with CPU-only torch
+# wheels, when reachable; see README.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -60,10 +61,23 @@ target/release/examples/random_model "$models/rand-20000-f32.laya" 20000 f32 128
 # top-5 may differ from Laya's on a few contexts (the report flags it; docs/quantization.md).
 target/release/laya quantize "$models/seed-512-f32.laya" "$models/seed-512-q.laya" >/dev/null
 target/release/laya quantize models/default-f16.laya "$models/default-q.laya" >/dev/null
+# (f)-(i) relative_causal (causal sliding window with learned relative biases, format.md §3): the
+# seed shape and the lexicon-20,000 random shape again, F32 and through `laya quantize`.
+target/release/examples/random_model "$models/seed-512-causal-f32.laya" 512 f32 128 512 3 relative_causal
+target/release/examples/random_model "$models/rand-20000-causal-f32.laya" 20000 f32 128 256 2 relative_causal
+target/release/laya quantize "$models/seed-512-causal-f32.laya" "$models/seed-512-causal-q.laya" >/dev/null
+target/release/laya quantize "$models/rand-20000-causal-f32.laya" "$models/rand-20000-causal-q.laya" >/dev/null
+# The causal peers (and Laya) against the plain numpy reference first (causal_reference.py: every
+# position of the whole stream, float64), on the benchmark's contexts and typing requests.
+"$py" benchmarks/peers/peer_py.py --self-test "$models/seed-512-causal-f32.laya" onnxruntime,torch,mlx --bin target/release
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
     "lexicon 20000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, 4,628-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
     "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere." \
     "lexicon 512, seed shape, quantised=$models/seed-512-q.laya=the seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
-    "lexicon 20000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."
+    "lexicon 20000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
+    "lexicon 512, seed shape, causal, F32 (random)=$models/seed-512-causal-f32.laya=relative_causal: 3 blocks, d 128, 2 heads, FFN 512, window 16, the last 46 tokens reach the output; random weights, F32 everywhere." \
+    "lexicon 512, seed shape, causal, quantised=$models/seed-512-causal-q.laya=the causal seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
+    "lexicon 20000, causal, F32 (random)=$models/rand-20000-causal-f32.laya=relative_causal: 2 blocks, d 128, FFN 256, window 16, the last 31 tokens reach the output; 65,536-row direct embedding, random weights, F32 everywhere." \
+    "lexicon 20000, causal, quantised=$models/rand-20000-causal-q.laya=the causal lexicon-20,000 model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."
