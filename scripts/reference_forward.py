@@ -89,10 +89,17 @@ def forward(hp, W, context):
     H = hp["laya.attention.head_count"]
     eps = hp["laya.attention.layer_norm_epsilon"]
     rules = hp["laya.normalization"]
-    cps = [normalise(ch, rules) for ch in context][-T:]
-    cps = [0] * (T - len(cps)) + cps
-    rows = [row_of(c, hp) for c in cps]
-    x = W["token_embd.weight"][rows] + W["pos_embd.weight"][:T]
+    causal = hp["laya.position_scheme"] == "relative_causal"
+    if causal:
+        # The whole stream, BOS (row 0) and every character: no window truncation here, so the
+        # runtime's receptive-field shortcut is checked, not assumed.
+        rows = [0] + [row_of(normalise(ch, rules), hp) for ch in context]
+        x = W["token_embd.weight"][rows]
+    else:
+        cps = [normalise(ch, rules) for ch in context][-T:]
+        cps = [0] * (T - len(cps)) + cps
+        rows = [row_of(c, hp) for c in cps]
+        x = W["token_embd.weight"][rows] + W["pos_embd.weight"][:T]
     if "token_embd_comp.weight" in W:
         # Error compensation of a quantised embedding: one row per group of 32 rows (format.md §7).
         x = x + W["token_embd_comp.weight"][[r // 32 for r in rows]]
@@ -107,6 +114,12 @@ def forward(hp, W, context):
         for hd in range(H):
             s = slice(hd * dh, (hd + 1) * dh)
             sc = q[:, s] @ k[:, s].T / math.sqrt(dh)
+            if causal:
+                # Query t sees keys t-T+1..t, plus the bias of block l, head hd, distance t-s.
+                n = len(rows)
+                dist = np.arange(n)[:, None] - np.arange(n)[None, :]
+                bias = W["pos_embd.weight"][l * H + hd][np.clip(dist, 0, T - 1)]
+                sc = np.where((dist >= 0) & (dist < T), sc + bias, -np.inf)
             sc = np.exp(sc - sc.max(-1, keepdims=True))
             sc /= sc.sum(-1, keepdims=True)
             o[:, s] = sc @ v[:, s]

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, TensorRef};
+use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, PositionScheme, TensorRef};
 use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8, WType};
 
 use crate::error::LoadError;
@@ -38,6 +38,11 @@ pub struct Config {
     pub replace_classes: usize,
     /// Normalisation rules applied to the context.
     pub normalization: Vec<NormRule>,
+    /// Learned absolute positions over a window of `T`, or the causal window whose keys and
+    /// values a session keeps between keystrokes (docs/format.md §3).
+    pub position_scheme: PositionScheme,
+    /// Tokens that can reach the output (`T` or `L·(T−1)+1`).
+    pub receptive_field: usize,
 }
 
 /// Descriptive facts about a model file, for `laya inspect` and logs.
@@ -129,6 +134,9 @@ pub struct Model {
     /// `token_embd_comp.weight`: one row per 32 embedding rows, added at lookup.
     pub(crate) tok_comp: Option<Mat>,
     pub(crate) pos: Mat,
+    /// `relative_causal` only: the attention bias of block `l`, head `h`, distance `δ` at
+    /// `[(l·H + h)·T + δ]` (empty under learned positions, whose table `pos` holds).
+    pub(crate) rel_bias: Vec<f32>,
     pub(crate) layers: Vec<Layer>,
     pub(crate) out_norm_w: Vec<f32>,
     pub(crate) out_norm_b: Vec<f32>,
@@ -206,9 +214,6 @@ impl Model {
             Ok(m)
         };
         let hp = &file.meta.hparams;
-        if hp.position_scheme != laya_format::PositionScheme::LearnedAbsolute {
-            return Err(LoadError::Kernel(format!("position scheme {} is not supported by this runtime yet", hp.position_scheme.name())));
-        }
         let cfg = Config {
             context_length: hp.context_length as usize,
             d_model: hp.embedding_length as usize,
@@ -221,6 +226,8 @@ impl Model {
             vocab: file.meta.words.len(),
             replace_classes: hp.replace_classes as usize,
             normalization: file.meta.normalization.clone(),
+            position_scheme: hp.position_scheme,
+            receptive_field: hp.position_scheme.receptive_field(hp.block_count, hp.context_length) as usize,
         };
         let mut layers = Vec::with_capacity(file.layers.len());
         for l in &file.layers {
@@ -258,6 +265,10 @@ impl Model {
             tok: mat(&file.token_embd)?,
             tok_comp: file.token_embd_comp.as_ref().map(mat).transpose()?,
             pos: mat(&file.pos_embd)?,
+            rel_bias: match hp.position_scheme {
+                PositionScheme::RelativeCausal => file.pos_embd.to_f32()?,
+                PositionScheme::LearnedAbsolute => Vec::new(),
+            },
             out_norm_w: f32s(&file.output_norm_w),
             out_norm_b: f32s(&file.output_norm_b),
             output: lin(&file.output_w)?,
@@ -311,13 +322,23 @@ impl Model {
         (id < self.lexicon.len()).then(|| self.lexicon.word(id))
     }
 
-    /// Multiply-adds of one prediction with `n` context positions computed in every block but
-    /// the last (which computes only the last position's query, attention and FFN). Used to
-    /// report the fraction of the CPU's peak arithmetic a prediction reaches.
+    /// Multiply-adds of one prediction computed whole: with learned positions, `T` context
+    /// positions in every block but the last (which computes only the last position's query,
+    /// attention and FFN); with the causal window, keys and values at the last `m_l + T − 1`
+    /// positions of block `l` and the rest at its last `m_l` (docs/format.md §3), for a context
+    /// that fills the receptive field. Used to report the fraction of the CPU's peak
+    /// arithmetic a prediction reaches.
     pub fn macs_per_prediction(&self) -> u64 {
         let (t, d) = (self.cfg.context_length as u64, self.cfg.d_model as u64);
         let nl = self.layers.len() as u64;
         let mut macs = 0u64;
+        if self.cfg.position_scheme == PositionScheme::RelativeCausal {
+            for (i, f) in self.cfg.ffn.iter().enumerate() {
+                let (f, m) = (*f as u64, (nl - 1 - i as u64) * (t - 1) + 1);
+                macs += 2 * (m + t - 1) * d * d + m * (2 * d * d + 2 * t * d + 2 * d * f);
+            }
+            return macs + d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
+        }
         for (i, f) in self.cfg.ffn.iter().enumerate() {
             let f = *f as u64;
             let full = i as u64 + 1 < nl;
@@ -329,6 +350,27 @@ impl Model {
         }
         macs += d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
         macs
+    }
+
+    /// Multiply-adds of a prediction whose context adds one character to the previous one. The
+    /// same as [`Model::macs_per_prediction`] with learned positions (nothing carries over);
+    /// with the causal window, one position per block (its key, value, query, at most `T`
+    /// keys, output projection and FFN) and the heads.
+    ///
+    /// ```
+    /// use laya_format::{testing, write_model, GgmlType, PositionScheme};
+    /// let cfg = testing::TinyConfig { position_scheme: PositionScheme::RelativeCausal, ..Default::default() };
+    /// let (meta, tensors) = testing::random_model(&cfg, 1, GgmlType::F32);
+    /// let m = laya_runtime::Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap();
+    /// assert!(m.macs_per_keystroke() * 5 < m.macs_per_prediction());
+    /// ```
+    pub fn macs_per_keystroke(&self) -> u64 {
+        if self.cfg.position_scheme != PositionScheme::RelativeCausal {
+            return self.macs_per_prediction();
+        }
+        let (t, d) = (self.cfg.context_length as u64, self.cfg.d_model as u64);
+        let blocks: u64 = self.cfg.ffn.iter().map(|&f| 4 * d * d + 2 * t * d + 2 * d * f as u64).sum();
+        blocks + d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64)
     }
 
     /// Reads one byte of every page so a freshly mapped file is resident before the first

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use laya_format::Activation;
+use laya_format::{Activation, PositionScheme};
 use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
-use crate::model::{Mat, Model, Packed};
+use crate::model::{Config, Layer, Mat, Model, Packed};
 use crate::stages::{Stage, StageTimes};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
@@ -126,6 +126,60 @@ struct Scratch {
     /// Per replace class `i ≥ 1`: the factor that keeps the class's admissible mass unchanged
     /// after the prior reweights its words.
     prior_norm: Vec<f32>,
+    /// `relative_causal` only: the keys and values kept between predictions.
+    kv: KvCache,
+}
+
+/// The last characters of a context as tokens (normalised scalar values, oldest first), with
+/// [`BOS`] in front when the whole context fits.
+const BOS: u32 = 0x11_0000;
+
+/// How many new characters a `relative_causal` session computes one at a time from the kept
+/// keys and values before it recomputes from scratch (a committed candidate adds several
+/// characters at once; a longer jump is cheaper computed whole).
+pub const MAX_INCREMENTAL_CHARS: usize = 8;
+
+/// Each block's keys and values at the last positions of the token stream of the previous
+/// prediction (docs/format.md §3, `relative_causal`), and that stream's last `R` tokens, which
+/// decide whether the next context extends it.
+struct KvCache {
+    /// Positions each block can hold; when full, the last `T − 1` move to the front.
+    cap: usize,
+    /// `[block][position][d]`, positions oldest first.
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Valid positions per block (the last ones of the stream).
+    len: Vec<usize>,
+    /// The previous stream's last `min(len, R)` tokens, oldest first.
+    toks: Vec<u32>,
+    /// Whether `k`, `v` and `toks` describe the previous prediction (false after a model swap,
+    /// a precision change, or on a learned-positions model).
+    valid: bool,
+    /// Whether the last prediction was computed from the kept keys and values.
+    reused: bool,
+    /// Tokens of the current context: its last `R + MAX_INCREMENTAL_CHARS`, oldest first.
+    cur: Vec<u32>,
+}
+
+impl KvCache {
+    fn new(c: &Config) -> KvCache {
+        if c.position_scheme != PositionScheme::RelativeCausal {
+            return KvCache { cap: 0, k: Vec::new(), v: Vec::new(), len: Vec::new(), toks: Vec::new(), valid: false, reused: false, cur: Vec::new() };
+        }
+        let r = c.receptive_field;
+        let cap = r + 4 * MAX_INCREMENTAL_CHARS;
+        let n = c.ffn.len() * cap * c.d_model;
+        KvCache {
+            cap,
+            k: vec![0.0; n],
+            v: vec![0.0; n],
+            len: vec![0; c.ffn.len()],
+            toks: Vec::with_capacity(r),
+            valid: false,
+            reused: false,
+            cur: Vec::with_capacity(r + MAX_INCREMENTAL_CHARS + 1),
+        }
+    }
 }
 
 /// A prediction context for one thread: owns every buffer a prediction needs, so predicting
@@ -252,9 +306,11 @@ impl Session {
     /// A session returning at most `max_k` candidates per prediction; larger `k` is clamped.
     pub fn with_max_k(model: Arc<Model>, max_k: usize) -> Session {
         let c = &model.cfg;
-        let (t, d) = (c.context_length, c.d_model);
-        let fmax = c.ffn.iter().copied().max().unwrap_or(0);
-        let td = t * d;
+        let (d, fmax) = (c.d_model, c.ffn.iter().copied().max().unwrap_or(0));
+        let t = c.context_length;
+        // Positions computed at once: the window, or the causal receptive field.
+        let rows = t.max(c.receptive_field);
+        let td = rows * d;
         let s = Scratch {
             cps: vec![0; t],
             x: vec![0.0; td],
@@ -264,8 +320,8 @@ impl Session {
             v: vec![0.0; td],
             att: vec![0.0; td],
             tmp: vec![0.0; td],
-            ffn: vec![0.0; t * fmax],
-            scores: vec![0.0; t],
+            ffn: vec![0.0; rows * fmax],
+            scores: vec![0.0; rows],
             z: vec![0.0; d],
             logits: vec![0.0; c.vocab],
             rlogits: vec![0.0; c.replace_classes],
@@ -276,10 +332,11 @@ impl Session {
             share: vec![0.0; c.vocab],
             word_scores: vec![0.0; c.vocab],
             chunk_max: vec![0.0; c.vocab.div_ceil(16)],
-            xq: vec![ActBlock::ZERO; t * d.max(fmax) / QK],
+            xq: vec![ActBlock::ZERO; rows * d.max(fmax) / QK],
             // Reserved even without a prior, so a hot swap to a model with one does not allocate.
             prior: Vec::with_capacity(c.vocab),
             prior_norm: vec![1.0; c.replace_classes],
+            kv: KvCache::new(c),
         };
         let mut session = Session {
             model,
@@ -339,6 +396,8 @@ impl Session {
     /// next prediction and allocates nothing.
     pub fn set_act_precision(&mut self, act: ActPrecision) {
         self.act = act;
+        // Kept keys and values were computed at the old precision.
+        self.s.kv.valid = false;
     }
 
     /// The activation precision of Q8_0 layers.
@@ -408,9 +467,13 @@ impl Session {
                 && a.ffn.iter().max() == b.ffn.iter().max()
                 && a.vocab == b.vocab
                 && a.replace_classes == b.replace_classes
+                && a.position_scheme == b.position_scheme
+                && a.receptive_field == b.receptive_field
+                && a.ffn.len() == b.ffn.len()
         };
         if same_shape {
             self.model = model;
+            self.s.kv.valid = false;
             self.refresh_prior();
         } else {
             let (profiling, act, beta, rule, lambda) = (self.profiling, self.act, self.completion_exponent, self.rule, self.completion_prior);
@@ -457,6 +520,7 @@ impl Session {
         self.rank(n_chars, k, &mut clock);
         if self.profiling {
             self.times.predictions += 1;
+            self.times.reused += u64::from(self.s.kv.reused);
             self.times.add(&clock.acc);
         }
         Predictions { model: &self.model, hits: &self.s.hits }
@@ -488,6 +552,9 @@ impl Session {
     }
 
     fn forward_logits(&mut self, context: &str, clock: &mut Clock) -> usize {
+        if self.model.cfg.position_scheme == PositionScheme::RelativeCausal {
+            return self.forward_causal(context, clock);
+        }
         let Session { model, s, act, .. } = self;
         let m: &Model = model;
         let kern = m.kernels;
@@ -611,14 +678,115 @@ impl Session {
         }
 
         // 4. Final norm of the last position, then the two heads.
-        kern.layer_norm(&s.x[(t - 1) * d..], &m.out_norm_w, &m.out_norm_b, cfg.eps, &mut s.z);
-        clock.lap(Stage::OutputNorm);
-        let wout = m.matrix(&m.output);
-        quantize_if(kern, q8n(&m.output, 1), &s.z, &mut s.xq);
-        linear(kern, &wout, m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, q8n(&m.output, 1));
-        clock.lap(Stage::WordHead);
-        kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
-        clock.lap(Stage::ReplaceHead);
+        run_heads(m, s, (t - 1) * d, q8n(&m.output, 1), clock);
+        n
+    }
+
+    /// [`Session::forward_logits`] for a `relative_causal` model (docs/format.md §3): when the
+    /// context is the previous one plus at most [`MAX_INCREMENTAL_CHARS`] characters, only the
+    /// new positions go through the blocks, against the keys and values kept from before;
+    /// otherwise the blocks run over the receptive field, each at the positions the output
+    /// needs. Both ways compute every position with the same kernels and the same number of
+    /// keys in the same order, so the result is the same to the bit.
+    fn forward_causal(&mut self, context: &str, clock: &mut Clock) -> usize {
+        let Session { model, s, act, .. } = self;
+        let m: &Model = model;
+        let cfg = &m.cfg;
+        let (t, r) = (cfg.context_length, cfg.receptive_field);
+        let int8 = *act != ActPrecision::F32;
+        let all = *act == ActPrecision::Int8All;
+        // One precision per layer whatever the number of positions (unlike learned models'
+        // one-position rule), so that a position computed alone equals the same position
+        // computed among others.
+        let q8 = |w: &Mat| {
+            int8 && match (&w.packed, w.ty) {
+                (Some(_), _) | (None, WType::Q8_0) => true,
+                (None, WType::Q4_0 | WType::Q4_1) => all,
+                _ => false,
+            }
+        };
+
+        // 1. Tokens: the last R + MAX_INCREMENTAL_CHARS normalised values, BOS in front when
+        //    the context is shorter; and the last T characters for ranking, as learned models.
+        let want = r + MAX_INCREMENTAL_CHARS;
+        let kv = &mut s.kv;
+        kv.cur.clear();
+        for c in context.chars().rev() {
+            if kv.cur.len() == want {
+                break;
+            }
+            kv.cur.push(cfg.normalization.iter().fold(c, |c, r| r.apply(c)) as u32);
+        }
+        if kv.cur.len() < want {
+            kv.cur.push(BOS);
+        }
+        kv.cur.reverse();
+        let nt = kv.cur.len();
+        let mut n = 0;
+        for &tok in kv.cur.iter().rev().take(t) {
+            if tok == BOS {
+                break;
+            }
+            s.cps[t - 1 - n] = tok;
+            n += 1;
+        }
+        s.cps[..t - n].fill(0);
+
+        // 2. Does the stream extend the previous one? The kept state is a function of the
+        //    previous stream's last R tokens; if they reappear k tokens before the end, only
+        //    those k are new. BOS matches only BOS, so a short stream must align at its start.
+        let mut step = 0;
+        if kv.valid {
+            let old = kv.toks.len();
+            step = (1..=MAX_INCREMENTAL_CHARS)
+                .find(|&k| nt >= old + k && kv.cur[nt - k - old..nt - k] == kv.toks[..])
+                .unwrap_or(0);
+        }
+        kv.reused = step > 0;
+        clock.lap(Stage::Normalize);
+
+        if step > 0 {
+            for j in nt - step..nt {
+                embed_token(m, s, s.kv.cur[j], 0);
+                clock.lap(Stage::Embed);
+                for (li, l) in m.layers.iter().enumerate() {
+                    let kv = &mut s.kv;
+                    if kv.len[li] == kv.cap {
+                        // Full: the last T − 1 positions are all a new one can attend.
+                        let (cap, d) = (kv.cap, cfg.d_model);
+                        let base = li * cap * d;
+                        let keep = (t - 1) * d;
+                        kv.k.copy_within(base + cap * d - keep..base + cap * d, base);
+                        kv.v.copy_within(base + cap * d - keep..base + cap * d, base);
+                        kv.len[li] = t - 1;
+                    }
+                    let pos0 = s.kv.len[li];
+                    causal_block(m, l, li, s, pos0, 1, 1, &q8, clock);
+                    s.kv.len[li] = pos0 + 1;
+                }
+            }
+        } else {
+            let nf = nt.min(r);
+            for p in 0..nf {
+                embed_token(m, s, s.kv.cur[nt - nf + p], p);
+            }
+            clock.lap(Stage::Embed);
+            let nl = m.layers.len();
+            let mut n_in = nf;
+            for (li, l) in m.layers.iter().enumerate() {
+                // Block li's output is needed at the last (L−1−li)(T−1)+1 positions only.
+                let n_q = n_in.min((nl - 1 - li) * (t - 1) + 1);
+                causal_block(m, l, li, s, 0, n_in, n_q, &q8, clock);
+                s.kv.len[li] = n_in;
+                n_in = n_q;
+            }
+        }
+        let kv = &mut s.kv;
+        kv.toks.clear();
+        kv.toks.extend_from_slice(&kv.cur[nt - nt.min(r)..]);
+        kv.valid = true;
+
+        run_heads(m, s, 0, q8(&m.output), clock);
         n
     }
 
@@ -740,6 +908,132 @@ impl Session {
             }
         }
         clock.lap(Stage::Rank);
+    }
+}
+
+/// The final norm of the residual row at `last`, then the word and replace heads.
+fn run_heads(m: &Model, s: &mut Scratch, last: usize, int8: bool, clock: &mut Clock) {
+    let (kern, d) = (m.kernels, m.cfg.d_model);
+    kern.layer_norm(&s.x[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.z);
+    clock.lap(Stage::OutputNorm);
+    let wout = m.matrix(&m.output);
+    quantize_if(kern, int8, &s.z, &mut s.xq);
+    linear(kern, &wout, m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, int8);
+    clock.lap(Stage::WordHead);
+    kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
+    clock.lap(Stage::ReplaceHead);
+}
+
+/// Writes the embedding of token `tok` (a normalised scalar value, or [`BOS`] = row 0) into
+/// residual row `p` (relative_causal models: no position embedding).
+fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
+    let (kern, cfg) = (m.kernels, &m.cfg);
+    let d = cfg.d_model;
+    let row = cfg.mapping.row(if tok == BOS { 0 } else { tok }, cfg.embedding_rows) as usize;
+    let xp = &mut s.x[p * d..(p + 1) * d];
+    kern.dequant_row(&m.matrix(&m.tok), row, xp);
+    if let Some(comp) = &m.tok_comp {
+        kern.add_row(&m.matrix(comp), row / laya_format::COMP_GROUP_ROWS as usize, xp);
+    }
+}
+
+/// One pre-norm block of a relative_causal model over the `n_in` residual rows at the front of
+/// `s.x`, whose positions in the block's key/value cache are `pos0..pos0 + n_in`: their keys
+/// and values go into the cache, and the last `n_q` rows get queries, windowed attention (each
+/// over the at most `T` cached positions ending at its own, oldest first, plus the block's
+/// relative bias) and the FFN. Those `n_q` rows end at the front of `s.x`, the next block's
+/// input.
+#[allow(clippy::too_many_arguments)]
+fn causal_block(m: &Model, l: &Layer, li: usize, s: &mut Scratch, pos0: usize, n_in: usize, n_q: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
+    let (kern, cfg) = (m.kernels, &m.cfg);
+    let (t, d, heads) = (cfg.context_length, cfg.d_model, cfg.heads);
+    let (dh, nbd, f) = (d / heads, d / QK, l.up.rows);
+    let scale = 1.0 / (dh as f32).sqrt();
+    let first = n_in - n_q;
+
+    for p in 0..n_in {
+        let r = p * d..(p + 1) * d;
+        kern.layer_norm(&s.x[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.h[r]);
+    }
+    clock.lap(Stage::AttnNorm);
+
+    let (k8, v8, qq8) = (q8(&l.k), q8(&l.v), q8(&l.q));
+    if k8 || v8 || qq8 {
+        kern.quantize_act(&s.h[..n_in * d], &mut s.xq[..n_in * nbd]);
+    }
+    let base = li * s.kv.cap * d;
+    let slot = base + pos0 * d..base + (pos0 + n_in) * d;
+    let xq = &s.xq[..n_in * nbd];
+    linear_rows(kern, &m.matrix(&l.k), l.k.packed.as_ref(), &s.h, xq, n_in, &l.k_b, &mut s.kv.k[slot.clone()], k8);
+    linear_rows(kern, &m.matrix(&l.v), l.v.packed.as_ref(), &s.h, xq, n_in, &l.v_b, &mut s.kv.v[slot], v8);
+    linear_rows(kern, &m.matrix(&l.q), l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], n_q, &l.q_b, &mut s.q[..n_q * d], qq8);
+    clock.lap(Stage::Qkv);
+
+    let bias = &m.rel_bias[li * heads * t..(li + 1) * heads * t];
+    for j in 0..n_q {
+        let qp = pos0 + first + j;
+        let k0 = (qp + 1).saturating_sub(t);
+        let sc = &mut s.scores[..qp + 1 - k0];
+        for h in 0..heads {
+            let hs = h * dh..(h + 1) * dh;
+            let qh = &s.q[j * d + hs.start..j * d + hs.end];
+            for (i, key) in (k0..=qp).enumerate() {
+                let kr = base + key * d;
+                sc[i] = kern.dot(qh, &s.kv.k[kr + hs.start..kr + hs.end]) * scale + bias[h * t + (qp - key)];
+            }
+            kern.softmax(sc);
+            let out = &mut s.att[j * d + hs.start..j * d + hs.end];
+            out.fill(0.0);
+            for (i, key) in (k0..=qp).enumerate() {
+                let vr = base + key * d;
+                kern.axpy(sc[i], &s.kv.v[vr + hs.start..vr + hs.end], out);
+            }
+        }
+    }
+    clock.lap(Stage::Attention);
+
+    let rows = first * d..n_in * d;
+    quantize_if(kern, q8(&l.o), &s.att[..n_q * d], &mut s.xq);
+    linear_rows(kern, &m.matrix(&l.o), l.o.packed.as_ref(), &s.att[..n_q * d], &s.xq, n_q, &l.o_b, &mut s.tmp[..n_q * d], q8(&l.o));
+    kern.add(&s.tmp[..n_q * d], &mut s.x[rows.clone()]);
+    clock.lap(Stage::AttnOut);
+
+    for j in 0..n_q {
+        let p = first + j;
+        kern.layer_norm(&s.x[p * d..(p + 1) * d], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.h[j * d..(j + 1) * d]);
+    }
+    clock.lap(Stage::FfnNorm);
+    let hidden = &mut s.ffn[..n_q * f];
+    quantize_if(kern, q8(&l.up), &s.h[..n_q * d], &mut s.xq);
+    linear_rows(kern, &m.matrix(&l.up), l.up.packed.as_ref(), &s.h[..n_q * d], &s.xq, n_q, &l.up_b, hidden, q8(&l.up));
+    clock.lap(Stage::FfnUp);
+    match cfg.activation {
+        Activation::GeluTanh => kern.gelu_tanh(hidden),
+        Activation::Relu => kern.relu(hidden),
+    }
+    clock.lap(Stage::Activation);
+    quantize_if(kern, q8(&l.down), hidden, &mut s.xq);
+    linear_rows(kern, &m.matrix(&l.down), l.down.packed.as_ref(), hidden, &s.xq, n_q, &l.down_b, &mut s.tmp[..n_q * d], q8(&l.down));
+    kern.add(&s.tmp[..n_q * d], &mut s.x[rows.clone()]);
+    s.x.copy_within(rows, 0);
+    clock.lap(Stage::FfnDown);
+}
+
+/// [`linear`] one position at a time. The kernels pick their tiling by the number of positions,
+/// and a different tiling sums in a different order; relative_causal models compute a position
+/// alone when it is typed and among others when a context is computed whole, and both must
+/// give the same bits.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn linear_rows(kern: Kernels, w: &Matrix, packed: Option<&Packed>, x: &[f32], xq: &[ActBlock], n_pos: usize, b: &[f32], y: &mut [f32], int8: bool) {
+    if int8 && packed.is_some() {
+        return linear(kern, w, packed, x, xq, n_pos, b, y, int8);
+    }
+    let (cols, rows) = (w.cols, w.rows);
+    for p in 0..n_pos {
+        let xr = if int8 { &[][..] } else { &x[p * cols..(p + 1) * cols] };
+        let xqr = if int8 { &xq[p * cols / QK..(p + 1) * cols / QK] } else { &[][..] };
+        linear(kern, w, packed, xr, xqr, 1, b, &mut y[p * rows..(p + 1) * rows], int8);
     }
 }
 

@@ -86,6 +86,10 @@ pub struct StageTimes {
     pub nanos: [u64; Stage::COUNT],
     /// Predictions accumulated.
     pub predictions: u64,
+    /// Of those, the ones computed incrementally from the keys and values kept from the
+    /// previous prediction (`relative_causal` models, when the context grew by a few
+    /// characters); the others ran the network over the whole receptive field.
+    pub reused: u64,
 }
 
 impl StageTimes {

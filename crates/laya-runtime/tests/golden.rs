@@ -51,7 +51,13 @@ struct Golden {
 fn engine_matches_numpy_reference_for_every_type_and_tier() {
     let dir = std::env::temp_dir().join(format!("laya-golden-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cfgs = [TinyConfig::default(), TinyConfig { table_rows: Some(300), ..TinyConfig::default() }];
+    let cfgs = [
+        TinyConfig::default(),
+        TinyConfig { table_rows: Some(300), ..TinyConfig::default() },
+        // The causal window: the reference runs the whole token stream, the engine only its
+        // receptive field (the long context checks that the rest cannot matter).
+        TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, table_rows: Some(300), ..TinyConfig::default() },
+    ];
     for (ci, cfg) in cfgs.iter().enumerate() {
         let mut models: Vec<(String, GgmlType, Vec<u8>)> = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]
             .into_iter()

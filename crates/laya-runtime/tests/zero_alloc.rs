@@ -21,6 +21,16 @@ fn predict_allocates_nothing() {
     models.push(("Q4_1+comp".into(), Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap()));
     // The completion prior (dictionary frequencies in the file, default λ) reweights in place.
     models.push(("F32+dict prior".into(), common::model_with_dict(&TinyConfig::default(), 2, GgmlType::F32).0));
+    // A relative_causal model keeps keys and values between predictions; typing (below, each
+    // context extending the last) goes through that path, the CONTEXTS through the whole one.
+    let causal = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::default() };
+    for ty in [GgmlType::F32, GgmlType::Q8_0] {
+        models.push((format!("causal {ty:?}"), model(&causal, 2, ty)));
+    }
+    let typed: Vec<String> = {
+        let text = "今天天气不错，我们去公园散步吧。typing one key at a time, long enough to wrap the kept keys around";
+        text.char_indices().map(|(i, c)| text[..i + c.len_utf8()].to_string()).collect()
+    };
     for (ty, m) in models {
         let mut s = Session::new(m);
         s.warm_up();
@@ -37,6 +47,12 @@ fn predict_allocates_nothing() {
             }
         });
         assert_eq!(info.count_total, 0, "{ty}: {} allocations", info.count_total);
+        let info = allocation_counter::measure(|| {
+            for ctx in &typed {
+                std::hint::black_box(s.predict(ctx, 5).len());
+            }
+        });
+        assert_eq!(info.count_total, 0, "{ty} typing: {} allocations", info.count_total);
         s.set_profiling(true);
         let info = allocation_counter::measure(|| {
             for ctx in CONTEXTS {
