@@ -26,9 +26,28 @@ fn run(args: &Args) -> Result<(), PeerError> {
     if first == 0 {
         return Err(PeerError::Model("the first prediction returned no candidate".into()));
     }
-    let times = common::time_decisions(&contexts, args.warmup, args.iters, |c| {
+    // Isolated contexts: on a relative_causal model the session would keep keys and values
+    // from one decision to the next and reuse them when a context extends the one before it
+    // by up to 8 characters ("今" -> "今天", "hello" -> "hello wor", "" -> anything short).
+    // Every decision here must be computed whole, like the peers', so the kept state is
+    // dropped before each one: setting the activation precision (to the same value) marks it
+    // invalid (it costs two stores).
+    let causal = session.model().config().position_scheme == laya_format::PositionScheme::RelativeCausal;
+    let isolated = |session: &mut laya_runtime::Session, c: &str| {
+        if causal {
+            let act = session.act_precision();
+            session.set_act_precision(act);
+        }
         std::hint::black_box(session.predict(c, 5).len());
-    });
+    };
+    let times = common::time_decisions(&contexts, args.warmup, args.iters, |c| isolated(&mut session, c));
+    // One more cycle, untimed and profiled, counts the decisions that reused kept state (0 is
+    // the point).
+    session.set_profiling(true);
+    session.reset_stage_times();
+    contexts.iter().for_each(|c| isolated(&mut session, c));
+    let reused_isolated = session.stage_times().reused;
+    session.set_profiling(false);
     let int8: Vec<Vec<usize>> = contexts.iter().map(|c| top5(&session.logits(c).0)).collect();
     session.set_act_precision(laya_runtime::ActPrecision::F32);
     let logits: Vec<Vec<f32>> = contexts.iter().map(|c| session.logits(c).0).collect();
@@ -41,6 +60,9 @@ fn run(args: &Args) -> Result<(), PeerError> {
         if model.packed_bytes() > 0 { " (packed)" } else { "" },
         contexts.len()
     );
+    if causal {
+        level += &format!("; reused kept keys/values on {reused_isolated}/{} isolated contexts", contexts.len());
+    }
     // Typing mode: ONE session for the whole sequence, so that a runtime which keeps keys and
     // values between keystrokes (relative_causal models) reuses them from request to request,
     // as it would for a person typing. The gate's logits come from the same session, in order,
@@ -53,11 +75,23 @@ fn run(args: &Args) -> Result<(), PeerError> {
             let times = common::time_typing(&requests, spec.passes, |c| {
                 std::hint::black_box(typist.predict(c, 5).len());
             });
+            // One more pass, untimed and profiled: how many requests reused the kept state.
+            typist.set_profiling(true);
+            typist.reset_stage_times();
+            requests.iter().for_each(|c| {
+                typist.predict(c, 5);
+            });
+            let reused = typist.stage_times().reused;
+            typist.set_profiling(false);
+            level += "; typing: ";
+            if causal {
+                level += &format!("reused kept keys/values on {reused}/{} requests, ", requests.len());
+            }
             let int8: Vec<Vec<usize>> = requests.iter().map(|c| top5(&typist.logits(c).0)).collect();
             typist.set_act_precision(laya_runtime::ActPrecision::F32);
             let logits: Vec<Vec<f32>> = requests.iter().map(|c| typist.logits(c).0).collect();
             let same = logits.iter().zip(&int8).filter(|(l, i)| top5(l) == **i).count();
-            level += &format!("; typing: int8 top-5 equal on {same}/{}", requests.len());
+            level += &format!("int8 top-5 equal on {same}/{}", requests.len());
             Some((times, logits))
         }
     };
