@@ -5,8 +5,9 @@
 
 For every model: runs Laya first (the reference), then each peer, each in its own process with
 one thread, checks that every peer's top-5 word ids equal the top-5 of Laya's word logits on the
-fixed contexts below, and prints one markdown table per model. Saves OUT_DIR/peers.json and
-OUT_DIR/peers.md. Exits 1 when a peer disagrees with Laya (after writing the report), 0 otherwise;
+fixed contexts below, and prints one markdown table per model; then the same for the typing
+mode (TYPING: every prefix of a text, in order; PEERS_TYPING_PASSES timed passes), its own
+table. Saves OUT_DIR/peers.json and OUT_DIR/peers.md. Exits 1 when a peer disagrees with Laya (after writing the report), 0 otherwise;
 a peer that cannot run at all (not installable, crashed) gets a row saying why and does not fail
 the run.
 """
