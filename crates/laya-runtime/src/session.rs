@@ -400,6 +400,31 @@ impl Session {
         self.s.kv.valid = false;
     }
 
+    /// Drops what the session kept from the previous prediction (a `relative_causal` model's
+    /// keys and values, and the tokens they came from), so the next prediction is computed
+    /// whole. Predictions are the same either way (the session notices by itself when a
+    /// context does not extend the previous one); it is for timing whole computations, and for
+    /// keyboards that want the next prediction to start clean. The buffers are marked unused,
+    /// not cleared, so it costs nothing. Allocates nothing.
+    ///
+    /// ```
+    /// # let cfg = laya_format::testing::TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..Default::default() };
+    /// # let (meta, tensors) = laya_format::testing::random_model(&cfg, 1, laya_format::GgmlType::F32);
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// s.set_profiling(true);
+    /// s.predict("今天", 5);
+    /// s.predict("今天天", 5); // one character more: computed from what was kept
+    /// s.forget_context();
+    /// s.predict("今天天气", 5); // computed whole
+    /// assert_eq!(s.stage_times().reused, 1);
+    /// ```
+    pub fn forget_context(&mut self) {
+        let kv = &mut self.s.kv;
+        kv.valid = false;
+        kv.toks.clear();
+    }
+
     /// The activation precision of Q8_0 layers.
     pub fn act_precision(&self) -> ActPrecision {
         self.act

@@ -30,13 +30,11 @@ fn run(args: &Args) -> Result<(), PeerError> {
     // from one decision to the next and reuse them when a context extends the one before it
     // by up to 8 characters ("今" -> "今天", "hello" -> "hello wor", "" -> anything short).
     // Every decision here must be computed whole, like the peers', so the kept state is
-    // dropped before each one: setting the activation precision (to the same value) marks it
-    // invalid (it costs two stores).
+    // dropped before each one (`Session::forget_context`, two stores).
     let causal = session.model().config().position_scheme == laya_format::PositionScheme::RelativeCausal;
     let isolated = |session: &mut laya_runtime::Session, c: &str| {
         if causal {
-            let act = session.act_precision();
-            session.set_act_precision(act);
+            session.forget_context();
         }
         std::hint::black_box(session.predict(c, 5).len());
     };
