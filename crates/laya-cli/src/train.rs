@@ -10,8 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use laya_text::{read_events, Event, Lexicon, OnError};
 use laya_format::{GgmlType, LayaFile};
 use laya_train::{
-    train, train_from, LayaNet, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, Precision, RunOptions, StepReport,
-    TrainConfig, TrainHooks,
+    train, train_from, LayaNet, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, PositionScheme, Precision, RunOptions,
+    StepReport, TrainConfig, TrainHooks,
 };
 
 use crate::CliError;
@@ -46,6 +46,27 @@ pub enum ShownScopeArg {
 pub enum PrecisionArg {
     F32,
     F16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum PositionsArg {
+    /// A learned embedding per position of a right-aligned window of --context characters,
+    /// bidirectional attention (the shipped models).
+    LearnedAbsolute,
+    /// Causal attention over a sliding window of --context tokens with a learned bias per
+    /// block, head and distance: a runtime can keep work from one keystroke to the next
+    /// (docs/format.md §3, docs/training.md).
+    RelativeCausal,
+}
+
+impl PositionsArg {
+    fn scheme(self) -> PositionScheme {
+        match self {
+            PositionsArg::LearnedAbsolute => PositionScheme::LearnedAbsolute,
+            PositionsArg::RelativeCausal => PositionScheme::RelativeCausal,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -129,6 +150,10 @@ pub struct Args {
     replace_classes: usize,
     #[arg(long, value_enum, default_value_t = MappingArg::Table)]
     mapping: MappingArg,
+    /// Position scheme of a new model: learned_absolute (default) or relative_causal. With
+    /// --init the model's own scheme is kept; naming a different one is an error.
+    #[arg(long, value_enum)]
+    positions: Option<PositionsArg>,
     /// Embedding rows for the table mapping (2 reserved: padding and unknown).
     #[arg(long, default_value_t = 6000)]
     table_rows: usize,
@@ -261,6 +286,17 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Some(p) => Some(load_init(p)?),
         None => None,
     };
+    if let (Some(net), Some(pos)) = (&init, args.positions) {
+        let have = net.config().position_scheme;
+        if pos.scheme() != have {
+            return Err(CliError(format!(
+                "--positions {} conflicts with --init {}, a {} model; a model's position scheme cannot change (leave --positions out to keep it)",
+                pos.scheme().name(),
+                args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                have.name()
+            )));
+        }
+    }
     let lexicon = match (&args.lexicon, &init) {
         (Some(path), _) => {
             let lex_file =
@@ -288,11 +324,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let words = init.as_ref().map_or_else(|| lexicon.as_ref().map_or(0, |l| l.len()), |n| n.config().vocab());
     let threads = laya_train::training_threads();
+    let scheme = init.as_ref().map_or_else(
+        || args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme),
+        |n| n.config().position_scheme,
+    );
     eprintln!(
-        "training on {} events, validating on {} events, lexicon {words} words, {threads} thread{}",
+        "training on {} events, validating on {} events, lexicon {words} words, {threads} thread{}, positions {}",
         events.len(),
         valid.len(),
-        if threads == 1 { "" } else { "s" }
+        if threads == 1 { "" } else { "s" },
+        scheme.name()
     );
     let cfg = TrainConfig {
         batch_size: args.batch_size,
@@ -338,6 +379,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 ffn: vec![args.ffn; args.layers],
                 replace_classes: args.replace_classes,
                 normalization: rules,
+                position_scheme: args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme),
                 ..ModelConfig::standard(lexicon.words, lexicon.freqs, mapping)
             };
             train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?

@@ -122,3 +122,21 @@ fn nonsense_is_refused_with_one_clear_line() {
     assert_one_line_error(&out, "is not a valid Laya model");
     assert!(!output.exists());
 }
+
+/// A causal model (`relative_causal`) keeps its scheme and its relative-bias table, value for
+/// value: pruning FFN widths does not touch attention.
+#[test]
+fn causal_model_keeps_its_bias_table() {
+    let cfg = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..tiny() };
+    let (meta, tensors) = random_model(&cfg, 9, GgmlType::F16);
+    let input = tmp("causal-in.laya");
+    std::fs::write(&input, write_model(&meta, &tensors).unwrap()).unwrap();
+    let output = tmp("causal-out.laya");
+    ok(&laya().args(["prune", "--ffn", "64,32", "--model"]).arg(&input).arg("--out").arg(&output).output().unwrap());
+    let (a, b) = (std::fs::read(&input).unwrap(), std::fs::read(&output).unwrap());
+    let (a, b) = (LayaFile::parse(&a).unwrap(), LayaFile::parse(&b).unwrap());
+    assert_eq!(b.meta.hparams.position_scheme, laya_format::PositionScheme::RelativeCausal);
+    assert_eq!(b.meta.hparams.feed_forward_length, vec![64, 32]);
+    assert_eq!(b.pos_embd.ne, a.pos_embd.ne);
+    assert_eq!(b.pos_embd.to_f32().unwrap(), a.pos_embd.to_f32().unwrap());
+}

@@ -30,7 +30,12 @@ fn write_fixtures() -> (PathBuf, PathBuf) {
 }
 
 fn tiny(cmd: &mut Command) -> &mut Command {
-    cmd.args(["--d-model", "32", "--heads", "2", "--ffn", "32", "--layers", "1", "--batch-size", "16"])
+    cmd.args(["--layers", "1"]).pipe(tiny_blocks)
+}
+
+/// `tiny` without the block count.
+fn tiny_blocks(cmd: &mut Command) -> &mut Command {
+    cmd.args(["--d-model", "32", "--heads", "2", "--ffn", "32", "--batch-size", "16"])
         .args(["--warmup-steps", "2", "--epochs", "2", "--precision", "f32"])
         .env("RAYON_NUM_THREADS", "1")
 }
@@ -194,4 +199,69 @@ fn shown_scope_decides_whether_next_words_shown_mid_word_are_targets() {
     assert!(all > same * 1.05, "all {all} vs same-replace {same}");
     let bad = laya().args(["train", "--shown-scope", "some"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// `--positions relative_causal` writes a causal model (the bias table `[T, L·H]`), `--init`
+/// continues it with its scheme, and naming the other scheme with `--init` is refused.
+#[test]
+fn positions_relative_causal_trains_and_continues() {
+    let (events, lexicon) = fixtures();
+    let first = tmp("causal.laya");
+    let text = ok(laya()
+        .args(["train", "--events"])
+        .arg(&events)
+        .arg("--valid-events")
+        .arg(&events)
+        .arg("--lexicon")
+        .arg(&lexicon)
+        .arg("--out")
+        .arg(&first)
+        .pipe(tiny_blocks)
+        .args(["--layers", "2", "--positions", "relative_causal"])
+        .output()
+        .unwrap());
+    assert!(text.contains("positions relative_causal"), "{text}");
+    let fresh = word_loss_of_first_epoch(&text);
+    let bytes = std::fs::read(&first).unwrap();
+    let file = laya_format::LayaFile::parse(&bytes).unwrap();
+    assert_eq!(file.meta.hparams.position_scheme, laya_format::PositionScheme::RelativeCausal);
+    assert_eq!(file.pos_embd.ne, vec![16, 4], "[T, L·H]");
+    let table = file.pos_embd.to_f32().unwrap();
+    assert_ne!(table, laya_train::recency_prior(2, 2, 16), "training moved the biases");
+    // `laya inspect` only parses, so it reads a causal model already.
+    let shown = ok(laya().arg("inspect").arg(&first).output().unwrap());
+    assert!(shown.contains("relative_causal"), "{shown}");
+
+    let second = tmp("causal-2.laya");
+    let text = ok(laya()
+        .args(["train", "--init"])
+        .arg(&first)
+        .arg("--events")
+        .arg(&events)
+        .arg("--valid-events")
+        .arg(&events)
+        .arg("--out")
+        .arg(&second)
+        .pipe(tiny)
+        .output()
+        .unwrap());
+    assert!(text.contains("positions relative_causal"), "{text}");
+    let continued = word_loss_of_first_epoch(&text);
+    assert!(continued < fresh, "continuing should start from the trained weights: {continued} vs {fresh}");
+    let file = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
+    assert_eq!(file.hparams.position_scheme, laya_format::PositionScheme::RelativeCausal);
+    // The same scheme named again is fine; the other one is refused with a clear message.
+    let out = laya()
+        .args(["train", "--init"])
+        .arg(&first)
+        .arg("--events")
+        .arg(&events)
+        .arg("--out")
+        .arg(tmp("causal-3.laya"))
+        .args(["--positions", "learned_absolute"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--positions learned_absolute conflicts with --init"), "{err}");
+    assert!(!tmp("causal-3.laya").exists());
 }

@@ -2,7 +2,8 @@
 //!
 //! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
 //! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS=2 LAYA_FFN=256` for the default
-//! model's shape, `LAYA_STEPS` timed steps). It times `train_step` (batch shards side by side,
+//! model's shape, `LAYA_POSITIONS=relative_causal` for the causal scheme, `LAYA_STEPS` timed
+//! steps). It times `train_step` (batch shards side by side,
 //! candle's elementwise pool off, as `laya train` runs); `LAYA_STEP=whole` times the one-graph
 //! step with candle's pool on, phase by phase, for comparison.
 //!
@@ -13,7 +14,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use candle_core::{Tensor, Var};
+use candle_core::Var;
 use laya_train::*;
 use std::time::{Duration, Instant};
 
@@ -53,10 +54,9 @@ fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, 
         b.samples += batch.size;
         return;
     }
-    let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
-    let gathered = net.token_embedding().detach().index_select(&rows, 0).unwrap();
+    let gathered = net.gather_rows(&batch.rows).unwrap();
     let leaf = Var::from_tensor(&gathered).unwrap();
-    let z = net.forward_hidden(leaf.as_tensor(), batch.size).unwrap();
+    let z = net.forward_hidden(leaf.as_tensor(), &batch.rows).unwrap();
     let (total, _, _) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight).unwrap();
     let t1 = Instant::now();
     let mut store = total.backward().unwrap();
@@ -91,6 +91,10 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     // LAYA_FFN / LAYA_LAYERS: the blocks (default 512 / 3; the default model is 256 / 2).
     let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
     mc.ffn = vec![env("LAYA_FFN", 512); env("LAYA_LAYERS", 3)];
+    // LAYA_POSITIONS: learned_absolute (default) or relative_causal (R = L·(T−1)+1 rows a sample).
+    if let Ok(name) = std::env::var("LAYA_POSITIONS") {
+        mc.position_scheme = PositionScheme::from_name(&name).expect("LAYA_POSITIONS: learned_absolute or relative_causal");
+    }
     let tc = TrainConfig { batch_size, ..TrainConfig::default() };
     let net = LayaNet::new(mc.clone(), 1).unwrap();
     let mut opt = AdamW::new(net.params(), &tc);
@@ -127,7 +131,8 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
         format!("   train_step, {} shards", shard_count(batch_size, rayon::current_num_threads()))
     };
     println!(
-        "V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
+        "{}  V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
+        mc.position_scheme.name(),
         mc.rows(),
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "auto".into()),
         b.samples as f64 / tot,

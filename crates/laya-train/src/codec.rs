@@ -155,6 +155,40 @@ pub fn encode_context_into(context: &str, rules: &[NormRule], mapping: &Mapping,
     }
 }
 
+/// The row that marks a padding slot in causal rows ([`encode_causal_into`]): not a token.
+/// The forward pass masks it as a key and gathers embedding row 0 for it; the optimiser gives
+/// it no embedding gradient.
+pub const PAD_ROW: u32 = u32::MAX;
+
+/// The tokens of the causal scheme (docs/format.md §3, `relative_causal` step 1): the stream
+/// `BOS` (row 0) followed by every normalised scalar value of `context`, its last `out.len()`
+/// tokens, left-padded with [`PAD_ROW`] when the stream is shorter.
+///
+/// ```
+/// use laya_train::{encode_causal_into, Mapping, PAD_ROW};
+/// let mut out = [0u32; 4];
+/// encode_causal_into("ab", &[], &Mapping::Direct, &mut out);
+/// assert_eq!(out, [PAD_ROW, 0, 'a' as u32, 'b' as u32]);
+/// encode_causal_into("abcd", &[], &Mapping::Direct, &mut out);
+/// assert_eq!(out, ['a' as u32, 'b' as u32, 'c' as u32, 'd' as u32]); // BOS fell out
+/// encode_causal_into("abc", &[], &Mapping::Direct, &mut out);
+/// assert_eq!(out, [0, 'a' as u32, 'b' as u32, 'c' as u32]);
+/// ```
+pub fn encode_causal_into(context: &str, rules: &[NormRule], mapping: &Mapping, out: &mut [u32]) {
+    let r = out.len();
+    out.fill(PAD_ROW);
+    let mut n = 0;
+    // Backwards, so a long context costs O(R), not O(len).
+    for (slot, c) in out.iter_mut().rev().zip(context.chars().rev()) {
+        let c = rules.iter().fold(c, |c, r| r.apply(c));
+        *slot = mapping.row(c as u32);
+        n += 1;
+    }
+    if n < r {
+        out[r - 1 - n] = 0; // BOS
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

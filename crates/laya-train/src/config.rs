@@ -1,7 +1,8 @@
 //! Model and training configuration (every size is a setting, not a constant).
 
-use crate::codec::{Mapping, NormRule};
+use crate::codec::{encode_causal_into, encode_context_into, Mapping, NormRule};
 use crate::error::{Result, TrainError};
+use laya_format::PositionScheme;
 use serde::{Deserialize, Serialize};
 
 /// FFN activation (format.md §3).
@@ -39,6 +40,30 @@ pub struct ModelConfig {
     pub words: Vec<String>,
     /// Corpus count of each word (stored in the model file; not used by training).
     pub frequencies: Vec<u32>,
+    /// How positions are encoded (`laya.position_scheme`, docs/format.md §3). A checkpoint
+    /// written before this setting existed reads as `LearnedAbsolute`, what it was trained with.
+    #[serde(default = "learned_absolute", with = "scheme_name")]
+    pub position_scheme: PositionScheme,
+}
+
+fn learned_absolute() -> PositionScheme {
+    PositionScheme::LearnedAbsolute
+}
+
+/// `PositionScheme` (from laya-format, which has no serde) as its model-file name.
+mod scheme_name {
+    use laya_format::PositionScheme;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(s: &PositionScheme, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(s.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<PositionScheme, D::Error> {
+        let name = String::deserialize(de)?;
+        PositionScheme::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown position scheme '{name}'")))
+    }
 }
 
 impl ModelConfig {
@@ -64,6 +89,33 @@ impl ModelConfig {
             normalization: vec![NormRule::FullwidthAscii],
             words,
             frequencies,
+            position_scheme: PositionScheme::LearnedAbsolute,
+        }
+    }
+
+    /// Rows per sample that the trainer feeds: `T` for learned positions; for the causal
+    /// window the receptive field `R = L·(T−1)+1` (docs/format.md §3), the only tokens that can
+    /// reach the output.
+    ///
+    /// ```
+    /// use laya_train::{Mapping, ModelConfig, PositionScheme};
+    /// let mut cfg = ModelConfig::standard(vec!["你好".into()], vec![3], Mapping::Direct);
+    /// cfg.ffn = vec![256; 2];
+    /// assert_eq!(cfg.seq_len(), 16);
+    /// cfg.position_scheme = PositionScheme::RelativeCausal;
+    /// assert_eq!(cfg.seq_len(), 31);
+    /// ```
+    pub fn seq_len(&self) -> usize {
+        self.position_scheme.receptive_field(self.layers() as u32, self.context as u32) as usize
+    }
+
+    /// Encodes one context into `out` (`seq_len()` rows): [`encode_context_into`] for learned
+    /// positions, [`encode_causal_into`] (BOS, then the characters, padded with
+    /// [`crate::PAD_ROW`]) for the causal window.
+    pub fn encode_into(&self, context: &str, out: &mut [u32]) {
+        match self.position_scheme {
+            PositionScheme::LearnedAbsolute => encode_context_into(context, &self.normalization, &self.mapping, out),
+            PositionScheme::RelativeCausal => encode_causal_into(context, &self.normalization, &self.mapping, out),
         }
     }
 

@@ -1,6 +1,5 @@
 //! Click events → tensors: context rows, the soft word target and the replace class.
 
-use crate::codec::encode_context_into;
 use crate::config::{ModelConfig, Objective, ShownScope, TrainConfig};
 use crate::error::Result;
 use candle_core::{Device, Tensor};
@@ -27,9 +26,9 @@ pub struct EncodeStats {
 /// Events encoded once for the whole run so that batching is just copying.
 #[derive(Debug, Clone, Default)]
 pub struct EncodedSet {
-    /// Context length `T`.
+    /// Rows per sample ([`ModelConfig::seq_len`]: `T`, or `R` for the causal scheme).
     pub t: usize,
-    /// `n · T` embedding rows.
+    /// `n · t` embedding rows (causal: [`crate::PAD_ROW`] marks padding).
     pub rows: Vec<u32>,
     /// Per sample: `(word id, weight)` pairs summing to 1; empty when the click is out of lexicon.
     pub word_target: Vec<Vec<(u32, f32)>>,
@@ -120,7 +119,7 @@ pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> V
 /// Encodes events for `model` under the objective of `train`.
 pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig) -> EncodedSet {
     let lex = word_index(model);
-    let t = model.context;
+    let t = model.seq_len();
     let mut set = EncodedSet { t, ..EncodedSet::default() };
     let mut rows = vec![0u32; t];
     for ev in events {
@@ -136,7 +135,7 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
             set.stats.bad_weight += 1;
             continue;
         }
-        encode_context_into(&ev.context, &model.normalization, &model.mapping, &mut rows);
+        model.encode_into(&ev.context, &mut rows);
         set.rows.extend_from_slice(&rows);
         let target = word_target(ev, &lex, train);
         let cw = lex.get(shown.word.as_str()).copied();
@@ -157,7 +156,7 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
 pub struct Batch {
     /// Samples in the batch.
     pub size: usize,
-    /// Embedding rows, `B · T` values (row-major `[B, T]`).
+    /// Embedding rows, `B · t` values (row-major `[B, t]`, `t` = [`ModelConfig::seq_len`]).
     pub rows: Vec<u32>,
     /// Dense soft word target `[B, V]`, each row scaled by the event weight (all-zero rows for
     /// out-of-lexicon clicks).

@@ -49,7 +49,7 @@ impl ModelConfig {
                     Activation::GeluTanh => laya_format::Activation::GeluTanh,
                     Activation::Relu => laya_format::Activation::Relu,
                 },
-                position_scheme: PositionScheme::LearnedAbsolute,
+                position_scheme: self.position_scheme,
                 embedding_rows: self.rows() as u32,
                 mapping: match &self.mapping {
                     Mapping::Direct => laya_format::Mapping::Direct,
@@ -105,6 +105,7 @@ impl ModelConfig {
                 .collect(),
             words: meta.words.to_vec(),
             frequencies: meta.frequencies.clone(),
+            position_scheme: h.position_scheme,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -120,8 +121,10 @@ impl LayaNet {
             let dims = p.var.dims();
             let ne: Vec<u64> = dims.iter().rev().map(|&n| n as u64).collect();
             let values: Vec<f32> = p.var.flatten_all()?.to_vec1()?;
-            // Norms and biases stay F32 (format.md §7); matrices and embeddings may be F16.
-            let ty = if dims.len() == 2 && precision == Precision::F16 { GgmlType::F16 } else { GgmlType::F32 };
+            // Norms and biases stay F32 (format.md §7); matrices and embeddings may be F16. The
+            // causal scheme's `pos_embd` is a table of attention-score biases: F32 too.
+            let bias_table = p.name == "pos_embd.weight" && self.config().position_scheme == PositionScheme::RelativeCausal;
+            let ty = if dims.len() == 2 && precision == Precision::F16 && !bias_table { GgmlType::F16 } else { GgmlType::F32 };
             out.push(TensorData::from_f32(&p.name, ty, &ne, &values).map_err(fmt_err)?);
         }
         Ok(out)

@@ -13,10 +13,11 @@ mod model;
 mod optim;
 mod rng;
 
-pub use codec::{encode_context, encode_context_into, normalize, Mapping, NormRule};
+pub use codec::{encode_causal_into, encode_context, encode_context_into, normalize, Mapping, NormRule, PAD_ROW};
+pub use laya_format::PositionScheme;
 pub use config::{Activation, Decay, ModelConfig, Objective, ShownScope, TrainConfig};
 pub use error::{Result, TrainError};
-pub use model::{layer_norm, log_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
+pub use model::{layer_norm, log_prior, recency_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
 pub use rng::Rng;
 

@@ -4,12 +4,18 @@
 //! (gradients silently stop there), so LayerNorm and softmax are written here from ops that do.
 
 use crate::ce::{add_columns, scale_shift_columns};
-use crate::codec::encode_context_into;
+use crate::codec::PAD_ROW;
 use crate::config::{Activation, ModelConfig};
 use crate::error::{Result, TrainError};
 use crate::rng::Rng;
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
+use laya_format::PositionScheme;
+
+/// The score given to a key a query must not see (outside the causal window, a padding key):
+/// `softmax_rows` takes `exp` of it minus the row maximum as `exp(−87)` ≈ 1.6e−38, which
+/// vanishes against the weight ≥ 1/T of the keys in the window.
+const MASKED: f32 = -1e30;
 
 /// How the optimiser treats a parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +24,8 @@ pub enum ParamKind {
     Matrix,
     /// The codepoint embedding table: updated row-sparsely (only rows seen in the batch).
     TokenEmbedding,
-    /// Position embeddings, norm weights and biases: no weight decay.
+    /// Position embeddings (or the causal scheme's relative biases), norm weights and biases:
+    /// no weight decay.
     Other,
 }
 
@@ -131,7 +138,15 @@ impl LayaNet {
         };
         let std = 0.02;
         let token_embd = add("token_embd.weight".into(), &[cfg.rows(), d], Init::Normal(std), ParamKind::TokenEmbedding)?;
-        let pos_embd = add("pos_embd.weight".into(), &[cfg.context, d], Init::Normal(std), ParamKind::Other)?;
+        let pos_embd = match cfg.position_scheme {
+            PositionScheme::LearnedAbsolute => add("pos_embd.weight".into(), &[cfg.context, d], Init::Normal(std), ParamKind::Other)?,
+            PositionScheme::RelativeCausal => add(
+                "pos_embd.weight".into(),
+                &[cfg.layers() * cfg.heads, cfg.context],
+                Init::Values(recency_prior(cfg.layers(), cfg.heads, cfg.context)),
+                ParamKind::Other,
+            )?,
+        };
         let mut blocks = Vec::new();
         for (l, &f) in cfg.ffn.iter().enumerate() {
             let mut lin = |part: &str, out: usize, inp: usize, wstd: f64| -> Result<(Tensor, Tensor)> {
@@ -194,31 +209,63 @@ impl LayaNet {
         &self.token_embd
     }
 
-    /// Encodes contexts into a `[B, T]` u32 tensor of embedding rows (normalisation + mapping).
+    /// Encodes contexts into a `[B, S]` u32 tensor of embedding rows (normalisation + mapping),
+    /// `S` = [`ModelConfig::seq_len`]: `T` rows for learned positions, `R` tokens (`BOS` and
+    /// the characters, [`PAD_ROW`] before them) for the causal scheme.
     pub fn encode(&self, contexts: &[&str]) -> Result<Tensor> {
-        let t = self.cfg.context;
+        let t = self.cfg.seq_len();
         let mut rows = vec![0u32; contexts.len() * t];
         for (c, out) in contexts.iter().zip(rows.chunks_mut(t)) {
-            encode_context_into(c, &self.cfg.normalization, &self.cfg.mapping, out);
+            self.cfg.encode_into(c, out);
         }
         Ok(Tensor::from_vec(rows, (contexts.len(), t), &self.device)?)
     }
 
-    /// Full forward pass: `rows` `[B, T]` (u32 embedding rows) → (word logits `[B, V]`,
-    /// replace logits `[B, C]`). Differentiable with respect to every parameter.
+    /// Full forward pass: `rows` `[B, S]` (u32 embedding rows from [`LayaNet::encode`]) →
+    /// (word logits `[B, V]`, replace logits `[B, C]`). Differentiable with respect to every
+    /// parameter.
     pub fn forward(&self, rows: &Tensor) -> Result<(Tensor, Tensor)> {
         let (b, t) = rows.dims2()?;
-        if t != self.cfg.context {
-            return Err(TrainError::Config(format!("rows have {t} positions, the model {}", self.cfg.context)));
+        if t != self.cfg.seq_len() {
+            return Err(TrainError::Config(format!("rows have {t} positions, the model {}", self.cfg.seq_len())));
         }
-        let x = self.token_embd.embedding(&rows.flatten_all()?)?;
-        self.forward_embedded(&x, b)
+        match self.cfg.position_scheme {
+            PositionScheme::LearnedAbsolute => {
+                let x = self.token_embd.embedding(&rows.flatten_all()?)?;
+                let z = self.forward_hidden_learned(&x, b)?;
+                Ok((linear(&z, &self.output)?, linear(&z, &self.replace)?))
+            }
+            PositionScheme::RelativeCausal => {
+                let rows: Vec<u32> = rows.flatten_all()?.to_vec1()?;
+                let x = self.token_embd.embedding(&self.row_tensor(&rows)?)?;
+                self.forward_embedded(&x, &rows)
+            }
+        }
     }
 
-    /// Forward pass from already-gathered token embeddings `[B·T, d]` (the trainer gathers
-    /// them itself so that the embedding gradient stays row-sparse).
-    pub fn forward_embedded(&self, tok: &Tensor, b: usize) -> Result<(Tensor, Tensor)> {
-        let z = self.forward_hidden(tok, b)?;
+    /// The embedding rows `rows` gathered from the detached table, `[rows.len(), d]`
+    /// ([`PAD_ROW`] gathers row 0; the forward pass masks it). The trainer gathers rows
+    /// itself, into a leaf it owns, so that the embedding gradient stays row-sparse.
+    pub fn gather_rows(&self, rows: &[u32]) -> Result<Tensor> {
+        Ok(self.token_embd.detach().index_select(&self.row_tensor(rows)?, 0)?)
+    }
+
+    /// `rows` as a u32 tensor with [`PAD_ROW`] replaced by row 0.
+    fn row_tensor(&self, rows: &[u32]) -> Result<Tensor> {
+        let n = rows.len();
+        if rows.contains(&PAD_ROW) {
+            let r: Vec<u32> = rows.iter().map(|&r| if r == PAD_ROW { 0 } else { r }).collect();
+            Ok(Tensor::from_vec(r, n, &self.device)?)
+        } else {
+            Ok(Tensor::from_slice(rows, n, &self.device)?)
+        }
+    }
+
+    /// Forward pass from already-gathered token embeddings `tok` `[rows.len(), d]` of the
+    /// encoded `rows` (`B · S` values, [`LayaNet::encode`]; the causal scheme reads its padding
+    /// from them). See [`LayaNet::gather_rows`].
+    pub fn forward_embedded(&self, tok: &Tensor, rows: &[u32]) -> Result<(Tensor, Tensor)> {
+        let z = self.forward_hidden(tok, rows)?;
         Ok((linear(&z, &self.output)?, linear(&z, &self.replace)?))
     }
 
@@ -228,8 +275,25 @@ impl LayaNet {
         (&self.output, &self.replace)
     }
 
-    /// The forward pass up to the heads: the last position's output-normalised state `[B, d]`.
-    pub fn forward_hidden(&self, tok: &Tensor, b: usize) -> Result<Tensor> {
+    /// The forward pass up to the heads: the last position's output-normalised state `[B, d]`,
+    /// from gathered embeddings `tok` `[B·S, d]` of the encoded `rows` (`B · S` values).
+    pub fn forward_hidden(&self, tok: &Tensor, rows: &[u32]) -> Result<Tensor> {
+        let s = self.cfg.seq_len();
+        if rows.is_empty() || rows.len() % s != 0 || tok.dim(0)? != rows.len() {
+            return Err(TrainError::Config(format!(
+                "{} rows and {} embeddings for samples of {s} positions",
+                rows.len(),
+                tok.dim(0)?
+            )));
+        }
+        match self.cfg.position_scheme {
+            PositionScheme::LearnedAbsolute => self.forward_hidden_learned(tok, rows.len() / s),
+            PositionScheme::RelativeCausal => self.forward_hidden_causal(tok, rows),
+        }
+    }
+
+    /// format.md §3 with learned absolute positions: `b` windows of `T` rows.
+    fn forward_hidden_learned(&self, tok: &Tensor, b: usize) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (t, d, h) = (cfg.context, cfg.d_model, cfg.heads);
         let dh = d / h;
@@ -270,6 +334,92 @@ impl LayaNet {
         Ok(layer_norm(&x, &self.output_norm.0, &self.output_norm.1, eps)?)
     }
 
+    /// format.md §3, `relative_causal`: `rows.len() / R` samples of the last `R` tokens,
+    /// left-padded with [`PAD_ROW`]. Block `l` computes keys and values over its `n_l = m_l +
+    /// T − 1` input positions and queries, attention and FFN over the last `m_l =
+    /// (L−1−l)(T−1)+1` only (what the later blocks read), so its output is the next block's
+    /// input and the last block's is one position per sample. Query `i` (of `m`) sees key `j`
+    /// (of `n`) at distance `δ = T−1 + i − j` when `0 ≤ δ < T` and the key is a token; a padding
+    /// query sees itself only (no real query ever reads it), so no row of the softmax is empty
+    /// and a padded sample computes exactly what its shorter stream would.
+    fn forward_hidden_causal(&self, tok: &Tensor, rows: &[u32]) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (t, d, h, nblocks) = (cfg.context, cfg.d_model, cfg.heads, self.blocks.len());
+        let r = cfg.seq_len();
+        let b = rows.len() / r;
+        let dh = d / h;
+        let eps = cfg.eps as f64;
+        let scale = 1.0 / (dh as f64).sqrt();
+        let any_pad = rows.contains(&PAD_ROW);
+        let mut x = tok.clone();
+        let mut n = r;
+        for (l, blk) in self.blocks.iter().enumerate() {
+            let m = (nblocks - 1 - l) * (t - 1) + 1;
+            debug_assert_eq!(n, m + t - 1);
+            let hn = layer_norm(&x, &blk.attn_norm.0, &blk.attn_norm.1, eps)?;
+            let k = linear(&hn, &blk.k)?;
+            let v = linear(&hn, &blk.v)?;
+            let (xq, hq) = if m == n {
+                (x.clone(), hn)
+            } else {
+                let idx: Vec<u32> = (0..b).flat_map(|s| ((s * n + n - m) as u32)..((s * n + n) as u32)).collect();
+                let idx = Tensor::from_vec(idx, b * m, &self.device)?;
+                (x.index_select(&idx, 0)?, hn.index_select(&idx, 0)?)
+            };
+            let q = linear(&hq, &blk.q)?;
+            let heads = |y: &Tensor, len: usize| -> candle_core::Result<Tensor> { y.reshape((b, len, h, dh))?.transpose(1, 2)?.contiguous() };
+            let (q4, k4, v4) = (heads(&q, m)?, heads(&k, n)?, heads(&v, n)?);
+            // The bias of (query i, key j) is column δ = T−1+i−j of row l·H+h; outside the
+            // window any column will do (the mask drowns it, and its gradient is ~0).
+            let dist: Vec<u32> = (0..m)
+                .flat_map(|i| (0..n).map(move |j| (t - 1 + i).saturating_sub(j).min(t - 1) as u32))
+                .collect();
+            let dist = Tensor::from_vec(dist, m * n, &self.device)?;
+            let bias = self.pos_embd.narrow(0, l * h, h)?.index_select(&dist, 1)?.reshape((1, h, m, n))?;
+            let mask = self.causal_mask(rows, r, m, n, any_pad)?;
+            let scores = (q4.matmul(&k4.t()?)? * scale)?.broadcast_add(&bias)?.broadcast_add(&mask)?;
+            let att = softmax_last(&scores)?;
+            let o = att.matmul(&v4)?.transpose(1, 2)?.reshape((b * m, d))?;
+            let x1 = (xq + linear(&o, &blk.o)?)?;
+            let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, eps)?;
+            let up = linear(&hf, &blk.up)?;
+            let act = match cfg.activation {
+                Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
+                Activation::Relu => up.relu()?,
+            };
+            x = (x1 + linear(&act, &blk.down)?)?;
+            n = m;
+        }
+        Ok(layer_norm(&x, &self.output_norm.0, &self.output_norm.1, eps)?)
+    }
+
+    /// The additive mask of one causal block, `[B, 1, m, n]` (`[1, 1, m, n]` when no sample is
+    /// padded): 0 where query `i` may see key `j`, [`MASKED`] elsewhere. Sample `s`'s token at
+    /// position `p` of its `r` is `rows[s·r + p]`; the block's keys are the last `n`, its queries
+    /// the last `m`.
+    fn causal_mask(&self, rows: &[u32], r: usize, m: usize, n: usize, any_pad: bool) -> Result<Tensor> {
+        let t = self.cfg.context;
+        let samples = if any_pad { rows.len() / r } else { 1 };
+        let mut mask = vec![MASKED; samples * m * n];
+        for (s, out) in mask.chunks_exact_mut(m * n).enumerate() {
+            let pad = |p: usize| any_pad && rows[s * r + p] == PAD_ROW;
+            for i in 0..m {
+                let qpos = r - m + i;
+                // In the window: i ≤ j ≤ i + T − 1 (δ = T−1+i−j in 0..T).
+                if pad(qpos) {
+                    out[i * n + i + t - 1] = 0.0; // itself only
+                    continue;
+                }
+                for j in i..i + t {
+                    if !pad(r - n + j) {
+                        out[i * n + j] = 0.0;
+                    }
+                }
+            }
+        }
+        Ok(Tensor::from_vec(mask, (samples, 1, m, n), &self.device)?)
+    }
+
     /// Row indices `t−1, 2t−1, …` of each window's last position in a `[b·t, d]` tensor.
     fn last_rows(&self, b: usize) -> Result<Tensor> {
         let t = self.cfg.context as u32;
@@ -292,6 +442,32 @@ impl std::fmt::Debug for LayaNet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LayaNet").field("config", &self.cfg).field("params", &self.params.len()).finish()
     }
+}
+
+/// The causal scheme's initial relative biases `[L·H, T]`: head `h` of every block starts at
+/// `−2^(−4(h+1)/H) · δ` (H = 2: slopes 1/4 and 1/16), an ALiBi-like recency prior.
+///
+/// Why not zeros: at initialisation `q·k ≈ 0`, so with zero biases every query averages its
+/// window uniformly and the only order information is the causal mask itself (the number of
+/// tokens averaged), which the network must first learn to exploit. The slopes give it
+/// "nearer is more relevant" from step 0, and a different reach per head (one local, one
+/// broad), which also breaks the symmetry between heads. They are ordinary parameters, so
+/// training moves them wherever the data wants (a test checks they change).
+///
+/// ```
+/// let p = laya_train::recency_prior(2, 2, 16);
+/// assert_eq!(p.len(), 2 * 2 * 16);
+/// assert_eq!((p[0], p[1], p[16 + 1]), (0.0, -0.25, -0.0625));
+/// ```
+pub fn recency_prior(layers: usize, heads: usize, t: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(layers * heads * t);
+    for _ in 0..layers {
+        for h in 0..heads {
+            let slope = 2f64.powf(-4.0 * (h + 1) as f64 / heads as f64);
+            out.extend((0..t).map(|delta| (-slope * delta as f64) as f32));
+        }
+    }
+    out
 }
 
 enum Init {

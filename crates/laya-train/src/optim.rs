@@ -71,12 +71,16 @@ pub struct Grads {
 impl Grads {
     /// Adds the gradient of gathered embedding rows: `g` holds one `d`-vector per entry of
     /// `rows` (the rows a batch gathered, repeats included); repeated rows are summed, so the
-    /// result is the row-sparse gradient of the table, rows sorted.
+    /// result is the row-sparse gradient of the table, rows sorted. Entries that are
+    /// [`crate::PAD_ROW`] (causal padding, masked in the forward pass) are skipped.
     pub fn add_embedding_rows(&mut self, rows: &[u32], g: &[f32], d: usize) {
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_by_key(|&i| rows[i]);
         for &i in &order {
             let r = rows[i];
+            if r == crate::codec::PAD_ROW {
+                continue; // padding is not a token: it has no embedding row to update
+            }
             let gi = &g[i * d..(i + 1) * d];
             if self.embedding_rows.last() != Some(&r) {
                 self.embedding_rows.push(r);

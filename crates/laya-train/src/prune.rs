@@ -355,10 +355,9 @@ pub fn taylor_scores(net: &LayaNet, events: &[Event], train: &TrainConfig, batch
         .collect();
     for chunk in order.chunks(train.batch_size.max(1)).take(batches.max(1)) {
         let batch = make_batch(&set, chunk, cfg.vocab(), cfg.replace_classes, net.device())?;
-        let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device())?;
         // Gathering from a detached table keeps the (unused) embedding gradient out of backward.
-        let tok = net.token_embedding().detach().index_select(&rows, 0)?;
-        let (w, r) = net.forward_embedded(&tok, batch.size)?;
+        let tok = net.gather_rows(&batch.rows)?;
+        let (w, r) = net.forward_embedded(&tok, &batch.rows)?;
         let (total, _, _) = loss_tensors(&w, &r, &batch, train.replace_loss_weight)?;
         let grads = total.backward()?;
         for (l, &f) in cfg.ffn.iter().enumerate() {

@@ -180,11 +180,9 @@ struct ShardGrads {
 }
 
 fn shard_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossParts, ShardGrads)> {
-    let dev = net.device();
-    let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), dev)?;
-    let gathered = net.token_embedding().detach().index_select(&rows, 0)?;
+    let gathered = net.gather_rows(&batch.rows)?;
     let leaf = Var::from_tensor(&gathered)?;
-    let z = net.forward_hidden(leaf.as_tensor(), batch.size)?;
+    let z = net.forward_hidden(leaf.as_tensor(), &batch.rows)?;
     let (total, word, rep) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight)?;
     let mut store = total.backward()?;
     let dense = net

@@ -74,8 +74,8 @@ fn fused_head_loss_matches_the_unfused_one_in_value_and_gradient() {
     let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
     let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
     let tok = net.token_embedding().index_select(&rows, 0).unwrap();
-    let z = net.forward_hidden(&tok, batch.size).unwrap();
-    let (w, r) = net.forward_embedded(&tok, batch.size).unwrap();
+    let z = net.forward_hidden(&tok, &batch.rows).unwrap();
+    let (w, r) = net.forward_embedded(&tok, &batch.rows).unwrap();
     let (plain, pw, pr) = loss_tensors(&w, &r, &batch, 0.7).unwrap();
     let (fused, fw, fr) = fused_loss_tensors(&net, &z, &batch, 0.7).unwrap();
     for (a, b) in [(&plain, &fused), (&pw, &fw), (&pr, &fr)] {
@@ -187,7 +187,7 @@ fn batch_shards_keep_the_batch_divisors_and_refuse_bad_ranges() {
     assert_eq!([a.rows.clone(), b.rows.clone()].concat(), batch.rows);
     let loss = |x: &Batch| {
         let leaf = net.token_embedding().index_select(&Tensor::from_slice(&x.rows, x.rows.len(), net.device()).unwrap(), 0).unwrap();
-        let z = net.forward_hidden(&leaf, x.size).unwrap();
+        let z = net.forward_hidden(&leaf, &x.rows).unwrap();
         fused_loss_tensors(&net, &z, x, 1.0).unwrap().0.to_scalar::<f32>().unwrap()
     };
     let (whole, parts) = (loss(&batch), loss(&a) + loss(&b));
