@@ -279,7 +279,7 @@ impl LayaNet {
     /// from gathered embeddings `tok` `[B·S, d]` of the encoded `rows` (`B · S` values).
     pub fn forward_hidden(&self, tok: &Tensor, rows: &[u32]) -> Result<Tensor> {
         let s = self.cfg.seq_len();
-        if rows.is_empty() || rows.len() % s != 0 || tok.dim(0)? != rows.len() {
+        if !rows.len().is_multiple_of(s) || tok.dim(0)? != rows.len() {
             return Err(TrainError::Config(format!(
                 "{} rows and {} embeddings for samples of {s} positions",
                 rows.len(),
