@@ -77,3 +77,38 @@ fn from_laya_applies_the_embedding_compensation() {
     }
     assert!(worst <= TOL_F32, "candle on the dequantised file vs runtime: {worst}");
 }
+
+/// The causal scheme: the candle network against the runtime computing each context whole, and
+/// against one runtime session typing a long text one character at a time (kept keys and
+/// values), past the receptive field (31 tokens here).
+#[test]
+fn runtime_matches_candle_on_a_causal_model_typed_or_whole() {
+    let mut cfg = config();
+    cfg.position_scheme = PositionScheme::RelativeCausal;
+    let net = LayaNet::new(cfg, 11).unwrap();
+    let text = "今天天气不错，明天也好。hello world 😀 一二三四五六七八九十一二三四五六七八九十";
+    let prefixes: Vec<&str> = text.char_indices().map(|(i, c)| &text[..i + c.len_utf8()]).collect();
+    let mut contexts: Vec<&str> = CONTEXTS.to_vec();
+    contexts.extend(&prefixes);
+    let (want_w, want_r) = net.predict_logits(&contexts).unwrap();
+    let info = ExportInfo { name: "causal".into(), language: "zh".into(), training_data: "random init".into(), created: "2026-11-30".into() };
+    let model = laya_runtime::Model::from_bytes(net.export_bytes(&info, Precision::F32).unwrap()).unwrap();
+    let mut typing = laya_runtime::Session::new(model.clone());
+    typing.set_profiling(true);
+    let mut worst = 0f32;
+    for (i, ctx) in contexts.iter().enumerate() {
+        let mut whole = laya_runtime::Session::new(model.clone());
+        for s in [&mut whole, &mut typing] {
+            let (w, r) = s.logits(ctx);
+            for (a, b) in w.iter().chain(&r).zip(want_w[i].iter().chain(&want_r[i])) {
+                worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+            }
+        }
+    }
+    assert!(worst <= TOL_F32, "causal: worst relative difference {worst} > {TOL_F32}");
+    // `logits` does not count in the stage times; predicting the typed prefixes in order does.
+    for p in &prefixes {
+        typing.predict(p, 5);
+    }
+    assert!(typing.stage_times().reused + 1 >= prefixes.len() as u64, "{:?}", typing.stage_times());
+}
