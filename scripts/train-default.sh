@@ -24,9 +24,11 @@ D=data/zh
 STAGE1=${LAYA_STAGE1_EVENTS:-600000}
 STAGE2=${LAYA_STAGE2_EVENTS:-800000}
 STAGE3=${LAYA_STAGE3_EVENTS:-684400}
-# Position scheme of the new network (stage 1; the later stages keep it): learned_absolute, or
-# relative_causal, whose sessions keep keys and values between keystrokes (docs/format.md §3).
-POSITIONS=${LAYA_POSITIONS:-learned_absolute}
+# Position scheme of the new network (stage 1; the later stages keep it): relative_causal (the
+# committed model since 2026-11-30: causal attention over a sliding window, so a session keeps
+# keys and values between keystrokes, docs/format.md §3), or learned_absolute (the default
+# before; README "Per keystroke" compares them).
+POSITIONS=${LAYA_POSITIONS:-relative_causal}
 # The lexicon: 20,000 words, the jieba dictionary at a tenth of the corpus's weight. README
 # ("A larger lexicon, tried and not shipped") has the 50,000-word, weight-1.0 variant's figures:
 #   LAYA_SEGMENTATION=gold LAYA_LEXICON_SIZE=50000 LAYA_DICT_WEIGHT=1.0 scripts/train-default.sh runs/zh50k.laya

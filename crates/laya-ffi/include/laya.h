@@ -147,6 +147,15 @@ laya_status laya_session_set_completion_exponent(laya_session* session, float be
  * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
 laya_status laya_session_set_completion_prior(laya_session* session, float lambda);
 
+/* With a relative_causal model (the default model's scheme) a session keeps each block's keys
+ * and values from one prediction to the next, and when the new text is the previous one plus a
+ * few characters it computes only those: typing costs one position per keystroke. This drops
+ * what was kept, so the next prediction is computed whole. Predictions are the same either way
+ * (the session recomputes by itself after a deletion, a cursor move or a new field); use it to
+ * start clean. Constant time.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
+laya_status laya_session_forget_context(laya_session* session);
+
 #ifdef __cplusplus
 }
 #endif

@@ -473,6 +473,23 @@ pub unsafe extern "C" fn laya_session_set_completion_prior(session: *mut laya_se
     })
 }
 
+/// Drops what the session kept from its previous prediction (a relative_causal model's keys and
+/// values, `Session::forget_context`), so the next prediction is computed whole. Predictions
+/// are the same either way: the session already recomputes whenever a context does not extend
+/// the previous one by a few characters. Constant time.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_forget_context(session: *mut laya_session) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        s.inner.session().forget_context();
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

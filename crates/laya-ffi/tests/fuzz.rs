@@ -214,6 +214,8 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
         assert_eq!(laya_session_set_completion_prior(ptr::null_mut(), 0.5), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_prior(h.session, f32::NAN), LAYA_OK);
         assert_eq!(laya_session_set_completion_prior(h.session, 0.5), LAYA_OK);
+        assert_eq!(laya_session_forget_context(ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_forget_context(h.session), LAYA_OK);
         assert_eq!(laya_session_set_completion_rule(ptr::null_mut(), LAYA_COMPLETION_PRODUCT), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_rule(h.session, 4), LAYA_ERR_INVALID_ARGUMENT);
         assert!(msg().contains("unknown completion rule 4"), "{}", msg());
