@@ -146,3 +146,22 @@ fn only_the_receptive_field_matters() {
     let d = s.logits(&format!("完{short}"));
     assert_ne!(c, d);
 }
+
+#[test]
+fn swapping_between_causal_and_learned_models_mid_typing() {
+    // A hot swap (Engine, C ABI) calls set_model between keystrokes; what was kept for one model
+    // must never leak into another's prediction.
+    let causal_a = common::model(&causal(vec![128, 96]), 8, GgmlType::Q8_0);
+    let causal_b = common::model(&causal(vec![128, 96]), 9, GgmlType::Q8_0);
+    let learned = common::model(&TinyConfig { feed_forward_length: vec![128, 96], ..TinyConfig::default() }, 8, GgmlType::Q8_0);
+    let order = [&causal_a, &causal_b, &learned, &causal_a, &causal_a, &learned, &causal_b];
+    let mut s = Session::new(Arc::clone(&causal_a));
+    let mut text = String::from("今天");
+    for (i, m) in order.iter().cycle().take(40).enumerate() {
+        s.set_model(Arc::clone(m));
+        text.push(char::from_u32(0x4E00 + (i as u32 * 37) % 500).unwrap());
+        let got = s.logits(&text);
+        let want = Session::new(Arc::clone(m)).logits(&text);
+        assert_eq!(got, want, "after {i} swaps, context {text:?}");
+    }
+}
