@@ -517,3 +517,49 @@ fn packing_refuses_other_types_and_bad_lengths() {
 fn quantize_refuses_partial_blocks() {
     Kernels::detect().quantize_act(&[1.0; 33], &mut [ActBlock::ZERO; 1]);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The packed kernels give every (row, position) the same bits whether it is multiplied alone
+    /// or among `n_pos` positions, on every int8 set: each output accumulates its blocks in the
+    /// same order whatever the tiling. laya-runtime relies on it: a relative_causal session
+    /// computes a typed character's position alone and a whole context's positions together,
+    /// and the two must agree to the bit (crates/laya-runtime/tests/causal.rs).
+    #[test]
+    fn packed_kernels_do_not_depend_on_the_number_of_positions(
+        q4 in any::<bool>(),
+        rows in 1usize..70,
+        ci in 0usize..COLS.len(),
+        n_pos in 2usize..=40,
+        seed in any::<u64>(),
+    ) {
+        let cols = COLS[ci];
+        let mut rng = Rng::new(seed);
+        let (ty, buf) = if q4 { (WType::Q4_1, q4_weights(WType::Q4_1, rows, cols, false, &mut rng)) } else { (WType::Q8_0, weights(rows, cols, 0, false, &mut rng)) };
+        let m = Matrix::new(ty, rows, cols, &buf).unwrap();
+        let x = activations(n_pos * cols, &mut rng);
+        let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        let xq = quantize(Kernels::scalar(), &x);
+        let nb = cols / QK;
+        let mut kernels = isas();
+        kernels.push(Kernels::scalar());
+        for k in kernels {
+            let run = |xq: &[ActBlock], n: usize, y: &mut [f32]| {
+                if q4 {
+                    k.matmul_q4_packed(&PackedQ4::new(&m).unwrap(), xq, n, Some(&bias), y);
+                } else {
+                    k.matmul_q8_packed(&PackedQ8::new(&m).unwrap(), xq, n, Some(&bias), y);
+                }
+            };
+            let mut all = vec![f32::NAN; n_pos * rows];
+            run(&xq, n_pos, &mut all);
+            for p in 0..n_pos {
+                let mut one = vec![f32::NAN; rows];
+                run(&xq[p * nb..(p + 1) * nb], 1, &mut one);
+                let same = one.iter().zip(&all[p * rows..(p + 1) * rows]).all(|(a, b)| a.to_bits() == b.to_bits());
+                prop_assert!(same, "{} {:?} rows {} cols {} position {} of {}", k.int8_isa(), ty, rows, cols, p, n_pos);
+            }
+        }
+    }
+}
