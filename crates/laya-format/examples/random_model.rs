@@ -27,14 +27,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let position_scheme = match args.get(6).map(String::as_str).unwrap_or("learned_absolute") {
-        name => match PositionScheme::from_name(name) {
-            Some(s) => s,
-            None => {
-                eprintln!("unknown position scheme {name}: use learned_absolute or relative_causal");
-                std::process::exit(2);
-            }
-        },
+    let name = args.get(6).map(String::as_str).unwrap_or("learned_absolute");
+    let Some(position_scheme) = PositionScheme::from_name(name) else {
+        eprintln!("unknown position scheme {name}: use learned_absolute or relative_causal");
+        std::process::exit(2);
     };
     let cfg = TinyConfig {
         position_scheme,
