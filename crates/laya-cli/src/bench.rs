@@ -59,6 +59,12 @@ pub struct Args {
     /// is an error.
     #[arg(long)]
     int8: Option<laya_kernels::Int8Isa>,
+    /// Compute every prediction whole: drop what the session kept from the previous keystroke
+    /// before each one (`Session::forget_context`), as after a deletion or a cursor move.
+    /// Without it, the typing replay lets a relative_causal model compute only the new
+    /// character; with learned positions both are the same.
+    #[arg(long)]
+    whole: bool,
     /// Internal: load, predict once, report, exit (used to time cold start).
     #[arg(long, hide = true)]
     cold_probe: bool,
@@ -147,6 +153,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let info = allocation_counter::measure(|| {
         for i in 0..args.iterations {
             let ctx = &contexts[i % contexts.len()];
+            if args.whole {
+                session.forget_context();
+            }
             let t = Instant::now();
             let p = session.predict(ctx, 5);
             sink += p.get(0).map_or(0.0, |c| c.p);
@@ -159,11 +168,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let (p50, p99, mean) = percentiles(&mut lat);
         (p50, p99, mean, 1e6 / mean)
     } else {
-        threaded(&model, &contexts, args.iterations, args.threads, args.act.activations)
+        threaded(&model, &contexts, args.iterations, args.threads, args.act.activations, args.whole)
     };
 
     session.set_profiling(true);
     for i in 0..args.iterations.min(2000) {
+        if args.whole {
+            session.forget_context();
+        }
         session.predict(&contexts[i % contexts.len()], 5);
     }
     let times = session.stage_times().clone();
@@ -292,6 +304,7 @@ fn threaded(
     iterations: usize,
     threads: usize,
     act: laya_runtime::ActPrecision,
+    whole: bool,
 ) -> (f64, f64, f64, f64) {
     let start = Instant::now();
     let all: Vec<Vec<f64>> = std::thread::scope(|s| {
@@ -304,6 +317,9 @@ fn threaded(
                     session.warm_up();
                     let mut lat = Vec::with_capacity(iterations);
                     for i in 0..iterations {
+                        if whole {
+                            session.forget_context();
+                        }
                         let t0 = Instant::now();
                         std::hint::black_box(session.predict(&contexts[(i + t * 7) % contexts.len()], 5).len());
                         lat.push(t0.elapsed().as_nanos() as f64 / 1e3);

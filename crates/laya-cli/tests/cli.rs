@@ -110,6 +110,31 @@ fn user_mistakes_get_one_line_and_a_non_zero_exit() {
     assert_clean_error(&laya().args(["predict", "x", "--jsonl", "--model"]).arg(&m).output().unwrap());
 }
 
+/// On the embedded (relative_causal) default the typing replay reuses kept keys and values for
+/// almost every prediction; `--whole` computes each one whole, and its per-prediction arithmetic
+/// is the whole count.
+#[test]
+fn bench_whole_computes_every_prediction_whole() {
+    let run = |whole: bool| -> serde_json::Value {
+        let mut cmd = laya();
+        cmd.args(["bench", "--json", "--iterations", "300", "--cold-runs", "1"]);
+        if whole {
+            cmd.arg("--whole");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (typing, whole) = (run(false), run(true));
+    assert_eq!(typing["positions"], "relative_causal");
+    assert!(typing["reused_fraction"].as_f64().unwrap() > 0.9, "{typing}");
+    assert_eq!(typing["macs_at_p50"], typing["macs_per_keystroke"]);
+    assert_eq!(whole["reused_fraction"].as_f64(), Some(0.0), "{whole}");
+    assert_eq!(whole["macs_at_p50"], whole["macs_per_prediction"]);
+    assert!(whole["macs_per_prediction"].as_u64().unwrap() > typing["macs_per_keystroke"].as_u64().unwrap());
+    assert_eq!(whole["allocations_per_prediction"].as_f64(), Some(0.0));
+}
+
 #[test]
 fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     let m = model_file("bench.laya", GgmlType::F16);
