@@ -41,8 +41,9 @@ type Top = Vec<(String, usize, u32)>;
 
 #[test]
 fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
-    for ty in [GgmlType::F32, GgmlType::Q4_0] {
-        let m = model(&TinyConfig::small(), 9, ty);
+    let causal = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::small() };
+    for (cfg, ty) in [(TinyConfig::small(), GgmlType::F32), (TinyConfig::small(), GgmlType::Q4_0), (causal, GgmlType::Q8_0)] {
+        let m = model(&cfg, 9, ty);
         let pairs = m.lexicon_len() * m.config().replace_classes;
         let session = RefCell::new(Session::new(m.clone()));
         let engine_session = RefCell::new(Engine::from_model(m).session());
@@ -72,6 +73,13 @@ fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
                 let via_engine: Top =
                     e.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
                 prop_assert_eq!(&via_engine, &first, "engine session = session");
+                // One more character: a relative_causal session computes only it, and must
+                // agree with a session that computes the context whole.
+                let longer = format!("{ctx}{}", ctx.chars().next().unwrap_or('字'));
+                let typed: Top = s.predict(&longer, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let mut fresh = Session::new(s.model().clone());
+                let whole: Top = fresh.predict(&longer, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                prop_assert_eq!(&typed, &whole, "typed = whole");
                 Ok(())
             })
             .unwrap();
