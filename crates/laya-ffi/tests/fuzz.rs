@@ -33,9 +33,13 @@ impl Drop for Handles {
 }
 
 fn handles(name: &str) -> Handles {
+    handles_for(name, &TinyConfig::small())
+}
+
+fn handles_for(name: &str, cfg: &TinyConfig) -> Handles {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("ffi-fuzz-{name}-{}.laya", std::process::id()));
-    let (mut meta, tensors) = random_model(&TinyConfig::small(), 77, GgmlType::Q8_0);
+    let (mut meta, tensors) = random_model(cfg, 77, GgmlType::Q8_0);
     // Dictionary frequencies, so the completion prior is live in every test (default λ).
     meta.dict_frequencies = Some((0..meta.vocab_size() as u32).map(|i| if i % 4 == 0 { 0 } else { 1 + i * 7919 % 997 }).collect());
     std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
@@ -264,4 +268,31 @@ fn completion_rule_exponent_and_prior_through_the_c_abi_match_the_rust_session()
             }
         }
     }
+}
+
+/// A relative_causal model typed one character at a time through the C ABI (the session keeps
+/// keys and values between calls) gives, at every keystroke, what a fresh Rust session computes
+/// from the whole text; `laya_session_forget_context` in between changes nothing.
+#[test]
+fn typing_through_the_c_abi_on_a_causal_model() {
+    let cfg = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::small() };
+    let h = RefCell::new(handles_for("causal", &cfg));
+    let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
+    runner
+        .run(&(any_text(), any::<u8>()), |(text, forget_every)| {
+            let mut h = h.borrow_mut();
+            for (i, (at, c)) in text.char_indices().take(60).enumerate() {
+                let prefix = &text[..at + c.len_utf8()];
+                if forget_every > 0 && i % (forget_every as usize % 7 + 1) == 0 {
+                    // SAFETY: a live session used by this thread only.
+                    prop_assert_eq!(unsafe { laya_session_forget_context(h.session) }, LAYA_OK);
+                }
+                // A fresh reference each time: the whole computation.
+                let model = h.reference.model().clone();
+                h.reference = Session::new(model);
+                check(&mut h, prefix.as_bytes(), 5)?;
+            }
+            Ok(())
+        })
+        .unwrap();
 }
