@@ -321,14 +321,7 @@ impl LayaNet {
             let (q4, k4, v4) = (heads(&q, tq)?, heads(&k, t)?, heads(&v, t)?);
             let att = softmax_last(&(q4.matmul(&k4.t()?)? * scale)?)?;
             let o = att.matmul(&v4)?.transpose(1, 2)?.reshape((b * tq, d))?;
-            let x1 = (xq + linear(&o, &blk.o)?)?;
-            let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, eps)?;
-            let up = linear(&hf, &blk.up)?;
-            let act = match cfg.activation {
-                Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
-                Activation::Relu => up.relu()?,
-            };
-            x = (x1 + linear(&act, &blk.down)?)?;
+            x = self.attn_out_and_ffn(blk, &xq, &o)?;
         }
         // The last block's rows are the windows' last positions (`ModelConfig::validate`: ≥ 1 block).
         Ok(layer_norm(&x, &self.output_norm.0, &self.output_norm.1, eps)?)
@@ -342,6 +335,19 @@ impl LayaNet {
     /// (of `n`) at distance `δ = T−1 + i − j` when `0 ≤ δ < T` and the key is a token; a padding
     /// query sees itself only (no real query ever reads it), so no row of the softmax is empty
     /// and a padded sample computes exactly what its shorter stream would.
+    /// The rest of a block after attention, the same under both position schemes: output
+    /// projection and residual onto the query rows `xq`, then the pre-norm FFN and its residual.
+    fn attn_out_and_ffn(&self, blk: &Block, xq: &Tensor, o: &Tensor) -> candle_core::Result<Tensor> {
+        let x1 = (xq + linear(o, &blk.o)?)?;
+        let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, self.cfg.eps as f64)?;
+        let up = linear(&hf, &blk.up)?;
+        let act = match self.cfg.activation {
+            Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
+            Activation::Relu => up.relu()?,
+        };
+        x1 + linear(&act, &blk.down)?
+    }
+
     fn forward_hidden_causal(&self, tok: &Tensor, rows: &[u32]) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (t, d, h, nblocks) = (cfg.context, cfg.d_model, cfg.heads, self.blocks.len());
@@ -380,14 +386,7 @@ impl LayaNet {
             let scores = (q4.matmul(&k4.t()?)? * scale)?.broadcast_add(&bias)?.broadcast_add(&mask)?;
             let att = softmax_last(&scores)?;
             let o = att.matmul(&v4)?.transpose(1, 2)?.reshape((b * m, d))?;
-            let x1 = (xq + linear(&o, &blk.o)?)?;
-            let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, eps)?;
-            let up = linear(&hf, &blk.up)?;
-            let act = match cfg.activation {
-                Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
-                Activation::Relu => up.relu()?,
-            };
-            x = (x1 + linear(&act, &blk.down)?)?;
+            x = self.attn_out_and_ffn(blk, &xq, &o)?;
             n = m;
         }
         Ok(layer_norm(&x, &self.output_norm.0, &self.output_norm.1, eps)?)
