@@ -4,7 +4,7 @@
 mod common;
 use common::{laya, tmp};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A log where "今天" is always followed by "天气" and "天气" by "不错". Written once per test
@@ -38,6 +38,22 @@ fn tiny_blocks(cmd: &mut Command) -> &mut Command {
     cmd.args(["--d-model", "32", "--heads", "2", "--ffn", "32", "--batch-size", "16"])
         .args(["--warmup-steps", "2", "--epochs", "2", "--precision", "f32"])
         .env("RAYON_NUM_THREADS", "1")
+}
+
+/// `laya train --init MODEL` on `events` (training and validation), the tiny settings.
+fn train_init(model: &Path, events: &Path, out: &Path) -> Output {
+    laya()
+        .args(["train", "--init"])
+        .arg(model)
+        .arg("--events")
+        .arg(events)
+        .arg("--valid-events")
+        .arg(events)
+        .arg("--out")
+        .arg(out)
+        .pipe(tiny)
+        .output()
+        .unwrap()
 }
 
 fn ok(out: Output) -> String {
@@ -83,19 +99,7 @@ fn trains_then_continues_from_the_model_with_init() {
     ok(laya().arg("prior").arg("--dict").arg(&dict).arg(&first).arg(&first).output().unwrap());
 
     let second = tmp("second.laya");
-    let out = laya()
-        .args(["train", "--init"])
-        .arg(&first)
-        .arg("--events")
-        .arg(&events)
-        .arg("--valid-events")
-        .arg(&events)
-        .arg("--out")
-        .arg(&second)
-        .pipe(tiny)
-        .output()
-        .unwrap();
-    let text = ok(out);
+    let text = ok(train_init(&first, &events, &second));
     assert!(text.contains("kept the dictionary frequencies"), "{text}");
     let continued = word_loss_of_first_epoch(&text);
     let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
@@ -233,18 +237,7 @@ fn positions_relative_causal_trains_and_continues() {
     assert!(shown.contains("relative_causal"), "{shown}");
 
     let second = tmp("causal-2.laya");
-    let text = ok(laya()
-        .args(["train", "--init"])
-        .arg(&first)
-        .arg("--events")
-        .arg(&events)
-        .arg("--valid-events")
-        .arg(&events)
-        .arg("--out")
-        .arg(&second)
-        .pipe(tiny)
-        .output()
-        .unwrap());
+    let text = ok(train_init(&first, &events, &second));
     assert!(text.contains("positions relative_causal"), "{text}");
     let continued = word_loss_of_first_epoch(&text);
     assert!(continued < fresh, "continuing should start from the trained weights: {continued} vs {fresh}");
