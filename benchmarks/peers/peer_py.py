@@ -235,6 +235,18 @@ def make_torch(hp, W, compiled):
     def ln(x, p):
         return F.layer_norm(x, (d,), t[p + ".weight"], t[p + ".bias"], eps)
 
+    # Shared by both position schemes: attention output and residual, the FFN, then the heads.
+    def out_and_ffn(x, a, v, p):
+        x = x + lin((a @ v).transpose(0, 1).reshape(-1, d), p + "attn_output")
+        up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
+        up = F.gelu(up, approximate="tanh") if act == "gelu_tanh" else F.relu(up)
+        return x + lin(up, p + "ffn_down")
+
+    def heads_top(x):
+        z = ln(x[-1], "output_norm")
+        logits = lin(z, "output")
+        return logits, lin(z, "replace"), torch.topk(logits, 5).indices
+
     def forward(rows):
         x = embd[rows] + pos
         for l in range(L):
@@ -246,14 +258,8 @@ def make_torch(hp, W, compiled):
                 x, h = x[T - 1:], h[T - 1:]
             q = lin(h, p + "attn_q").view(-1, H, dh).transpose(0, 1)
             a = torch.softmax((q @ k.transpose(1, 2)) * (1.0 / math.sqrt(dh)), dim=-1)
-            x = x + lin((a @ v).transpose(0, 1).reshape(-1, d), p + "attn_output")
-            up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
-            up = F.gelu(up, approximate="tanh") if act == "gelu_tanh" else F.relu(up)
-            x = x + lin(up, p + "ffn_down")
-        z = ln(x[-1], "output_norm")
-        logits = lin(z, "output")
-        rlogits = lin(z, "replace")
-        return logits, rlogits, torch.topk(logits, 5).indices
+            x = out_and_ffn(x, a, v, p)
+        return heads_top(x)
 
     if is_causal(hp):
         R, mq, K = causal_plan(hp)
@@ -274,14 +280,8 @@ def make_torch(hp, W, compiled):
                 bias, diag, kpos = masks[l]
                 sb = torch.where((kpos >= pad) | diag, bias, neg)
                 a = torch.softmax((q @ k.transpose(1, 2)) * (1.0 / math.sqrt(dh)) + sb, dim=-1)
-                x = x + lin((a @ v).transpose(0, 1).reshape(nq, d), p + "attn_output")
-                up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
-                up = F.gelu(up, approximate="tanh") if act == "gelu_tanh" else F.relu(up)
-                x = x + lin(up, p + "ffn_down")
-            z = ln(x[-1], "output_norm")
-            logits = lin(z, "output")
-            rlogits = lin(z, "replace")
-            return logits, rlogits, torch.topk(logits, 5).indices
+                x = out_and_ffn(x, a, v, p)
+            return heads_top(x)
 
         prepare = lambda rows, pad: (torch.from_numpy(rows), torch.tensor(pad, dtype=torch.int64))
     else:
@@ -319,6 +319,22 @@ def make_mlx(hp, W, compiled):
     def ln(x, p):
         return mx.fast.layer_norm(x, m[p + ".weight"], m[p + ".bias"], eps)
 
+    # Shared by both position schemes: attention output and residual, the FFN, then the heads.
+    def out_and_ffn(x, a, v, p):
+        x = x + lin((a @ v).transpose(1, 0, 2).reshape(-1, d), p + "attn_output")
+        up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
+        if act == "gelu_tanh":
+            up = 0.5 * up * (1.0 + mx.tanh(c * (up + 0.044715 * up * up * up)))
+        else:
+            up = mx.maximum(up, 0.0)
+        return x + lin(up, p + "ffn_down")
+
+    def heads_top(x):
+        z = ln(x[-1], "output_norm")
+        logits = lin(z, "output")
+        cand = mx.argpartition(-logits, kth=4)[:5]
+        return logits, lin(z, "replace"), cand[mx.argsort(-logits[cand])]
+
     def forward(rows):
         x = embd[rows] + pos
         for l in range(L):
@@ -330,19 +346,8 @@ def make_mlx(hp, W, compiled):
                 x, h = x[T - 1:], h[T - 1:]
             q = lin(h, p + "attn_q").reshape(-1, H, dh).transpose(1, 0, 2)
             a = mx.softmax((q @ k.transpose(0, 2, 1)) * (1.0 / math.sqrt(dh)), axis=-1)
-            x = x + lin((a @ v).transpose(1, 0, 2).reshape(-1, d), p + "attn_output")
-            up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
-            if act == "gelu_tanh":
-                up = 0.5 * up * (1.0 + mx.tanh(c * (up + 0.044715 * up * up * up)))
-            else:
-                up = mx.maximum(up, 0.0)
-            x = x + lin(up, p + "ffn_down")
-        z = ln(x[-1], "output_norm")
-        logits = lin(z, "output")
-        rlogits = lin(z, "replace")
-        cand = mx.argpartition(-logits, kth=4)[:5]
-        top = cand[mx.argsort(-logits[cand])]
-        return logits, rlogits, top
+            x = out_and_ffn(x, a, v, p)
+        return heads_top(x)
 
     if is_causal(hp):
         R, mq, K = causal_plan(hp)
@@ -363,19 +368,8 @@ def make_mlx(hp, W, compiled):
                 bias, diag, kpos = masks[l]
                 sb = mx.where(mx.logical_or(kpos >= pad, diag), bias, neg)
                 a = mx.softmax((q @ k.transpose(0, 2, 1)) * (1.0 / math.sqrt(dh)) + sb, axis=-1)
-                x = x + lin((a @ v).transpose(1, 0, 2).reshape(nq, d), p + "attn_output")
-                up = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
-                if act == "gelu_tanh":
-                    up = 0.5 * up * (1.0 + mx.tanh(c * (up + 0.044715 * up * up * up)))
-                else:
-                    up = mx.maximum(up, 0.0)
-                x = x + lin(up, p + "ffn_down")
-            z = ln(x[-1], "output_norm")
-            logits = lin(z, "output")
-            rlogits = lin(z, "replace")
-            cand = mx.argpartition(-logits, kth=4)[:5]
-            top = cand[mx.argsort(-logits[cand])]
-            return logits, rlogits, top
+                x = out_and_ffn(x, a, v, p)
+            return heads_top(x)
 
         prepare = lambda rows, pad: (mx.array(rows), mx.array(pad, dtype=mx.int64))
     else:
