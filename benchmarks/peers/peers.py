@@ -163,13 +163,19 @@ def table(label, note, rows, laya):
             continue
         ratio = r["p50_us"] / laya["p50_us"] if laya and "p50_us" in laya else float("nan")
         read = f"{r['read_ms']:.0f}" if "read_ms" in r else "—"
-        agree = f"{r['agree']}/{len(CONTEXTS)}" + (f" (+{r['near_ties']} ties)" if r.get("near_ties") else "")
-        if r.get("bad"):
-            agree += f" **{len(r['bad'])} DIFFER**"
+        agree = agree_cell(r, "", len(CONTEXTS))
         lines.append(
             f"| {r['peer']} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['cold_start_ms']:.0f} | {read} | "
             f"{r['peak_rss_mb']:.0f} | {ratio:.2f}x | {agree} | {r['rel_diff']:.1e}{'' if r['logits_ok'] else ' **> tol**'} | {r.get('notes', '')} |")
     return "\n".join(lines)
+
+
+def agree_cell(r, prefix, n):
+    """`agreeing/n`, the near ties, and a loud flag when any context differs."""
+    cell = f"{r[prefix + 'agree']}/{n}" + (f" (+{r[prefix + 'near_ties']} ties)" if r.get(prefix + "near_ties") else "")
+    if r.get(prefix + "bad"):
+        cell += f" **{len(r[prefix + 'bad'])} DIFFER**"
+    return cell
 
 
 def typing_table(label, rows, laya):
@@ -188,9 +194,7 @@ def typing_table(label, rows, laya):
             lines.append(f"| {r['peer']} | — | — | — | — | not run | — |")
             continue
         t, lt = r["typing"], laya["typing"]
-        agree = f"{r['typing_agree']}/{n}" + (f" (+{r['typing_near_ties']} ties)" if r.get("typing_near_ties") else "")
-        if r.get("typing_bad"):
-            agree += f" **{len(r['typing_bad'])} DIFFER**"
+        agree = agree_cell(r, "typing_", n)
         lines.append(
             f"| {r['peer']} | {t['p50_us']:.0f} | {t['p99_us']:.0f} | {t['p50_us'] / lt['p50_us']:.2f}x | "
             f"{t['p99_us'] / lt['p99_us']:.2f}x | {agree} | {r['typing_rel_diff']:.1e}{'' if r['typing_logits_ok'] else ' **> tol**'} |")
