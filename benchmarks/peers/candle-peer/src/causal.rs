@@ -1,5 +1,5 @@
-//! The `relative_causal` network (docs/format.md §3) in plain candle ops, for the candle peer:
-//! the training crate's `LayaNet` only knows `learned_absolute`.
+//! The `relative_causal` network (docs/format.md §3) in plain candle ops, for the candle peer
+//! (why not `LayaNet`'s causal path: main.rs).
 //!
 //! candle runs eagerly with dynamic shapes, so nothing is padded: the stream is the last
 //! `R = L·(T−1)+1` tokens of BOS + the characters (fewer when the context is shorter), and

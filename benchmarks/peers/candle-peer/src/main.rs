@@ -1,8 +1,12 @@
 //! candle's side of the peer benchmark: loads the file with `LayaNet::from_laya` (every tensor
 //! dequantised to f32) and times one decision = `predict_logits` on one context + top-5 over the
 //! word logits. Single-threaded when run with RAYON_NUM_THREADS=1 (the driver sets it).
-//! `relative_causal` models, which `LayaNet` does not run, go through `causal.rs` (plain candle
-//! ops, the same dequantised weights). Protocol: see `common.rs`.
+//! `relative_causal` models go through `causal.rs` (plain candle ops, the same dequantised
+//! weights). `LayaNet` runs them too, but its causal path is built for training batches: it pads
+//! every sample to the receptive field and builds the masks per call. `causal.rs` computes only
+//! the tokens present with dynamic shapes, the fastest way to run it in candle at batch 1, and
+//! being written apart from the trainer it also checks it (both agree with the numpy
+//! reference). Protocol: see `common.rs`.
 use std::process::ExitCode;
 use std::time::Instant;
 
