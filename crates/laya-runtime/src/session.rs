@@ -638,7 +638,6 @@ impl Session {
         for (li, l) in m.layers.iter().enumerate() {
             let first = if li + 1 == nl { t - 1 } else { 0 };
             let np = t - first;
-            let f = l.up.rows;
 
             for p in 0..t {
                 let r = p * d..(p + 1) * d;
@@ -673,33 +672,7 @@ impl Session {
             );
             clock.lap(Stage::Attention);
 
-            let wo = m.matrix(&l.o);
-            quantize_if(kern, q8(&l.o), &s.att[first * d..], &mut s.xq);
-            linear(kern, &wo, l.o.packed.as_ref(), &s.att[first * d..], &s.xq, np, &l.o_b, &mut s.tmp[..np * d], q8(&l.o));
-            kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
-            clock.lap(Stage::AttnOut);
-
-            for p in first..t {
-                let r = p * d..(p + 1) * d;
-                kern.layer_norm(&s.x[r.clone()], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.h[r]);
-            }
-            clock.lap(Stage::FfnNorm);
-
-            let hidden = &mut s.ffn[..np * f];
-            let wup = m.matrix(&l.up);
-            quantize_if(kern, q8(&l.up), &s.h[first * d..], &mut s.xq);
-            linear(kern, &wup, l.up.packed.as_ref(), &s.h[first * d..], &s.xq, np, &l.up_b, hidden, q8(&l.up));
-            clock.lap(Stage::FfnUp);
-            match cfg.activation {
-                Activation::GeluTanh => kern.gelu_tanh(hidden),
-                Activation::Relu => kern.relu(hidden),
-            }
-            clock.lap(Stage::Activation);
-            let wdown = m.matrix(&l.down);
-            quantize_if(kern, q8(&l.down), hidden, &mut s.xq);
-            linear(kern, &wdown, l.down.packed.as_ref(), hidden, &s.xq, np, &l.down_b, &mut s.tmp[..np * d], q8(&l.down));
-            kern.add(&s.tmp[..np * d], &mut s.x[first * d..]);
-            clock.lap(Stage::FfnDown);
+            out_and_ffn(m, l, s, first, np, first, &q8, false, clock);
         }
 
         // 4. Final norm of the last position, then the two heads.
@@ -972,7 +945,7 @@ fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
 fn causal_block(m: &Model, l: &Layer, li: usize, s: &mut Scratch, pos0: usize, n_in: usize, n_q: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
     let (kern, cfg) = (m.kernels, &m.cfg);
     let (t, d, heads) = (cfg.context_length, cfg.d_model, cfg.heads);
-    let (dh, nbd, f) = (d / heads, d / QK, l.up.rows);
+    let (dh, nbd) = (d / heads, d / QK);
     let scale = 1.0 / (dh as f32).sqrt();
     let first = n_in - n_q;
 
@@ -1017,20 +990,35 @@ fn causal_block(m: &Model, l: &Layer, li: usize, s: &mut Scratch, pos0: usize, n
     }
     clock.lap(Stage::Attention);
 
-    let rows = first * d..n_in * d;
-    quantize_if(kern, q8(&l.o), &s.att[..n_q * d], &mut s.xq);
-    linear_rows(kern, &m.matrix(&l.o), l.o.packed.as_ref(), &s.att[..n_q * d], &s.xq, n_q, &l.o_b, &mut s.tmp[..n_q * d], q8(&l.o));
-    kern.add(&s.tmp[..n_q * d], &mut s.x[rows.clone()]);
+    out_and_ffn(m, l, s, first, n_q, 0, q8, true, clock);
+    s.x.copy_within(first * d..n_in * d, 0);
+}
+
+/// The rest of a block after attention, under both position schemes: the output projection of
+/// `s.att` rows `att0..att0 + n` added to the residual rows `first..first + n` of `s.x`, then
+/// the pre-norm FFN and its residual on those rows. `per_row` multiplies one position at a
+/// time ([`linear_rows`]: relative_causal models, whose positions must not depend on how many
+/// are computed together).
+#[allow(clippy::too_many_arguments)]
+fn out_and_ffn(m: &Model, l: &Layer, s: &mut Scratch, first: usize, n: usize, att0: usize, q8: &dyn Fn(&Mat) -> bool, per_row: bool, clock: &mut Clock) {
+    let (kern, cfg) = (m.kernels, &m.cfg);
+    let (d, f) = (cfg.d_model, l.up.rows);
+    let lin = if per_row { linear_rows } else { linear };
+    let rows = first * d..(first + n) * d;
+    let att = &s.att[att0 * d..(att0 + n) * d];
+    quantize_if(kern, q8(&l.o), att, &mut s.xq);
+    lin(kern, &m.matrix(&l.o), l.o.packed.as_ref(), att, &s.xq, n, &l.o_b, &mut s.tmp[..n * d], q8(&l.o));
+    kern.add(&s.tmp[..n * d], &mut s.x[rows.clone()]);
     clock.lap(Stage::AttnOut);
 
-    for j in 0..n_q {
+    for j in 0..n {
         let p = first + j;
         kern.layer_norm(&s.x[p * d..(p + 1) * d], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.h[j * d..(j + 1) * d]);
     }
     clock.lap(Stage::FfnNorm);
-    let hidden = &mut s.ffn[..n_q * f];
-    quantize_if(kern, q8(&l.up), &s.h[..n_q * d], &mut s.xq);
-    linear_rows(kern, &m.matrix(&l.up), l.up.packed.as_ref(), &s.h[..n_q * d], &s.xq, n_q, &l.up_b, hidden, q8(&l.up));
+    let hidden = &mut s.ffn[..n * f];
+    quantize_if(kern, q8(&l.up), &s.h[..n * d], &mut s.xq);
+    lin(kern, &m.matrix(&l.up), l.up.packed.as_ref(), &s.h[..n * d], &s.xq, n, &l.up_b, hidden, q8(&l.up));
     clock.lap(Stage::FfnUp);
     match cfg.activation {
         Activation::GeluTanh => kern.gelu_tanh(hidden),
@@ -1038,9 +1026,8 @@ fn causal_block(m: &Model, l: &Layer, li: usize, s: &mut Scratch, pos0: usize, n
     }
     clock.lap(Stage::Activation);
     quantize_if(kern, q8(&l.down), hidden, &mut s.xq);
-    linear_rows(kern, &m.matrix(&l.down), l.down.packed.as_ref(), hidden, &s.xq, n_q, &l.down_b, &mut s.tmp[..n_q * d], q8(&l.down));
-    kern.add(&s.tmp[..n_q * d], &mut s.x[rows.clone()]);
-    s.x.copy_within(rows, 0);
+    lin(kern, &m.matrix(&l.down), l.down.packed.as_ref(), hidden, &s.xq, n, &l.down_b, &mut s.tmp[..n * d], q8(&l.down));
+    kern.add(&s.tmp[..n * d], &mut s.x[rows]);
     clock.lap(Stage::FfnDown);
 }
 
