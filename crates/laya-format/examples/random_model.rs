@@ -1,17 +1,18 @@
 //! Writes a deterministic random Laya model of any size, for benchmarks and experiments:
 //!
-//!     cargo run --release -p laya-format --example random_model -- OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS] [POSITIONS]
+//!     cargo run --release -p laya-format --example random_model -- OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS] [POSITIONS] [WORD_CLASSES]
 //!
 //! Defaults are the seed shape of SPEC.md: lexicon 512, F32, d 128, FFN 512, 3 blocks,
 //! 2 heads, 16-character context, 65,536-row direct embedding, `learned_absolute` positions
-//! (`relative_causal` for the causal window that keeps keys and values between keystrokes).
+//! (`relative_causal` for the causal window that keeps keys and values between keystrokes),
+//! a flat word head (`WORD_CLASSES` > 0: a factorised one with about that many classes).
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType, PositionScheme};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(out) = args.first() else {
-        eprintln!("usage: random_model OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS] [learned_absolute|relative_causal]");
+        eprintln!("usage: random_model OUT.laya [VOCAB] [TYPE] [D] [FFN] [LAYERS] [learned_absolute|relative_causal] [WORD_CLASSES]");
         std::process::exit(2);
     };
     let num = |i: usize, default: u32| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default);
@@ -41,6 +42,7 @@ fn main() {
         table_rows: None,
         vocab: num(1, 512) as usize,
         replace_classes: 8,
+        word_classes: num(7, 0),
         ..TinyConfig::default()
     };
     let (meta, tensors) = random_model(&cfg, 1, ty);

@@ -25,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod classes;
 pub mod error;
 pub mod gguf;
 pub mod quant;
@@ -34,13 +35,14 @@ pub mod strings;
 pub mod testing;
 pub mod writer;
 
+pub use classes::assign_word_classes;
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
 pub use strings::Strings;
 pub use schema::{
-    check_lexicon, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport, HParams, LayaFile,
+    check_lexicon, check_word_class, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport, HParams, LayaFile,
     LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
-    COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, TOKEN_EMBD_COMP,
+    COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
 };
 /// The README's examples run as doctests.
 #[cfg(doctest)]

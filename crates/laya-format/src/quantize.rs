@@ -246,7 +246,9 @@ pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantiz
     let target = |name: &str| -> Option<GgmlType> {
         match name {
             "token_embd.weight" => Some(opts.embedding),
-            "output.weight" => Some(opts.head),
+            // The class head of a factorised word head is read per keystroke like the word
+            // head, and its rows are the same kind of thing: word-group scores.
+            "output.weight" | crate::OUTPUT_CLASS_W => Some(opts.head),
             n if is_linear(n) => Some(opts.linear),
             _ => None,
         }

@@ -21,6 +21,10 @@ pub const MAX_WORDS: usize = 1_000_000;
 pub const MAX_WORD_CHARS: usize = 64;
 /// Name of the optional error-compensation tensor of a quantised embedding (docs/format.md §7).
 pub const TOKEN_EMBD_COMP: &str = "token_embd_comp.weight";
+/// The class head of a factorised word head (`[d, K]`; with `laya.lexicon.word_class`).
+pub const OUTPUT_CLASS_W: &str = "output_class.weight";
+/// Its bias (`[K]`).
+pub const OUTPUT_CLASS_B: &str = "output_class.bias";
 /// Embedding rows that share one row of `token_embd_comp.weight`.
 pub const COMP_GROUP_ROWS: u32 = 32;
 
@@ -45,6 +49,7 @@ pub mod keys {
     pub const LEXICON_WORDS: &str = "laya.lexicon.words";
     pub const LEXICON_FREQUENCIES: &str = "laya.lexicon.frequencies";
     pub const LEXICON_DICT_FREQUENCIES: &str = "laya.lexicon.dict_frequencies";
+    pub const LEXICON_WORD_CLASS: &str = "laya.lexicon.word_class";
     pub const NORMALIZATION: &str = "laya.normalization";
     pub const PROVENANCE_LANGUAGE: &str = "laya.provenance.language";
     pub const PROVENANCE_TRAINING_DATA: &str = "laya.provenance.training_data";
@@ -53,7 +58,7 @@ pub mod keys {
     pub const CHECKSUM: &str = "laya.checksum";
 
     /// Every `laya.*` key of format version 1; any other `laya.*` key is refused.
-    pub const LAYA_KEYS: [&str; 22] = [
+    pub const LAYA_KEYS: [&str; 23] = [
         FORMAT_VERSION,
         CONTEXT_LENGTH,
         EMBEDDING_LENGTH,
@@ -70,6 +75,7 @@ pub mod keys {
         LEXICON_WORDS,
         LEXICON_FREQUENCIES,
         LEXICON_DICT_FREQUENCIES,
+        LEXICON_WORD_CLASS,
         NORMALIZATION,
         PROVENANCE_LANGUAGE,
         PROVENANCE_TRAINING_DATA,
@@ -309,6 +315,10 @@ pub struct ModelMeta {
     /// Optional: each word's frequency in a general-purpose dictionary (0 = not in it), the
     /// genre-neutral prior the runtime ranks completions with (docs/format.md §3 step 6).
     pub dict_frequencies: Option<Vec<u32>>,
+    /// Optional: the class of each word when the word head is factorised,
+    /// `P(w) = P(class(w)) · P(w | class(w))` (docs/format.md §3 step 5). Classes are numbered
+    /// `0..K` and none is empty; `K` is [`ModelMeta::word_classes`].
+    pub word_class: Option<Vec<u32>>,
     pub normalization: Vec<NormRule>,
     pub provenance: Provenance,
 }
@@ -317,6 +327,11 @@ impl ModelMeta {
     /// `V`, the lexicon size.
     pub fn vocab_size(&self) -> usize {
         self.words.len()
+    }
+
+    /// `K`, the classes of a factorised word head; 0 for a flat head.
+    pub fn word_classes(&self) -> usize {
+        self.word_class.as_deref().map_or(0, class_count)
     }
 }
 
@@ -469,6 +484,9 @@ pub struct LayaFile<'a> {
     pub output_b: TensorRef<'a>,
     pub replace_w: TensorRef<'a>,
     pub replace_b: TensorRef<'a>,
+    /// `output_class.weight` and `output_class.bias`: the class head of a factorised word head
+    /// (present exactly when `meta.word_class` is).
+    pub output_class: Option<(TensorRef<'a>, TensorRef<'a>)>,
     /// The verified `laya.checksum`.
     pub checksum: u64,
     /// The lexicon's word ids in byte order ([`lexicon_order`]), a by-product of validation.
@@ -770,6 +788,14 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
             Some(f.to_vec())
         }
     };
+    let word_class = match k.file.get(keys::LEXICON_WORD_CLASS) {
+        None => None,
+        Some(_) => {
+            let c = k.u32s(keys::LEXICON_WORD_CLASS)?;
+            check_word_class(c, words.len()).map_err(|r| invalid(keys::LEXICON_WORD_CLASS, r))?;
+            Some(c.to_vec())
+        }
+    };
     let normalization = k
         .strings(keys::NORMALIZATION)?
         .iter()
@@ -809,6 +835,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
         words: Strings::new(),
         frequencies: frequencies.to_vec(),
         dict_frequencies,
+        word_class,
         normalization,
         provenance,
     };
@@ -820,6 +847,29 @@ fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Strings {
     match file.kv.iter_mut().find(|(k, _)| k == key) {
         Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
         _ => Strings::new(),
+    }
+}
+
+/// `K` for a class map: one more than its largest class (0 for an empty map).
+fn class_count(c: &[u32]) -> usize {
+    c.iter().max().map_or(0, |&m| m as usize + 1)
+}
+
+/// The rules of `laya.lexicon.word_class`: one entry per word, and every class from 0 to the
+/// largest has at least one word (an empty class would take probability from every word and
+/// give it to none).
+pub fn check_word_class(c: &[u32], words: usize) -> Result<(), String> {
+    if c.len() != words {
+        return Err(format!("has {} entries but the lexicon has {words} words", c.len()));
+    }
+    let k = class_count(c);
+    let mut seen = vec![false; k];
+    for &x in c {
+        seen[x as usize] = true;
+    }
+    match seen.iter().position(|&s| !s) {
+        Some(e) => Err(format!("class {e} has no word (classes are 0..{k}, each with at least one word)")),
+        None => Ok(()),
     }
 }
 
@@ -967,7 +1017,7 @@ const BLOCK_TENSORS: [&str; 16] = [
 ];
 
 /// The tensors a model with these hyper-parameters and `v` words must have, canonical order.
-fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
+fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
     let d = u64::from(h.embedding_length);
     let dr = format!("laya.embedding_length = {d}");
     let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec {
@@ -1090,6 +1140,13 @@ fn tensor_specs(h: &HParams, v: u64) -> Vec<TensorSpec> {
             format!("laya.replace_classes = {c}"),
         ),
     ]);
+    if k > 0 {
+        let kr = format!("the {k} classes of laya.lexicon.word_class");
+        out.extend([
+            spec(OUTPUT_CLASS_W.into(), vec![d, k], MATRIX_TYPES, false, format!("{dr} and {kr}")),
+            spec(OUTPUT_CLASS_B.into(), vec![k], F32_ONLY, true, kr),
+        ]);
+    }
     out
 }
 
@@ -1154,7 +1211,7 @@ impl<'a> LayaFile<'a> {
         let (mut meta, alignment, word_order) = parse_meta(&file)?;
         meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
 
-        let specs = tensor_specs(&meta.hparams, meta.words.len() as u64);
+        let specs = tensor_specs(&meta.hparams, meta.words.len() as u64, meta.word_classes() as u64);
         let by_name: HashMap<&str, &TensorSpec> =
             specs.iter().map(|s| (s.name.as_str(), s)).collect();
         for t in &file.tensors {
@@ -1248,6 +1305,10 @@ impl<'a> LayaFile<'a> {
             output_b: get("output.bias")?,
             replace_w: get("replace.weight")?,
             replace_b: get("replace.bias")?,
+            output_class: match meta.word_class {
+                Some(_) => Some((get(OUTPUT_CLASS_W)?, get(OUTPUT_CLASS_B)?)),
+                None => None,
+            },
             checksum: report.stored,
             word_order,
             file_len: bytes.len(),
@@ -1273,6 +1334,9 @@ impl<'a> LayaFile<'a> {
             &self.replace_w,
             &self.replace_b,
         ]);
+        if let Some((w, b)) = &self.output_class {
+            v.extend([w, b]);
+        }
         v
     }
 
@@ -1329,6 +1393,18 @@ impl<'a> LayaFile<'a> {
         );
         let _ = writeln!(s, "replace classes  {}", h.replace_classes);
         let _ = writeln!(s, "lexicon          {} words", m.words.len());
+        if let Some(c) = &m.word_class {
+            let k = m.word_classes();
+            let mut sizes = vec![0usize; k];
+            for &x in c {
+                sizes[x as usize] += 1;
+            }
+            let _ = writeln!(
+                s,
+                "word head        factorised over {k} classes (largest {} words)",
+                sizes.iter().max().copied().unwrap_or(0)
+            );
+        }
         if let Some(d) = &m.dict_frequencies {
             let found = d.iter().filter(|&&f| f > 0).count();
             let _ = writeln!(s, "dict prior       {found} of {} words have a dictionary frequency (completion prior)", m.words.len());

@@ -65,6 +65,9 @@ pub struct TinyConfig {
     pub activation: Activation,
     /// `learned_absolute` (a `[d, T]` position table) or `relative_causal` (a `[T, L·H]` bias).
     pub position_scheme: PositionScheme,
+    /// `0`: a flat word head. Otherwise a factorised one with about this many classes
+    /// ([`crate::assign_word_classes`]).
+    pub word_classes: u32,
 }
 
 impl Default for TinyConfig {
@@ -79,6 +82,7 @@ impl Default for TinyConfig {
             replace_classes: 8,
             activation: Activation::GeluTanh,
             position_scheme: PositionScheme::LearnedAbsolute,
+            word_classes: 0,
         }
     }
 }
@@ -96,6 +100,7 @@ impl TinyConfig {
             replace_classes: 8,
             activation: Activation::GeluTanh,
             position_scheme: PositionScheme::LearnedAbsolute,
+            word_classes: 0,
         }
     }
 }
@@ -194,12 +199,15 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         mapping,
         replace_classes: cfg.replace_classes,
     };
+    let word_class = (cfg.word_classes > 0)
+        .then(|| crate::assign_word_classes(words.iter().map(String::as_str), &frequencies, cfg.word_classes as usize));
     let meta = ModelMeta {
         name: format!("laya-test-{seed}"),
         hparams,
         words: words.into(),
         frequencies,
         dict_frequencies: None,
+        word_class,
         normalization: vec![NormRule::FullwidthAscii, NormRule::LowercaseAscii],
         provenance: Provenance {
             language: "zh".into(),
@@ -360,6 +368,11 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         &mut rng,
         Kind::Bias,
     );
+    if meta.word_class.is_some() {
+        let k = meta.word_classes() as u64;
+        add(crate::OUTPUT_CLASS_W.into(), ty, vec![d, k], &mut rng, Kind::Matrix);
+        add(crate::OUTPUT_CLASS_B.into(), GgmlType::F32, vec![k], &mut rng, Kind::Bias);
+    }
     (meta, tensors)
 }
 

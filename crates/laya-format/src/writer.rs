@@ -307,6 +307,9 @@ pub fn model_keys(meta: &ModelMeta) -> Vec<(String, Value)> {
     if let Some(f) = &meta.dict_frequencies {
         kv.push((keys::LEXICON_DICT_FREQUENCIES.into(), Value::Array(Array::U32(f.clone()))));
     }
+    if let Some(c) = &meta.word_class {
+        kv.push((keys::LEXICON_WORD_CLASS.into(), Value::Array(Array::U32(c.clone()))));
+    }
     kv.extend([
         (
             keys::NORMALIZATION.into(),
@@ -386,7 +389,7 @@ pub fn patch_checksum(bytes: &mut [u8]) -> Result<u64, FormatError> {
 }
 
 /// Puts the lexicon in byte order, moving each word's row of `output.weight`, its entry of
-/// `output.bias` and its frequency with it, so that the model predicts exactly as before.
+/// `output.bias`, its frequencies and its class with it, so that the model predicts exactly as before.
 /// Returns whether anything moved.
 ///
 /// A loader must know the words in byte order (completions of a typed prefix are one range
@@ -417,12 +420,10 @@ pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<
             reason: format!("the lexicon has {n} words"),
         });
     }
-    if let Some(f) = meta.dict_frequencies.as_ref().filter(|f| f.len() != n) {
-        return Err(FormatError::BadLength {
-            what: keys::LEXICON_DICT_FREQUENCIES.into(),
-            len: f.len(),
-            reason: format!("the lexicon has {n} words"),
-        });
+    for (what, f) in [(keys::LEXICON_DICT_FREQUENCIES, &meta.dict_frequencies), (keys::LEXICON_WORD_CLASS, &meta.word_class)] {
+        if let Some(f) = f.as_ref().filter(|f| f.len() != n) {
+            return Err(FormatError::BadLength { what: what.into(), len: f.len(), reason: format!("the lexicon has {n} words") });
+        }
     }
     let per_word = |t: &TensorData| t.name == "output.weight" || t.name == "output.bias";
     // Both tensors have one row per word as their last dimension; rows are whole blocks. All
@@ -446,7 +447,7 @@ pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<
     }
     meta.words = order.iter().map(|&id| &meta.words[id as usize]).collect();
     meta.frequencies = order.iter().map(|&id| meta.frequencies[id as usize]).collect();
-    if let Some(f) = &mut meta.dict_frequencies {
+    for f in [&mut meta.dict_frequencies, &mut meta.word_class].into_iter().flatten() {
         *f = order.iter().map(|&id| f[id as usize]).collect();
     }
     Ok(true)

@@ -274,3 +274,55 @@ fn relative_causal_positions() {
     };
     assert!(err.contains("pos_embd.weight"), "{err}");
 }
+
+#[test]
+fn factorised_word_head() {
+    let cfg = TinyConfig { word_classes: 6, vocab: 60, ..TinyConfig::small() };
+    for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_1] {
+        assert_round_trip(&cfg, 31, ty);
+    }
+    let (meta, tensors) = random_model(&cfg, 31, GgmlType::F32);
+    let k = meta.word_classes();
+    assert!(k >= 2, "{k}");
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let model = LayaFile::parse(&bytes).unwrap();
+    let (w, b) = model.output_class.as_ref().unwrap();
+    assert_eq!((w.ne.clone(), b.ne.clone()), (vec![32, k as u64], vec![k as u64]));
+    assert!(model.summary().contains(&format!("factorised over {k} classes")), "{}", model.summary());
+
+    // Sorting the lexicon moves each word's class with it.
+    let (mut sorted, mut st) = (meta.clone(), tensors.clone());
+    laya_format::sort_lexicon(&mut sorted, &mut st).unwrap();
+    for (i, w) in meta.words.iter().enumerate() {
+        let j = sorted.words.iter().position(|v| v == w).unwrap();
+        assert_eq!(meta.word_class.as_ref().unwrap()[i], sorted.word_class.as_ref().unwrap()[j]);
+    }
+
+    let refuse = |meta: &laya_format::ModelMeta, tensors: &[laya_format::TensorData]| match write_model(meta, tensors) {
+        Ok(b) => LayaFile::parse(&b).unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    // A class with no word, a map of the wrong length, a class head of the wrong size, and a
+    // class map without its head are all refused by name.
+    let mut m = meta.clone();
+    m.word_class.as_mut().unwrap().iter_mut().for_each(|c| *c = if *c == 0 { 1 } else { *c });
+    let err = refuse(&m, &tensors);
+    assert!(err.contains("laya.lexicon.word_class") && err.contains("class 0 has no word"), "{err}");
+    let mut m = meta.clone();
+    m.word_class.as_mut().unwrap().pop();
+    let err = refuse(&m, &tensors);
+    assert!(err.contains("laya.lexicon.word_class") && err.contains("entries"), "{err}");
+    let mut m = meta.clone();
+    let top = m.word_class.as_ref().unwrap().iter().position(|&c| c as usize == k - 1).unwrap();
+    m.word_class.as_mut().unwrap().iter_mut().filter(|c| **c as usize == k - 1).for_each(|c| *c = 0);
+    assert!(top < m.words.len());
+    let err = refuse(&m, &tensors);
+    assert!(err.contains("output_class.weight"), "{err}");
+    let no_head: Vec<_> = tensors.iter().filter(|t| !t.name.starts_with("output_class")).cloned().collect();
+    let err = refuse(&meta, &no_head);
+    assert!(err.contains("output_class.weight"), "{err}");
+    let mut flat = meta.clone();
+    flat.word_class = None;
+    let err = refuse(&flat, &tensors);
+    assert!(err.contains("output_class.weight"), "{err}");
+}

@@ -60,6 +60,7 @@ impl ModelConfig {
             words: self.words.iter().collect(),
             frequencies: self.frequencies.clone(),
             dict_frequencies: None,
+            word_class: None,
             normalization: self
                 .normalization
                 .iter()
