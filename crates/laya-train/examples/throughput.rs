@@ -2,7 +2,8 @@
 //!
 //! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
 //! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS=2 LAYA_FFN=256` for the default
-//! model's shape, `LAYA_POSITIONS=relative_causal` for the causal scheme, `LAYA_STEPS` timed
+//! model's shape, `LAYA_POSITIONS=relative_causal` for the causal scheme, `LAYA_WORD_CLASSES=K`
+//! for a factorised word head, `LAYA_STEPS` timed
 //! steps). It times `train_step` (batch shards side by side,
 //! candle's elementwise pool off, as `laya train` runs); `LAYA_STEP=whole` times the one-graph
 //! step with candle's pool on, phase by phase, for comparison.
@@ -95,6 +96,12 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     if let Ok(name) = std::env::var("LAYA_POSITIONS") {
         mc.position_scheme = PositionScheme::from_name(&name).expect("LAYA_POSITIONS: learned_absolute or relative_causal");
     }
+    // LAYA_WORD_CLASSES=K: a factorised word head over K classes of consecutive word ids (the
+    // synthetic words have no first characters to group by; the cost depends on class sizes).
+    let k = env("LAYA_WORD_CLASSES", 0);
+    if k > 0 {
+        mc.word_class = Some((0..vocab).map(|i| (i * k.min(vocab) / vocab) as u32).collect());
+    }
     let tc = TrainConfig { batch_size, ..TrainConfig::default() };
     let net = LayaNet::new(mc.clone(), 1).unwrap();
     let mut opt = AdamW::new(net.params(), &tc);
@@ -131,7 +138,7 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
         format!("   train_step, {} shards", shard_count(batch_size, rayon::current_num_threads()))
     };
     println!(
-        "{}  V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
+        "{}  K {k:>4}  V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
         mc.position_scheme.name(),
         mc.rows(),
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "auto".into()),

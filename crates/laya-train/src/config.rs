@@ -44,6 +44,13 @@ pub struct ModelConfig {
     /// written before this setting existed reads as `LearnedAbsolute`, what it was trained with.
     #[serde(default = "learned_absolute", with = "scheme_name")]
     pub position_scheme: PositionScheme,
+    /// `None`: a flat word head. Otherwise the class of each word of a factorised head
+    /// (`laya.lexicon.word_class`, docs/format.md §3 step 5): `P(w) = P(κ(w)) · P(w | κ(w))`,
+    /// classes `0..K`, none empty; `laya train --word-classes` chooses them with
+    /// [`laya_format::assign_word_classes`]. A checkpoint written before this setting existed
+    /// reads as `None`, what it was trained with (and a flat one is written without the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_class: Option<Vec<u32>>,
 }
 
 fn learned_absolute() -> PositionScheme {
@@ -90,7 +97,13 @@ impl ModelConfig {
             words,
             frequencies,
             position_scheme: PositionScheme::LearnedAbsolute,
+            word_class: None,
         }
+    }
+
+    /// `K`, the classes of a factorised word head; 0 for a flat one.
+    pub fn word_classes(&self) -> usize {
+        self.word_class.as_deref().and_then(|c| c.iter().max()).map_or(0, |&m| m as usize + 1)
     }
 
     /// Rows per sample that the trainer feeds: `T` for learned positions; for the causal
@@ -174,6 +187,9 @@ impl ModelConfig {
             if !seen.insert(w.as_str()) {
                 return bad(format!("lexicon word {w:?} appears twice"));
             }
+        }
+        if let Some(c) = &self.word_class {
+            laya_format::check_word_class(c, self.words.len()).map_err(|r| TrainError::Config(format!("word_class {r}")))?;
         }
         if let Mapping::Table(t) = &self.mapping {
             if t.windows(2).any(|p| p[0] >= p[1]) || t.first() == Some(&0) {

@@ -60,7 +60,7 @@ impl ModelConfig {
             words: self.words.iter().collect(),
             frequencies: self.frequencies.clone(),
             dict_frequencies: None,
-            word_class: None,
+            word_class: self.word_class.clone(),
             normalization: self
                 .normalization
                 .iter()
@@ -107,6 +107,7 @@ impl ModelConfig {
             words: meta.words.to_vec(),
             frequencies: meta.frequencies.clone(),
             position_scheme: h.position_scheme,
+            word_class: meta.word_class.clone(),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -159,6 +160,9 @@ impl LayaNet {
             all.extend(l.all());
         }
         all.extend([&file.output_norm_w, &file.output_norm_b, &file.output_w, &file.output_b, &file.replace_w, &file.replace_b]);
+        if let Some((w, b)) = &file.output_class {
+            all.extend([w, b]);
+        }
         let by_name: std::collections::HashMap<&str, &laya_format::TensorRef<'_>> = all.into_iter().map(|t| (t.name.as_str(), t)).collect();
         for p in net.params() {
             let t = by_name

@@ -17,7 +17,7 @@ pub use codec::{encode_causal_into, encode_context, encode_context_into, normali
 pub use laya_format::PositionScheme;
 pub use config::{Activation, Decay, ModelConfig, Objective, ShownScope, TrainConfig};
 pub use error::{Result, TrainError};
-pub use model::{layer_norm, log_prior, recency_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
+pub use model::{class_log_prior, layer_norm, log_prior, recency_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
 pub use rng::Rng;
 
@@ -38,7 +38,10 @@ pub use prune::{
     check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError, PruneReport, Saliency,
     PRUNE_GROUP, WIDTH_MULTIPLE,
 };
-pub use ce::{add_columns, biased_soft_cross_entropy, gelu_tanh, normalize_rows, scale_shift_columns, soft_cross_entropy, softmax_rows};
+pub use ce::{
+    add_columns, biased_soft_cross_entropy, class_log_softmax, class_sums, gelu_tanh, normalize_rows, scale_shift_columns, soft_cross_entropy, softmax_rows,
+    within_class_soft_cross_entropy, WordClasses,
+};
 
 /// The README's example runs as a doctest.
 #[cfg(doctest)]

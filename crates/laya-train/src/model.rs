@@ -3,7 +3,7 @@
 //! candle 0.11's fused `candle_nn::LayerNorm` and `ops::softmax_last_dim` have no backward pass
 //! (gradients silently stop there), so LayerNorm and softmax are written here from ops that do.
 
-use crate::ce::{add_columns, scale_shift_columns};
+use crate::ce::{add_columns, class_log_softmax, scale_shift_columns, WordClasses};
 use crate::codec::PAD_ROW;
 use crate::config::{Activation, ModelConfig};
 use crate::error::{Result, TrainError};
@@ -74,6 +74,16 @@ pub struct LayaNet {
     output_norm: (Tensor, Tensor),
     output: (Tensor, Tensor),
     replace: (Tensor, Tensor),
+    /// The factorised word head (`ModelConfig::word_class`): the class head `(weight [K, d],
+    /// bias [K])`, the classes, and each word's class as a u32 index tensor `[V]`.
+    factorised: Option<Factorised>,
+}
+
+#[derive(Debug, Clone)]
+struct Factorised {
+    head: (Tensor, Tensor),
+    classes: std::sync::Arc<WordClasses>,
+    class_index: Tensor,
 }
 
 /// Differentiable softmax over the last dimension (a fused op, see [`crate::softmax_rows`]).
@@ -109,7 +119,8 @@ impl LayaNet {
     /// N(0, 0.02²), the two residual projections of each block (attention output, FFN down)
     /// N(0, (0.02/√(2L))²) so the residual stream does not grow with depth, norms 1, biases 0
     /// except the word head's, which starts at the centred log frequency of each word
-    /// ([`log_prior`]).
+    /// ([`log_prior`]), and a factorised head's class bias, the log share of each class's
+    /// corpus mass ([`class_log_prior`]).
     pub fn new(cfg: ModelConfig, seed: u64) -> Result<Self> {
         cfg.validate()?;
         let device = Device::Cpu;
@@ -181,7 +192,21 @@ impl LayaNet {
             add("replace.weight".into(), &[cfg.replace_classes, d], Init::Normal(std), ParamKind::Matrix)?,
             add("replace.bias".into(), &[cfg.replace_classes], Init::Const(0.0), ParamKind::Other)?,
         );
-        Ok(LayaNet { cfg, device, varmap, params, token_embd, pos_embd, blocks, output_norm, output, replace })
+        // Last, so that a flat head draws the same initial weights as before the class head existed.
+        let factorised = match &cfg.word_class {
+            None => None,
+            Some(map) => {
+                let classes = std::sync::Arc::new(WordClasses::new(map));
+                let k = classes.count();
+                let head = (
+                    add(laya_format::OUTPUT_CLASS_W.into(), &[k, d], Init::Normal(std), ParamKind::Matrix)?,
+                    add(laya_format::OUTPUT_CLASS_B.into(), &[k], Init::Values(class_log_prior(map, &cfg.frequencies)), ParamKind::Other)?,
+                );
+                let class_index = Tensor::from_slice(map, map.len(), &device)?;
+                Some(Factorised { head, classes, class_index })
+            }
+        };
+        Ok(LayaNet { cfg, device, varmap, params, token_embd, pos_embd, blocks, output_norm, output, replace, factorised })
     }
 
     /// The configuration this network was built from.
@@ -233,7 +258,7 @@ impl LayaNet {
             PositionScheme::LearnedAbsolute => {
                 let x = self.token_embd.embedding(&rows.flatten_all()?)?;
                 let z = self.forward_hidden_learned(&x, b)?;
-                Ok((linear(&z, &self.output)?, linear(&z, &self.replace)?))
+                Ok((self.word_scores(&z)?, linear(&z, &self.replace)?))
             }
             PositionScheme::RelativeCausal => {
                 let rows: Vec<u32> = rows.flatten_all()?.to_vec1()?;
@@ -266,7 +291,28 @@ impl LayaNet {
     /// from them). See [`LayaNet::gather_rows`].
     pub fn forward_embedded(&self, tok: &Tensor, rows: &[u32]) -> Result<(Tensor, Tensor)> {
         let z = self.forward_hidden(tok, rows)?;
-        Ok((linear(&z, &self.output)?, linear(&z, &self.replace)?))
+        Ok((self.word_scores(&z)?, linear(&z, &self.replace)?))
+    }
+
+    /// The word head on the hidden state `z` `[B, d]`: the logits `[B, V]` of a flat head; for
+    /// a factorised one the dense `log P(w) = log softmax(class logits)[κ(w)] + log
+    /// softmax_{κ(w)}(word logits)_w`, what the runtime's `Session::logits` returns for it.
+    /// Either way the word head's soft cross-entropy against them is the model's word loss
+    /// (log-probabilities are their own log-softmax), and their order is the model's ranking.
+    fn word_scores(&self, z: &Tensor) -> candle_core::Result<Tensor> {
+        let logits = linear(z, &self.output)?;
+        match &self.factorised {
+            None => Ok(logits),
+            Some(f) => {
+                let class_lp = log_softmax_last(&linear(z, &f.head)?)?;
+                class_lp.index_select(&f.class_index, 1)? + class_log_softmax(&logits, &f.classes)?
+            }
+        }
+    }
+
+    /// The class head `(weight [K, d], bias [K])` and the classes of a factorised word head.
+    pub fn class_head(&self) -> Option<(&(Tensor, Tensor), &std::sync::Arc<WordClasses>)> {
+        self.factorised.as_ref().map(|f| (&f.head, &f.classes))
     }
 
     /// The word head's `(weight [V, d], bias [V])` and the replace head's `(weight [C, d],
@@ -473,6 +519,29 @@ enum Init {
     Normal(f64),
     Const(f32),
     Values(Vec<f32>),
+}
+
+/// The class head's initial bias: the log of each class's share of the corpus mass, counting
+/// each word as `1 + count` (the same `+1` as [`log_prior`] and `laya_format::assign_word_classes`).
+///
+/// Why: the word head's bias starts at `ln(1 + count)` (centred), so within a class the
+/// softmax starts at `(1 + count_w) / Σ_{c}(1 + count)`; times this class prior, `P(w)` starts
+/// at `(1 + count_w) / Σ(1 + count)`, the same unigram model the flat head starts from. A zero
+/// bias would instead give every class `1/K`, lifting the rare words of the tail's classes far
+/// above their frequency until training pulls them down.
+///
+/// ```
+/// let b = laya_train::class_log_prior(&[0, 1, 1], &[2, 0, 0]);
+/// assert!((b[0] - 0.6f32.ln()).abs() < 1e-6 && (b[1] - 0.4f32.ln()).abs() < 1e-6);
+/// ```
+pub fn class_log_prior(word_class: &[u32], counts: &[u32]) -> Vec<f32> {
+    let k = word_class.iter().max().map_or(0, |&m| m as usize + 1);
+    let mut mass = vec![0f64; k];
+    for (i, &c) in word_class.iter().enumerate() {
+        mass[c as usize] += f64::from(counts.get(i).copied().unwrap_or(0)) + 1.0;
+    }
+    let total: f64 = mass.iter().sum();
+    mass.iter().map(|&m| (m / total).ln() as f32).collect()
 }
 
 /// The word head's initial bias: `ln(1 + count)` of each word, centred on its mean.

@@ -4,7 +4,7 @@
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
-use crate::ce::{add_columns, biased_soft_cross_entropy, soft_cross_entropy};
+use crate::ce::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy, within_class_soft_cross_entropy};
 use crate::model::{LayaNet, ParamKind};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
@@ -26,7 +26,9 @@ pub struct LossParts {
     pub replace: f32,
 }
 
-/// Builds the loss tensors: `(total, word, replace)`.
+/// Builds the loss tensors from [`LayaNet::forward`]'s outputs: `(total, word, replace)`. For a
+/// factorised word head `words` are `log P(w)`, already normalised, so the same soft
+/// cross-entropy is `−Σ t_w log P(w)`.
 pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
     // Weighted means: the targets already carry each event's weight.
     let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
@@ -40,12 +42,25 @@ pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32
 /// The same losses as [`loss_tensors`], from the hidden state `z` `[B, d]` (see
 /// [`LayaNet::forward_hidden`]) with the word head's bias fused into its cross-entropy
 /// ([`crate::biased_soft_cross_entropy`]): the training path, about a third cheaper at
-/// V = 20,000. A test pins values and gradients to [`loss_tensors`].
+/// V = 20,000. A factorised word head's loss is the class cross-entropy against the
+/// class-aggregated targets ([`crate::class_sums`]) plus [`crate::within_class_soft_cross_entropy`],
+/// which visits only the classes with target mass. Tests pin values and gradients to
+/// [`loss_tensors`].
 pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
     let ((ow, ob), (rw, rb)) = net.heads();
     let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
     let logits = z.matmul(&ow.t()?)?;
-    let word = (biased_soft_cross_entropy(&logits, ob, &batch.word_target)?.sum_all()? * (1.0 / wdiv))?;
+    let word = match net.class_head() {
+        None => biased_soft_cross_entropy(&logits, ob, &batch.word_target)?,
+        // −Σ_w t_w·log P(w) = CE(class logits, T) + Σ_w t_w·(lse_{κ(w)} − logit_w): the class
+        // cross-entropy against the class-aggregated targets plus the within-class part.
+        Some(((cw, cb), classes)) => {
+            let class_logits = add_columns(&z.matmul(&cw.t()?)?, cb)?;
+            let class_target = class_sums(&batch.word_target, classes)?;
+            (soft_cross_entropy(&class_logits, &class_target)? + within_class_soft_cross_entropy(&logits, ob, &batch.word_target, classes)?)?
+        }
+    };
+    let word = (word.sum_all()? * (1.0 / wdiv))?;
     let replace = add_columns(&z.matmul(&rw.t()?)?, rb)?;
     let rdiv = if batch.total_weight > 0.0 { batch.total_weight as f64 } else { 1.0 };
     let rep = (soft_cross_entropy(&replace, &batch.replace_target)?.sum_all()? * (1.0 / rdiv))?;

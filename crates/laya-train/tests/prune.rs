@@ -268,3 +268,16 @@ proptest! {
         }
     }
 }
+
+/// A factorised word head is not pruned: the class map and the class head come through whole.
+#[test]
+fn pruning_carries_a_factorised_head_through() {
+    let mut cfg = tiny_cfg(vec![64, 96], Activation::GeluTanh);
+    cfg.word_class = Some((0..30).map(|i| (i % 4) as u32).collect());
+    let net = LayaNet::new(cfg, 5).unwrap();
+    let (small, _) = prune(&net, &[32, 64], Saliency::Magnitude).unwrap();
+    assert_eq!(small.config().word_class, net.config().word_class);
+    for name in [laya_format::OUTPUT_CLASS_W, laya_format::OUTPUT_CLASS_B] {
+        assert_eq!(values(&net, name), values(&small, name), "{name}");
+    }
+}

@@ -67,9 +67,14 @@ fn every_parameter_gets_a_nonzero_gradient() {
 
 #[test]
 fn fused_head_loss_matches_the_unfused_one_in_value_and_gradient() {
-    let net = LayaNet::new(tiny_cfg(50, 2), 5).unwrap();
+    assert_fused_matches_unfused(&LayaNet::new(tiny_cfg(50, 2), 5).unwrap(), &memorise_events());
+}
+
+/// [`fused_loss_tensors`] against [`loss_tensors`] on [`LayaNet::forward_embedded`]'s outputs,
+/// value and gradient of every parameter (each must have one).
+fn assert_fused_matches_unfused(net: &LayaNet, events: &[Event]) {
     let tc = TrainConfig::default();
-    let set = encode_events(&memorise_events(), net.config(), &tc);
+    let set = encode_events(events, net.config(), &tc);
     let idx: Vec<usize> = (0..set.len()).collect();
     let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
     let rows = Tensor::from_slice(&batch.rows, batch.rows.len(), net.device()).unwrap();
@@ -77,7 +82,7 @@ fn fused_head_loss_matches_the_unfused_one_in_value_and_gradient() {
     let z = net.forward_hidden(&tok, &batch.rows).unwrap();
     let (w, r) = net.forward_embedded(&tok, &batch.rows).unwrap();
     let (plain, pw, pr) = loss_tensors(&w, &r, &batch, 0.7).unwrap();
-    let (fused, fw, fr) = fused_loss_tensors(&net, &z, &batch, 0.7).unwrap();
+    let (fused, fw, fr) = fused_loss_tensors(net, &z, &batch, 0.7).unwrap();
     for (a, b) in [(&plain, &fused), (&pw, &fw), (&pr, &fr)] {
         let (a, b) = (a.to_scalar::<f32>().unwrap(), b.to_scalar::<f32>().unwrap());
         assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "loss {a} vs {b}");
@@ -88,6 +93,7 @@ fn fused_head_loss_matches_the_unfused_one_in_value_and_gradient() {
     let gf2 = fused.backward().unwrap();
     for p in net.params() {
         let a: Vec<f32> = gp.get(p.var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert!(a.iter().any(|&x| x != 0.0), "{} has no gradient", p.name);
         let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
         for g in [&gf, &gf2] {
             let b: Vec<f32> = g.get(p.var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
@@ -490,5 +496,131 @@ fn column_affine_ops_match_candle_broadcasting_in_value_and_gradient() {
         let c = g2.get(v.as_tensor()).unwrap();
         let d = (a - c).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         assert!(d < 1e-4, "gradients differ by {d}");
+    }
+}
+
+/// The factorised word head (docs/format.md §3 step 5).
+mod factorised {
+    use super::*;
+
+    /// Word `i` of [`memorise_events`] (`w{i}`) under a name whose first character is one of
+    /// five, so that `assign_word_classes` has groups to bin.
+    fn name(i: usize) -> String {
+        format!("{}{i}", ['的', '了', '是', '不', '在'][i % 5])
+    }
+
+    /// The tiny model with words renamed by [`name`] and the classes `assign_word_classes` gives
+    /// for a target of `k` (corpus counts `1000 / (i + 1)`).
+    pub(super) fn cfg(k: usize, layers: usize) -> ModelConfig {
+        let mut cfg = tiny_cfg(50, layers);
+        cfg.words = (0..50).map(name).collect();
+        cfg.frequencies = (0..50).map(|i| 1000 / (i as u32 + 1)).collect();
+        cfg.word_class = Some(laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, k));
+        cfg
+    }
+
+    pub(super) fn events() -> Vec<Event> {
+        let mut evs = memorise_events();
+        for e in &mut evs {
+            for s in &mut e.shown {
+                s.word = name(s.word[1..].parse().unwrap());
+            }
+        }
+        evs
+    }
+
+    #[test]
+    fn the_class_map_is_assign_word_classes_and_has_several_classes() {
+        let c = cfg(4, 1);
+        assert!(c.word_classes() >= 3, "{} classes", c.word_classes());
+        c.validate().unwrap();
+        let mut bad = c.clone();
+        bad.word_class.as_mut().unwrap()[0] = 99;
+        assert!(bad.validate().is_err(), "an empty class is refused");
+    }
+
+    /// The class head is added after every flat parameter: a factorised network starts from the
+    /// same draws as the flat one for everything they share, and the flat network has no class head.
+    #[test]
+    fn a_flat_head_is_unchanged_by_the_class_head() {
+        let fac = LayaNet::new(cfg(4, 2), 5).unwrap();
+        let mut flat_cfg = fac.config().clone();
+        flat_cfg.word_class = None;
+        let flat = LayaNet::new(flat_cfg, 5).unwrap();
+        assert!(flat.class_head().is_none());
+        assert_eq!(fac.params().len(), flat.params().len() + 2);
+        for (a, b) in flat.params().iter().zip(fac.params()) {
+            assert_eq!(a.name, b.name);
+            let (x, y): (Vec<f32>, Vec<f32>) = (a.var.flatten_all().unwrap().to_vec1().unwrap(), b.var.flatten_all().unwrap().to_vec1().unwrap());
+            assert_eq!(x, y, "{}", a.name);
+        }
+        let names: Vec<&str> = fac.params()[flat.params().len()..].iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, [laya_format::OUTPUT_CLASS_W, laya_format::OUTPUT_CLASS_B]);
+    }
+
+    /// `forward` gives log-probabilities: each row's `P(w)` sums to 1.
+    #[test]
+    fn forward_gives_normalised_log_probabilities() {
+        let net = LayaNet::new(cfg(4, 2), 3).unwrap();
+        let (w, _) = net.predict_logits(&["", "abc", "一丁"]).unwrap();
+        for row in w {
+            let s: f64 = row.iter().map(|&x| (x as f64).exp()).sum();
+            assert!((s - 1.0).abs() < 1e-4, "Σ P(w) = {s}");
+        }
+    }
+
+    /// The fused loss (class cross-entropy + within-class part) against the soft cross-entropy
+    /// of `forward`'s dense `log P(w)`.
+    #[test]
+    fn fused_loss_matches_the_dense_log_probabilities_in_value_and_gradient() {
+        assert_fused_matches_unfused(&LayaNet::new(cfg(4, 2), 5).unwrap(), &events());
+    }
+
+    /// A factorised model trained for a few steps exports its map and class head, loads in
+    /// laya-format with the map `assign_word_classes` gives, and comes back as the same network.
+    #[test]
+    fn trains_and_round_trips_through_laya_format() {
+        let cfg = cfg(4, 2);
+        let evs = events();
+        let tc = TrainConfig { epochs: 3, batch_size: 8, warmup_steps: 1, lr: 1e-2, ..TrainConfig::default() };
+        let out = train(cfg.clone(), tc, &evs, &evs, &RunOptions::default(), &mut NoHooks).unwrap();
+        let e = &out.state.epochs;
+        assert!(e.last().unwrap().valid.loss.word < e[0].valid.loss.word, "{e:?}");
+        let net = out.net;
+        let ctx = ["", "abc", "一丁丂", "😀x\u{0}y"];
+        let (w0, r0) = net.predict_logits(&ctx).unwrap();
+        for (precision, tol) in [(Precision::F32, 0.0f32), (Precision::F16, 5e-2)] {
+            let bytes = net.export_bytes(&info(), precision).unwrap();
+            let file = laya_format::LayaFile::parse(&bytes).unwrap();
+            let want = laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, 4);
+            assert_eq!(file.meta.word_class.as_ref(), Some(&want));
+            let k = file.meta.word_classes();
+            let (cw, cb) = file.output_class.as_ref().expect("class head");
+            assert_eq!((cw.ne.clone(), cb.ne.clone()), (vec![32, k as u64], vec![k as u64]));
+            assert_eq!(cb.ty, laya_format::GgmlType::F32);
+            let back = LayaNet::from_laya(&file).unwrap();
+            assert_eq!(back.config(), net.config());
+            let (w1, r1) = back.predict_logits(&ctx).unwrap();
+            for (a, b) in w0.iter().flatten().chain(r0.iter().flatten()).zip(w1.iter().flatten().chain(r1.iter().flatten())) {
+                assert!((a - b).abs() <= tol, "{precision:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    /// The trainer's top-1 is the argmax of `log P(w)`, not of the raw word logits.
+    #[test]
+    fn validation_ranks_by_the_factorised_probability() {
+        let net = LayaNet::new(cfg(4, 1), 9).unwrap();
+        let tc = TrainConfig::default();
+        let set = encode_events(&events(), net.config(), &tc);
+        let report = evaluate(&net, &set, &tc, 7).unwrap();
+        let evs = events();
+        let refs: Vec<&str> = evs.iter().map(|e| e.context.as_str()).collect();
+        let (w, _) = net.predict_logits(&refs).unwrap();
+        let hits = set.clicked_word.iter().zip(&w).filter(|(c, row)| {
+            let c = c.unwrap() as usize;
+            row.iter().all(|&x| x <= row[c])
+        });
+        assert_eq!(report.top1, hits.count() as f32 / set.len() as f32);
     }
 }
