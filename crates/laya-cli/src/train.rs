@@ -154,6 +154,13 @@ pub struct Args {
     /// --init the model's own scheme is kept; naming a different one is an error.
     #[arg(long, value_enum)]
     positions: Option<PositionsArg>,
+    /// Factorise the word head of a new model over about N classes of words (words sharing a
+    /// first character share a class; laya_format::assign_word_classes): P(w) = P(class) ·
+    /// P(w | class), so a runtime can rank candidates expanding a few classes instead of
+    /// scoring every word. 0 or absent: a flat head. With --init the model's own head is kept;
+    /// naming a different one is an error.
+    #[arg(long)]
+    word_classes: Option<usize>,
     /// Embedding rows for the table mapping (2 reserved: padding and unknown).
     #[arg(long, default_value_t = 6000)]
     table_rows: usize,
@@ -297,6 +304,17 @@ pub fn run(args: Args) -> Result<(), CliError> {
             )));
         }
     }
+    if let (Some(net), Some(k)) = (&init, args.word_classes) {
+        let cfg = net.config();
+        let want = (k > 0).then(|| laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, k));
+        if want != cfg.word_class {
+            return Err(CliError(format!(
+                "--word-classes {k} conflicts with --init {}, a model with {}; a model's word head cannot change (leave --word-classes out to keep it)",
+                args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                head_description(cfg.word_class.as_deref())
+            )));
+        }
+    }
     let lexicon = match (&args.lexicon, &init) {
         (Some(path), _) => {
             let lex_file =
@@ -328,12 +346,20 @@ pub fn run(args: Args) -> Result<(), CliError> {
         || args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme),
         |n| n.config().position_scheme,
     );
+    let word_class = match (&init, &lexicon) {
+        (Some(n), _) => n.config().word_class.clone(),
+        (None, Some(l)) => {
+            args.word_classes.filter(|&k| k > 0).map(|k| laya_format::assign_word_classes(l.words.iter().map(String::as_str), &l.freqs, k))
+        }
+        (None, None) => None,
+    };
     eprintln!(
-        "training on {} events, validating on {} events, lexicon {words} words, {threads} thread{}, positions {}",
+        "training on {} events, validating on {} events, lexicon {words} words, {threads} thread{}, positions {}, {}",
         events.len(),
         valid.len(),
         if threads == 1 { "" } else { "s" },
-        scheme.name()
+        scheme.name(),
+        head_description(word_class.as_deref())
     );
     let cfg = TrainConfig {
         batch_size: args.batch_size,
@@ -380,6 +406,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 replace_classes: args.replace_classes,
                 normalization: rules,
                 position_scheme: args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme),
+                word_class,
                 ..ModelConfig::standard(lexicon.words, lexicon.freqs, mapping)
             };
             train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?
@@ -428,6 +455,19 @@ pub fn run(args: Args) -> Result<(), CliError> {
     std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;
     outln!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
     Ok(())
+}
+
+/// "a flat word head" or "a word head factorised over K classes (largest N words)".
+fn head_description(word_class: Option<&[u32]>) -> String {
+    match word_class {
+        None => "a flat word head".into(),
+        Some(c) => {
+            let k = c.iter().max().map_or(0, |&m| m as usize + 1);
+            let mut sizes = vec![0usize; k];
+            c.iter().for_each(|&x| sizes[x as usize] += 1);
+            format!("a word head factorised over {k} classes (largest {} words)", sizes.iter().max().copied().unwrap_or(0))
+        }
+    }
 }
 
 /// Temp file in the same directory, fsync, rename: an interrupted write never leaves a torn model.

@@ -42,6 +42,25 @@ fn pruned_file_loads_in_the_runtime_with_the_new_widths() {
     assert!(!predict.trim().is_empty());
 }
 
+/// A factorised word head comes through `laya prune` unchanged (map and class head).
+#[test]
+fn a_factorised_head_is_carried_through() {
+    let (meta, tensors) = random_model(&TinyConfig { word_classes: 6, ..tiny() }, 7, GgmlType::F32);
+    let input = tmp("factorised-in.laya");
+    std::fs::write(&input, write_model(&meta, &tensors).unwrap()).unwrap();
+    let output = tmp("factorised-out.laya");
+    ok(&laya().args(["prune", "--ffn", "64,32", "--model"]).arg(&input).arg("--out").arg(&output).output().unwrap());
+    let (a, b) = (std::fs::read(&input).unwrap(), std::fs::read(&output).unwrap());
+    let (a, b) = (LayaFile::parse(&a).unwrap(), LayaFile::parse(&b).unwrap());
+    assert!(a.meta.word_classes() > 1);
+    assert_eq!(b.meta.word_class, a.meta.word_class);
+    let class_head = |f: &LayaFile<'_>| {
+        let (w, bias) = f.output_class.as_ref().unwrap();
+        (w.to_f32().unwrap(), bias.to_f32().unwrap())
+    };
+    assert_eq!(class_head(&b), class_head(&a));
+}
+
 #[test]
 fn keep_fraction_json_report_and_precision() {
     let input = model("in16.laya", GgmlType::F16);

@@ -258,3 +258,74 @@ fn positions_relative_causal_trains_and_continues() {
     assert!(!out.status.success() && err.contains("--positions learned_absolute conflicts with --init"), "{err}");
     assert!(!tmp("causal-3.laya").exists());
 }
+
+/// `--word-classes N` writes a factorised word head with `assign_word_classes`' map; `--init`
+/// keeps it (naming the same N again is fine), and asking `--init` for another head is refused.
+#[test]
+fn word_classes_trains_a_factorised_head_and_init_keeps_it() {
+    let (events, lexicon) = fixtures();
+    let first = tmp("factorised.laya");
+    let text = train_new(&events, &lexicon, &first, &["--word-classes", "3"]);
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&first).unwrap()).unwrap().meta;
+    let words = meta.words.to_vec();
+    let want = laya_format::assign_word_classes(words.iter().map(String::as_str), &meta.frequencies, 3);
+    assert_eq!(meta.word_class, Some(want.clone()));
+    // 天气 (11 of 21 units of mass with the +1) fills a class; 不错 and 今天 share the other.
+    assert_eq!(meta.word_classes(), 2);
+    let head = "a word head factorised over 2 classes (largest 2 words)";
+    assert!(text.contains(head), "{text}");
+
+    let second = tmp("factorised-2.laya");
+    let text = ok(train_init(&first, &events, &second));
+    assert!(text.contains(head), "{text}");
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
+    assert_eq!(meta.word_class, Some(want));
+    let again = tmp("factorised-3.laya");
+    let init_with = |model: &Path, k: &str, out: &Path| {
+        laya()
+            .args(["train", "--init"])
+            .arg(model)
+            .arg("--events")
+            .arg(&events)
+            .arg("--out")
+            .arg(out)
+            .args(["--word-classes", k])
+            .pipe(tiny)
+            .output()
+            .unwrap()
+    };
+    ok(init_with(&first, "3", &again));
+    let flat = tmp_flat(&events, &lexicon);
+    for (model, k, have) in [(&first, "0", head), (&first, "1", head), (&flat, "3", "a flat word head")] {
+        let out_path = tmp(&format!("factorised-bad-{k}.laya"));
+        let out = init_with(model, k, &out_path);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(&format!("--word-classes {k} conflicts with --init")) && err.contains(have), "{err}");
+        assert!(!out_path.exists());
+    }
+}
+
+/// A flat tiny model.
+fn tmp_flat(events: &Path, lexicon: &Path) -> PathBuf {
+    let out = tmp("flat-for-word-classes.laya");
+    train_new(events, lexicon, &out, &[]);
+    out
+}
+
+/// `laya train` of a new tiny model on `events` (training and validation), plus `extra` flags;
+/// its output.
+fn train_new(events: &Path, lexicon: &Path, out: &Path, extra: &[&str]) -> String {
+    ok(laya()
+        .args(["train", "--events"])
+        .arg(events)
+        .arg("--valid-events")
+        .arg(events)
+        .arg("--lexicon")
+        .arg(lexicon)
+        .arg("--out")
+        .arg(out)
+        .pipe(tiny)
+        .args(extra)
+        .output()
+        .unwrap())
+}
