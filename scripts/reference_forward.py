@@ -127,7 +127,20 @@ def forward(hp, W, context):
         h = layer_norm(x, W[p + "ffn_norm.weight"], W[p + "ffn_norm.bias"], eps)
         x = x + lin(act(lin(h, p + "ffn_up"), hp["laya.activation"]), p + "ffn_down")
     z = layer_norm(x[-1], W["output_norm.weight"], W["output_norm.bias"], eps)
-    return lin(z, "output"), lin(z, "replace")
+    logits = lin(z, "output")
+    if "laya.lexicon.word_class" in hp:
+        # Factorised head (format.md §3 step 5): ln P(w) = ln P(class) + ln P(w | class).
+        cls = np.asarray(hp["laya.lexicon.word_class"])
+        cl = lin(z, "output_class")
+        cl = cl - cl.max()
+        log_pc = cl - np.log(np.exp(cl).sum())
+        lse = np.full(len(cl), -np.inf)
+        for c in range(len(cl)):
+            members = logits[cls == c]
+            m = members.max()
+            lse[c] = m + np.log(np.exp(members - m).sum())
+        logits = log_pc[cls] + logits - lse[cls]
+    return logits, lin(z, "replace")
 
 
 def main():
