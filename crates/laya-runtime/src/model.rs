@@ -443,7 +443,7 @@ impl Model {
                 let (f, m) = (*f as u64, (nl - 1 - i as u64) * (t - 1) + 1);
                 macs += 2 * (m + t - 1) * d * d + m * (2 * d * d + 2 * t * d + 2 * d * f);
             }
-            return macs + d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
+            return macs + self.head_macs();
         }
         for (i, f) in self.cfg.ffn.iter().enumerate() {
             let f = *f as u64;
@@ -454,8 +454,15 @@ impl Model {
             macs += positions * 2 * t * d; // scores and weighted values
             macs += positions * 2 * d * f; // ffn up + down
         }
-        macs += d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
-        macs
+        macs + self.head_macs()
+    }
+
+    /// Multiply-adds of the heads: every word and replace class, or, with a factorised word
+    /// head, the class head and the replace head only; each word-head row a prediction then
+    /// computes adds `d` (`StageTimes::word_rows` counts them).
+    pub fn head_macs(&self) -> u64 {
+        let rows = if self.cfg.word_classes > 0 { self.cfg.word_classes } else { self.cfg.vocab };
+        self.cfg.d_model as u64 * (rows + self.cfg.replace_classes) as u64
     }
 
     /// Multiply-adds of a prediction whose context adds one character to the previous one. The
@@ -476,7 +483,7 @@ impl Model {
         }
         let (t, d) = (self.cfg.context_length as u64, self.cfg.d_model as u64);
         let blocks: u64 = self.cfg.ffn.iter().map(|&f| 4 * d * d + 2 * t * d + 2 * d * f as u64).sum();
-        blocks + d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64)
+        blocks + self.head_macs()
     }
 
     /// Reads one byte of every page so a freshly mapped file is resident before the first
