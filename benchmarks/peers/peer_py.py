@@ -106,11 +106,25 @@ def word_classes(hp):
     """The class of each word (int64, length V) when the word head is factorised
     (`laya.lexicon.word_class`, format.md §3 step 5), None for a flat head. Every peer then
     reports, and ranks by, the dense `log P(w) = log_softmax(clogits)[κ(w)] + logits[w] − lse[κ(w)]`,
-    `lse[k] = logsumexp_{v: κ(v)=k} logits[v]`, computed as: the max of each class (a scatter-max),
-    `e = exp(logits − max[κ])`, the sum of each class (a scatter-add), a gather back to the words.
-    That is V-sized work besides the heads' matrices, and stable (each class's own max)."""
+    `lse[k] = logsumexp_{v: κ(v)=k} logits[v]`, stable (each class shifted by its own max):
+    torch and MLX with their scatter ops (the max of each class by a scatter-max, the sums of
+    `exp(logits − max[κ])` by a scatter-add, a gather back to the words); ONNX Runtime with
+    `class_members` (ScatterElements with a reduction costs ~45 µs per 20,000 updates there)."""
     c = hp.get("laya.lexicon.word_class")
     return None if c is None else np.asarray(c, dtype=np.int64)
+
+
+def class_members(cls):
+    """`(K, S)` word ids of each class (`S` = the largest class), shorter classes padded with `V`:
+    gathering `logits` + one `−∞` slot by it lays the classes out as rows, whose max and
+    sum are plain reductions. The sort-free gather scheme of the ONNX graph."""
+    K, V = int(cls.max()) + 1, len(cls)
+    S = int(np.bincount(cls).max())
+    members = np.full((K, S), V, np.int64)
+    for k in range(K):
+        ids = np.flatnonzero(cls == k)
+        members[k, :len(ids)] = ids
+    return members
 
 
 # The matrices the Python peers store transposed, (in, out) (see make_torch).
@@ -191,16 +205,19 @@ def build_onnx(hp, W):
     logits = op("Reshape", [linear(z, "output"), const(np.array([-1], np.int64))])
     cls = word_classes(hp)
     if cls is not None:
-        # Factorised head: logits becomes the dense log P(w) (word_classes). ScatterElements
-        # with reduction max/add (opset 18) gives each class's max and sum.
-        K = W["output_class.weight"].shape[0]
-        idx = const(cls, "cls")
-        scatter = lambda init, upd, how: op("ScatterElements", [const(init), idx, upd], axis=0, reduction=how)
+        # Factorised head: logits becomes the dense log P(w) (word_classes). The classes as the
+        # rows of a (K, S) rectangle (class_members), the max and the sum of exp per row, and
+        # GatherElements (~11 µs for 20,000 indices here, against ~57 for Gather) back to the words.
+        members = class_members(cls)
+        rows = const(np.array([1], np.int64))
+        padded = op("Concat", [logits, const(np.array([-np.inf], np.float32))], axis=0)
+        rect = op("Reshape", [op("GatherElements", [padded, const(members.reshape(-1))], axis=0),
+                              const(np.array(members.shape, np.int64))])
+        cmax = op("ReduceMax", [rect, rows], keepdims=1)
+        csum = op("ReduceSum", [op("Exp", [op("Sub", [rect, cmax])]), rows], keepdims=0)
+        lse = op("Add", [op("Log", [csum]), op("Reshape", [cmax, const(np.array([-1], np.int64))])])
         lcls = op("LogSoftmax", [op("Reshape", [linear(z, "output_class"), const(np.array([-1], np.int64))])], axis=-1)
-        cmax = scatter(np.full(K, -np.inf, np.float32), logits, "max")
-        shifted = op("Sub", [logits, op("Gather", [cmax, idx], axis=0)])
-        csum = scatter(np.zeros(K, np.float32), op("Exp", [shifted]), "add")
-        logits = op("Add", [shifted, op("Gather", [op("Sub", [lcls, op("Log", [csum])]), idx], axis=0)])
+        logits = op("Add", [logits, op("GatherElements", [op("Sub", [lcls, lse]), const(cls, "cls")], axis=0)])
     rlogits = op("Reshape", [linear(z, "replace"), const(np.array([-1], np.int64))])
     nodes.append(helper.make_node("TopK", [logits, const(np.array([5], np.int64))], ["top_values", "top_ids"],
                                   axis=-1, largest=1, sorted=1))
@@ -282,10 +299,11 @@ def make_torch(hp, W, compiled):
         logits = lin(z, "output")
         if cls is None:
             return logits
-        # Factorised head: the dense log P(w) (word_classes), scatter_reduce amax + index_add.
-        shifted = logits - lowest.scatter_reduce(0, cls, logits, "amax")[cls]
-        csum = zeros.index_add(0, cls, shifted.exp())
-        return shifted + (torch.log_softmax(lin(z, "output_class"), -1) - csum.log())[cls]
+        # Factorised head: the dense log P(w) (word_classes), scatter_reduce amax + scatter_add;
+        # gathers by index_select (x[cls] took ~70 µs for 20,000 indices here, index_select ~7).
+        shifted = logits - lowest.scatter_reduce(0, cls, logits, "amax").index_select(0, cls)
+        csum = zeros.scatter_add(0, cls, shifted.exp())
+        return shifted + (torch.log_softmax(lin(z, "output_class"), -1) - csum.log()).index_select(0, cls)
 
     def heads_top(x):
         z = ln(x[-1], "output_norm")
