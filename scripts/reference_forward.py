@@ -2,7 +2,8 @@
 """Independent reference implementation of the Laya forward pass (docs/format.md §3), in numpy.
 
 Reads a .laya file with the standard `gguf` package (its own dequantisation, not Laya's),
-computes word and replace logits for each context, and writes them as JSON:
+computes word and replace logits for each context (for a factorised word head, the "word logits"
+are the dense log P(w) of every word: `word_head`), and writes them as JSON:
 
     python scripts/reference_forward.py MODEL.laya CONTEXTS.json OUT.json
 
@@ -84,6 +85,28 @@ def act(x, name):
     return np.maximum(x, 0.0)
 
 
+def word_head(hp, W, z):
+    """The word head on `z` (`(d,)` or `(n, d)`, after output_norm), format.md §3 step 5: the
+    logits of a flat head; for a factorised one (`laya.lexicon.word_class`, `output_class.*`)
+    the dense `log P(w) = log_softmax(clogits)[κ(w)] + logits[w] − logsumexp_{v: κ(v)=κ(w)} logits[v]`,
+    which ranks the words as `P(w)` does. One class at a time, shifted by the class's own max."""
+    logits = z @ W["output.weight"].T + W["output.bias"]
+    if "laya.lexicon.word_class" not in hp:
+        return logits
+    cls = np.asarray(hp["laya.lexicon.word_class"], dtype=np.int64)
+    clogits = z @ W["output_class.weight"].T + W["output_class.bias"]
+
+    def lse(a):
+        m = a.max(-1, keepdims=True)
+        return m + np.log(np.exp(a - m).sum(-1, keepdims=True))
+
+    within = np.empty_like(logits)
+    for k in range(clogits.shape[-1]):
+        members = cls == k
+        within[..., members] = lse(logits[..., members])
+    return (clogits - lse(clogits))[..., cls] + logits - within
+
+
 def forward(hp, W, context):
     T = hp["laya.context_length"]
     H = hp["laya.attention.head_count"]
@@ -127,7 +150,7 @@ def forward(hp, W, context):
         h = layer_norm(x, W[p + "ffn_norm.weight"], W[p + "ffn_norm.bias"], eps)
         x = x + lin(act(lin(h, p + "ffn_up"), hp["laya.activation"]), p + "ffn_down")
     z = layer_norm(x[-1], W["output_norm.weight"], W["output_norm.bias"], eps)
-    return lin(z, "output"), lin(z, "replace")
+    return word_head(hp, W, z), lin(z, "replace")
 
 
 def main():

@@ -15,7 +15,8 @@ import reference_forward as rf
 
 
 def stream_logits(hp, W, context):
-    """(word logits, replace logits), float64, one row per position `t` of the token stream of
+    """(word logits, replace logits), float64 (word logits = log P(w) for a factorised head,
+    `rf.word_head`), one row per position `t` of the token stream of
     `context`: row `t` is the output for the context `context[:t]` (the stream is causal, so
     position `t` sees only BOS and the first `t` characters). `W` as read by `rf.load`."""
     T = hp["laya.context_length"]
@@ -53,7 +54,7 @@ def stream_logits(hp, W, context):
         x = x + lin(rf.act(lin(h, p + "ffn_up"), hp["laya.activation"]), p + "ffn_down")
     # 4. The last position of the stream feeds the heads (here: every position, one prefix each).
     z = rf.layer_norm(x, W["output_norm.weight"], W["output_norm.bias"], eps)
-    return lin(z, "output"), lin(z, "replace")
+    return rf.word_head(hp, W, z), lin(z, "replace")
 
 
 def forward_causal(hp, W, context):

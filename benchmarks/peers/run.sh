@@ -67,9 +67,17 @@ target/release/examples/random_model "$models/seed-512-causal-f32.laya" 512 f32 
 target/release/examples/random_model "$models/rand-20000-causal-f32.laya" 20000 f32 128 256 2 relative_causal
 target/release/laya quantize "$models/seed-512-causal-f32.laya" "$models/seed-512-causal-q.laya" >/dev/null
 target/release/laya quantize "$models/rand-20000-causal-f32.laya" "$models/rand-20000-causal-q.laya" >/dev/null
+# (j), (k) the lexicon-20,000 causal shape with a factorised word head (format.md §3 step 5;
+# random_model's 8th argument: about 256 classes, 172 here), F32 and through `laya quantize`.
+# The peers compute the dense log P(w) of every word; Laya expands only the classes its ranking
+# needs.
+target/release/examples/random_model "$models/rand-20000-causal-cls-f32.laya" 20000 f32 128 256 2 relative_causal 256
+target/release/laya quantize "$models/rand-20000-causal-cls-f32.laya" "$models/rand-20000-causal-cls-q.laya" >/dev/null
 # The causal peers (and Laya) against the plain numpy reference first (causal_reference.py: every
 # position of the whole stream, float64), on the benchmark's contexts and typing requests.
 "$py" benchmarks/peers/peer_py.py --self-test "$models/seed-512-causal-f32.laya" onnxruntime,torch,mlx --bin target/release
+# ... and on the factorised head (the class head, the within-class logsumexp).
+"$py" benchmarks/peers/peer_py.py --self-test "$models/rand-20000-causal-cls-q.laya" onnxruntime,torch,mlx --bin target/release
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
@@ -80,4 +88,6 @@ exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, causal, F32 (random)=$models/seed-512-causal-f32.laya=relative_causal: 3 blocks, d 128, 2 heads, FFN 512, window 16, the last 46 tokens reach the output; random weights, F32 everywhere." \
     "lexicon 512, seed shape, causal, quantised=$models/seed-512-causal-q.laya=the causal seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
     "lexicon 20000, causal, F32 (random)=$models/rand-20000-causal-f32.laya=relative_causal: 2 blocks, d 128, FFN 256, window 16, the last 31 tokens reach the output; 65,536-row direct embedding, random weights, F32 everywhere." \
-    "lexicon 20000, causal, quantised=$models/rand-20000-causal-q.laya=the causal lexicon-20,000 model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."
+    "lexicon 20000, causal, quantised=$models/rand-20000-causal-q.laya=the causal lexicon-20,000 model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
+    "lexicon 20000, causal, factorised head, F32 (random)=$models/rand-20000-causal-cls-f32.laya=the causal lexicon-20,000 shape with a factorised word head (172 classes): peers compute the dense log P(w) of all 20,000 words and take its top-5, Laya computes the class head and expands only the classes its ranking needs; F32 everywhere." \
+    "lexicon 20000, causal, factorised head, quantised=$models/rand-20000-causal-cls-q.laya=the factorised model through laya quantize (the class head Q8_0 like the word head): Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."

@@ -109,6 +109,11 @@ struct Report {
     macs_at_p50: u64,
     /// Share of the profiled predictions computed from kept keys and values.
     reused_fraction: f64,
+    /// Mean word-head rows computed per prediction: the lexicon size with a flat head; with a
+    /// factorised one, the words of the classes ranking expanded.
+    word_rows_per_prediction: f64,
+    /// Classes of a factorised word head (0: flat).
+    word_classes: usize,
     /// `laya.position_scheme`.
     positions: String,
     gflops_at_p50: f64,
@@ -188,7 +193,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let reused_fraction = times.reused as f64 / times.predictions.max(1) as f64;
     // With the causal window most keystrokes reuse the kept keys and values, and then the p50
     // prediction is one of those: count the arithmetic it actually did.
-    let macs = if reused_fraction >= 0.5 { model.macs_per_keystroke() } else { model.macs_per_prediction() };
+    let word_rows = times.word_rows as f64 / times.predictions.max(1) as f64;
+    let lazy_rows = if model.config().word_classes > 0 { word_rows.round() as u64 } else { 0 };
+    let macs = lazy_rows * model.config().d_model as u64
+        + if reused_fraction >= 0.5 { model.macs_per_keystroke() } else { model.macs_per_prediction() };
     let gflops = 2.0 * macs as f64 / (p50 * 1e3);
     // After the timed loop, so the probe's heat does not colour the latencies.
     let peak = model.kernels().measure_peak();
@@ -214,6 +222,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         macs_per_keystroke: model.macs_per_keystroke(),
         macs_at_p50: macs,
         reused_fraction,
+        word_rows_per_prediction: word_rows,
+        word_classes: model.config().word_classes,
         positions: model.config().position_scheme.name().to_string(),
         gflops_at_p50: gflops,
         peak_gflops,
@@ -252,6 +262,10 @@ fn print_report(r: &Report) -> Result<(), CliError> {
     if r.positions == "relative_causal" {
         outln!("| computed from kept keys/values | {:.1}% of predictions ({} MACs each; {} computed whole) |",
             100.0 * r.reused_fraction, r.macs_per_keystroke, r.macs_per_prediction);
+    }
+    if r.word_classes > 0 {
+        outln!("| word-head rows computed     | {:.0} of {} per prediction (factorised head, {} classes) |",
+            r.word_rows_per_prediction, r.vocab, r.word_classes);
     }
     outln!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s f32 peak ({} MACs) |",
         r.gflops_at_p50, 100.0 * r.peak_fraction, r.peak_gflops, r.macs_at_p50);

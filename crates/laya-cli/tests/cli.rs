@@ -135,6 +135,25 @@ fn bench_whole_computes_every_prediction_whole() {
     assert_eq!(whole["allocations_per_prediction"].as_f64(), Some(0.0));
 }
 
+/// A factorised word head: bench counts the word-head rows ranking computed, and the arithmetic
+/// at p50 is the fixed part plus `d` per such row.
+#[test]
+fn bench_counts_the_rows_a_factorised_head_computes() {
+    let cfg = TinyConfig { word_classes: 12, position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::default() };
+    let (meta, tensors) = random_model(&cfg, 3, GgmlType::Q8_0);
+    let path = tmp("factorised.laya");
+    std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
+    let out = laya().args(["bench", "--json", "--iterations", "200", "--cold-runs", "1", "--model"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["word_classes"].as_u64(), Some(meta.word_classes() as u64));
+    let rows = v["word_rows_per_prediction"].as_f64().unwrap();
+    assert!(rows > 0.0 && rows <= cfg.vocab as f64, "{v}");
+    let fixed = v["macs_per_keystroke"].as_u64().unwrap();
+    assert_eq!(v["macs_at_p50"].as_u64().unwrap(), fixed + 64 * rows.round() as u64, "{v}");
+    assert_eq!(v["allocations_per_prediction"].as_f64(), Some(0.0));
+}
+
 #[test]
 fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     let m = model_file("bench.laya", GgmlType::F16);

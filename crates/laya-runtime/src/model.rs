@@ -43,6 +43,10 @@ pub struct Config {
     pub position_scheme: PositionScheme,
     /// Tokens that can reach the output (`T` or `L·(T−1)+1`).
     pub receptive_field: usize,
+    /// Classes `K` of a factorised word head (docs/format.md §3 step 5); 0 for a flat head.
+    pub word_classes: usize,
+    /// Words in the largest class (0 for a flat head).
+    pub largest_class: usize,
 }
 
 /// Descriptive facts about a model file, for `laya inspect` and logs.
@@ -147,6 +151,90 @@ pub struct Model {
     pub(crate) lexicon: Lexicon,
     /// Per word, `ln(dictionary share) − ln(corpus share)`, or empty (see [`prior_shift`]).
     pub(crate) prior_shift: Vec<f32>,
+    /// A factorised word head (docs/format.md §3 step 5), or `None` for a flat one.
+    pub(crate) classes: Option<WordClasses>,
+}
+
+/// The class head of a factorised word head and, per class, its words' rows of `output.weight`
+/// gathered into one matrix, so that a session can compute one class's logits with one call.
+pub(crate) struct WordClasses {
+    /// `output_class.weight`, `[K, d]`.
+    pub head: Mat,
+    pub head_b: Vec<f32>,
+    /// The word ids of class `c` are `ids[start[c]..start[c + 1]]`, increasing.
+    pub start: Vec<usize>,
+    pub ids: Vec<u32>,
+    /// The class of each word.
+    pub class_of: Vec<u32>,
+    /// Per class: its rows of `output.weight` (same type), their packed copy where the word
+    /// head has one, and their biases.
+    pub rows: Vec<ClassRows>,
+}
+
+pub(crate) struct ClassRows {
+    /// Type, shape and packed copy, as for any layer, so the session picks the same precision
+    /// as for the word head (`range` is unused: the rows live in `data`).
+    pub mat: Mat,
+    pub data: Vec<u8>,
+    pub bias: Vec<f32>,
+}
+
+impl ClassRows {
+    pub fn matrix(&self) -> Matrix<'_> {
+        Matrix { ty: self.mat.ty, rows: self.mat.rows, cols: self.mat.cols, data: &self.data }
+    }
+}
+
+impl WordClasses {
+    fn new(file: &LayaFile, out_w: &Matrix, out_b: &[f32], head: Mat, kernels: Kernels) -> Result<WordClasses, LoadError> {
+        let (Some(class_of), Some((_, b))) = (file.meta.word_class.as_ref(), file.output_class.as_ref()) else {
+            return Err(LoadError::Kernel("output_class: a factorised head without its class map".into()));
+        };
+        let k = b.ne[0] as usize;
+        let mut start = vec![0usize; k + 1];
+        for &c in class_of {
+            start[c as usize + 1] += 1;
+        }
+        for c in 0..k {
+            start[c + 1] += start[c];
+        }
+        let mut fill = start.clone();
+        let mut ids = vec![0u32; class_of.len()];
+        for (id, &c) in class_of.iter().enumerate() {
+            ids[fill[c as usize]] = id as u32;
+            fill[c as usize] += 1;
+        }
+        let rb = out_w.row_bytes();
+        let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("output.weight (one class's rows): {e}"));
+        let mut rows = Vec::with_capacity(k);
+        for c in 0..k {
+            let members = &ids[start[c]..start[c + 1]];
+            let mut data = Vec::with_capacity(members.len() * rb);
+            for &id in members {
+                data.extend_from_slice(out_w.row(id as usize));
+            }
+            let w = Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
+            let packed = match w.ty {
+                WType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(&w).map_err(err)?)),
+                WType::Q4_0 | WType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(&w).map_err(err)?)),
+                _ => None,
+            };
+            let bias = members.iter().map(|&id| out_b[id as usize]).collect();
+            let mat = Mat { ty: w.ty, rows: w.rows, cols: w.cols, range: 0..0, packed };
+            rows.push(ClassRows { mat, bias, data });
+        }
+        Ok(WordClasses { head_b: f32s(b), head, start, ids, class_of: class_of.clone(), rows })
+    }
+
+    /// `K`.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The largest class's word count.
+    pub fn max_class(&self) -> usize {
+        self.start.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
+    }
 }
 
 impl Model {
@@ -228,6 +316,8 @@ impl Model {
             normalization: file.meta.normalization.clone(),
             position_scheme: hp.position_scheme,
             receptive_field: hp.position_scheme.receptive_field(hp.block_count, hp.context_length) as usize,
+            word_classes: 0,
+            largest_class: 0,
         };
         let mut layers = Vec::with_capacity(file.layers.len());
         for l in &file.layers {
@@ -260,7 +350,21 @@ impl Model {
             storage: storage.kind(),
             dict_words: file.meta.dict_frequencies.as_deref().map_or(0, |d| d.iter().filter(|&&f| f > 0).count()),
         };
+        let classes = match &file.output_class {
+            Some((w, _)) => {
+                let out = mat(&file.output_w)?;
+                let out_w = Matrix { ty: out.ty, rows: out.rows, cols: out.cols, data: file.output_w.data };
+                Some(WordClasses::new(&file, &out_w, &f32s(&file.output_b), lin(w)?, kernels)?)
+            }
+            None => None,
+        };
+        let cfg = Config {
+            word_classes: classes.as_ref().map_or(0, WordClasses::len),
+            largest_class: classes.as_ref().map_or(0, WordClasses::max_class),
+            ..cfg
+        };
         let parts = Model {
+            classes,
             kernels,
             tok: mat(&file.token_embd)?,
             tok_comp: file.token_embd_comp.as_ref().map(mat).transpose()?,
@@ -271,7 +375,9 @@ impl Model {
             },
             out_norm_w: f32s(&file.output_norm_w),
             out_norm_b: f32s(&file.output_norm_b),
-            output: lin(&file.output_w)?,
+            // A factorised head reads its words' rows class by class from `classes`, packed
+            // there; a second packed copy of the whole head would never be read.
+            output: if file.output_class.is_some() { mat(&file.output_w)? } else { lin(&file.output_w)? },
             output_b: f32s(&file.output_b),
             prior_shift: file.meta.dict_frequencies.as_deref().map(|d| prior_shift(&file.meta.frequencies, d)).unwrap_or_default(),
             replace: mat(&file.replace_w)?,
@@ -337,7 +443,7 @@ impl Model {
                 let (f, m) = (*f as u64, (nl - 1 - i as u64) * (t - 1) + 1);
                 macs += 2 * (m + t - 1) * d * d + m * (2 * d * d + 2 * t * d + 2 * d * f);
             }
-            return macs + d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
+            return macs + self.head_macs();
         }
         for (i, f) in self.cfg.ffn.iter().enumerate() {
             let f = *f as u64;
@@ -348,8 +454,15 @@ impl Model {
             macs += positions * 2 * t * d; // scores and weighted values
             macs += positions * 2 * d * f; // ffn up + down
         }
-        macs += d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64);
-        macs
+        macs + self.head_macs()
+    }
+
+    /// Multiply-adds of the heads: every word and replace class, or, with a factorised word
+    /// head, the class head and the replace head only; each word-head row a prediction then
+    /// computes adds `d` (`StageTimes::word_rows` counts them).
+    pub fn head_macs(&self) -> u64 {
+        let rows = if self.cfg.word_classes > 0 { self.cfg.word_classes } else { self.cfg.vocab };
+        self.cfg.d_model as u64 * (rows + self.cfg.replace_classes) as u64
     }
 
     /// Multiply-adds of a prediction whose context adds one character to the previous one. The
@@ -370,7 +483,7 @@ impl Model {
         }
         let (t, d) = (self.cfg.context_length as u64, self.cfg.d_model as u64);
         let blocks: u64 = self.cfg.ffn.iter().map(|&f| 4 * d * d + 2 * t * d + 2 * d * f as u64).sum();
-        blocks + d * (self.cfg.vocab as u64 + self.cfg.replace_classes as u64)
+        blocks + self.head_macs()
     }
 
     /// Reads one byte of every page so a freshly mapped file is resident before the first
@@ -388,7 +501,8 @@ impl Model {
     /// int8 kernels).
     pub fn packed_bytes(&self) -> usize {
         let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
-        l.chain([&self.output]).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum()
+        let classes = self.classes.iter().flat_map(|c| std::iter::once(&c.head).chain(c.rows.iter().map(|r| &r.mat)));
+        l.chain([&self.output]).chain(classes).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum()
     }
 
     #[inline]

@@ -8,7 +8,7 @@ use std::time::Instant;
 use laya_format::{Activation, PositionScheme};
 use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
-use crate::model::{Config, Layer, Mat, Model, Packed};
+use crate::model::{Config, Layer, Mat, Model, Packed, WordClasses};
 use crate::stages::{Stage, StageTimes};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
@@ -128,7 +128,22 @@ struct Scratch {
     prior_norm: Vec<f32>,
     /// `relative_causal` only: the keys and values kept between predictions.
     kv: KvCache,
+    /// Factorised word heads only (otherwise empty): the class logits, then `P(class)`; each
+    /// class's state in this prediction (`COLD`, `EXPANDED`: its words' `P(w)` are in
+    /// `logits`, `SCORED`: also ranked as next words); one class's logits; the words whose
+    /// `share` is non-zero; whether the class rows take int8 activations (those of `z` in `xq`).
+    clogits: Vec<f32>,
+    class_state: Vec<u8>,
+    class_tmp: Vec<f32>,
+    touched: Vec<u32>,
+    rows_int8: bool,
+    /// Word-head rows computed in this prediction.
+    word_rows: usize,
 }
+
+const COLD: u8 = 0;
+const EXPANDED: u8 = 1;
+const SCORED: u8 = 2;
 
 /// The last characters of a context as tokens (normalised scalar values, oldest first), with
 /// [`BOS`] in front when the whole context fits.
@@ -337,6 +352,12 @@ impl Session {
             prior: Vec::with_capacity(c.vocab),
             prior_norm: vec![1.0; c.replace_classes],
             kv: KvCache::new(c),
+            clogits: vec![0.0; c.word_classes],
+            class_state: vec![COLD; c.word_classes],
+            class_tmp: vec![0.0; c.largest_class],
+            touched: Vec::with_capacity(if c.word_classes > 0 { c.vocab } else { 0 }),
+            rows_int8: false,
+            word_rows: 0,
         };
         let mut session = Session {
             model,
@@ -495,6 +516,8 @@ impl Session {
                 && a.position_scheme == b.position_scheme
                 && a.receptive_field == b.receptive_field
                 && a.ffn.len() == b.ffn.len()
+                && a.word_classes == b.word_classes
+                && a.largest_class == b.largest_class
         };
         if same_shape {
             self.model = model;
@@ -546,23 +569,48 @@ impl Session {
         if self.profiling {
             self.times.predictions += 1;
             self.times.reused += u64::from(self.s.kv.reused);
+            self.times.word_rows += self.s.word_rows as u64;
             self.times.add(&clock.acc);
         }
         Predictions { model: &self.model, hits: &self.s.hits }
     }
 
-    /// Raw outputs of the last prediction: word logits turned into probabilities `P(w)` and
-    /// replace-class probabilities `P(i)`. For parity tests and tools.
+    /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class
+    /// probabilities `P(i)`. With a factorised word head only the words of the classes that
+    /// ranking expanded have their `P(w)` here (the others hold stale values); use
+    /// [`Session::logits`] for the whole distribution. For parity tests and tools.
     pub fn last_distributions(&self) -> (&[f32], &[f32]) {
         (&self.s.logits, &self.s.rlogits)
     }
 
-    /// Runs the network on `context` and returns the raw word logits and replace logits
-    /// (before softmax). For parity tests against other implementations.
+    /// Runs the network on `context` and returns the word logits and the replace logits
+    /// (before softmax), for parity tests against other implementations. With a factorised
+    /// word head the word vector is `ln P(w)` for every word (class log-probability plus the
+    /// word's log-probability within its class), computed whole: the quantity two
+    /// implementations of such a model can compare, since its raw logits are only defined up
+    /// to a constant per class.
     pub fn logits(&mut self, context: &str) -> (Vec<f32>, Vec<f32>) {
         let mut clock = Clock::new(false);
         self.forward_logits(context, &mut clock);
-        (self.s.logits.clone(), self.s.rlogits.clone())
+        let Some(wc) = self.model.classes.as_ref() else {
+            return (self.s.logits.clone(), self.s.rlogits.clone());
+        };
+        let s = &mut self.s;
+        let kern = self.model.kernels;
+        kern.softmax(&mut s.clogits);
+        let nbd = self.model.cfg.d_model / QK;
+        for c in 0..wc.len() {
+            let rows = &wc.rows[c];
+            let y = &mut s.class_tmp[..rows.mat.rows];
+            linear(kern, &rows.matrix(), rows.mat.packed.as_ref(), &s.z, &s.xq[..nbd], 1, &rows.bias, y, s.rows_int8);
+            let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
+            let lc = s.clogits[c].ln();
+            for (&id, &v) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
+                s.logits[id as usize] = lc + v - lse;
+            }
+        }
+        (s.logits.clone(), s.rlogits.clone())
     }
 
     /// Fills `logits`/`rlogits` with softmaxed distributions; returns the number of context
@@ -570,7 +618,14 @@ impl Session {
     fn forward(&mut self, context: &str, clock: &mut Clock) -> usize {
         let n = self.forward_logits(context, clock);
         let kern = self.model.kernels;
-        kern.softmax(&mut self.s.logits);
+        if self.model.classes.is_some() {
+            // Word probabilities come class by class, when ranking asks for them.
+            kern.softmax(&mut self.s.clogits);
+            self.s.class_state.fill(COLD);
+        } else {
+            kern.softmax(&mut self.s.logits);
+            self.s.word_rows = self.s.logits.len();
+        }
         kern.softmax(&mut self.s.rlogits);
         clock.lap(Stage::Softmax);
         n
@@ -676,7 +731,7 @@ impl Session {
         }
 
         // 4. Final norm of the last position, then the two heads.
-        run_heads(m, s, (t - 1) * d, q8n(&m.output, 1), clock);
+        run_heads(m, s, (t - 1) * d, &|w: &Mat| q8n(w, 1), clock);
         n
     }
 
@@ -784,7 +839,7 @@ impl Session {
         kv.toks.extend_from_slice(&kv.cur[nt - nt.min(r)..]);
         kv.valid = true;
 
-        run_heads(m, s, 0, q8(&m.output), clock);
+        run_heads(m, s, 0, &q8, clock);
         n
     }
 
@@ -795,14 +850,23 @@ impl Session {
         let (beta, rule) = (*completion_exponent, *rule);
         let m: &Model = model;
         let t = m.cfg.context_length;
-        let pw = &s.logits;
-        let pi = &s.rlogits;
-        let hits = &mut s.hits;
+        let Scratch { logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, .. } = s;
+        let Scratch { clogits: pc, class_state, class_tmp, touched, z, xq, rows_int8, word_rows, .. } = s;
+        let classes = m.classes.as_ref();
         hits.clear();
         if k == 0 {
             clock.lap(Stage::Rank);
             return;
         }
+        // A factorised head's words get their P(w) when a class is first needed.
+        let mut expand = |c: usize, pw: &mut [f32], state: &mut [u8]| {
+            if let Some(wc) = classes {
+                if state[c] == COLD {
+                    *word_rows += expand_class(m, wc, c, z, xq, *rows_int8, pc[c], class_tmp, pw);
+                    state[c] = EXPANDED;
+                }
+            }
+        };
 
         let max_i = (pi.len() - 1).min(n_chars);
         let admissible = |i: usize, posn: usize| {
@@ -811,9 +875,9 @@ impl Session {
         };
         // The admissible words of `i >= 1` are those that start with the last `i` characters
         // and are longer than `i`: one sorted-lexicon range per `i`.
-        let suffix_range = |suffix: &mut Vec<u8>, i: usize| {
+        let mut suffix_range = |i: usize| {
             suffix.clear();
-            for &cp in &s.cps[t - i..t] {
+            for &cp in &cps[t - i..t] {
                 let c = char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER);
                 let mut buf = [0u8; 4];
                 suffix.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
@@ -822,8 +886,13 @@ impl Session {
         };
         let mut total = 0.0f32;
         for (i, &p_i) in pi.iter().enumerate().take(max_i + 1).skip(1) {
-            let range = suffix_range(&mut s.suffix, i);
-            s.ranges[i] = range.clone();
+            let range = suffix_range(i);
+            ranges[i] = range.clone();
+            if let Some(wc) = classes {
+                for id in range.clone().filter_map(|p| admissible(i, p)) {
+                    expand(wc.class_of[id] as usize, pw, class_state);
+                }
+            }
             let mass: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id]).sum();
             let fi = match rule {
                 CompletionRule::Product if beta == 1.0 => p_i,
@@ -834,59 +903,102 @@ impl Session {
                 CompletionRule::Conditional | CompletionRule::Marginal => 0.0,
                 CompletionRule::Split => p_i,
             };
-            s.fi[i] = fi;
-            if !s.prior.is_empty() {
-                let weighted: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id] * s.prior[id]).sum();
-                s.prior_norm[i] = if weighted > 0.0 && weighted.is_finite() { mass / weighted } else { 1.0 };
+            fis[i] = fi;
+            if !prior.is_empty() {
+                let weighted: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id] * prior[id]).sum();
+                prior_norm[i] = if weighted > 0.0 && weighted.is_finite() { mass / weighted } else { 1.0 };
             }
             match rule {
                 CompletionRule::Marginal => {
                     total += mass * fi;
                     for id in range.filter_map(|p| admissible(i, p)) {
-                        s.share[id] += fi;
+                        if share[id] == 0.0 && fi != 0.0 && classes.is_some() {
+                            touched.push(id as u32);
+                        }
+                        share[id] += fi;
                     }
                 }
                 // A share of 1 takes the whole P(w) off the word's (w, 0) pair; a word whose
                 // admissible P(i) all underflowed stays a next word.
                 CompletionRule::Split if p_i > 0.0 => {
                     for id in range.filter_map(|p| admissible(i, p)) {
-                        s.share[id] = 1.0;
+                        if share[id] == 0.0 && classes.is_some() {
+                            touched.push(id as u32);
+                        }
+                        share[id] = 1.0;
                     }
                 }
                 _ => total += mass * fi,
             }
         }
         // i = 0: every word is admissible; it scores P(w)·(c0 − share), share being zero except
-        // under the marginal and split rules. One kernel pass scores the lexicon, sums the scores and
-        // keeps each run of 16's maximum; a run touches the bar only when that maximum could
-        // enter it.
+        // under the marginal and split rules.
         let c0 = if matches!(rule, CompletionRule::Marginal | CompletionRule::Split) { 1.0 } else { pi[0] };
-        total += m.kernels.score_chunks(pw, &s.share, c0, &mut s.word_scores, &mut s.chunk_max);
-        let mut threshold = f32::NEG_INFINITY;
-        for (chunk, &mx) in s.chunk_max.iter().enumerate() {
-            if mx > threshold {
-                for (j, &score) in s.word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
-                    if score > threshold {
-                        push_top(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score });
-                        if hits.len() == k {
-                            threshold = hits[k - 1].score;
+        match classes {
+            // One kernel pass scores the lexicon, sums the scores and keeps each run of 16's
+            // maximum; a run touches the bar only when that maximum could enter it.
+            None => {
+                total += m.kernels.score_chunks(pw, share, c0, word_scores, chunk_max);
+                let mut threshold = f32::NEG_INFINITY;
+                for (chunk, &mx) in chunk_max.iter().enumerate() {
+                    if mx > threshold {
+                        for (j, &score) in word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
+                            if score > threshold {
+                                push_top(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score });
+                                if hits.len() == k {
+                                    threshold = hits[k - 1].score;
+                                }
+                            }
                         }
                     }
                 }
             }
+            // Classes best first: no word of class c scores above P(c)·c0 (share ≥ 0), so
+            // once the best class not yet ranked cannot beat the k-th candidate, none can.
+            // The next-word mass Σ P(w)(c0 − share) is c0 less the shared part, since the
+            // P(w) sum to one; the shared words are all in expanded classes.
+            Some(wc) => {
+                total += c0 - touched.iter().map(|&id| pw[id as usize] * share[id as usize]).sum::<f32>();
+                let mut threshold = f32::NEG_INFINITY;
+                loop {
+                    let mut best = (usize::MAX, f32::NEG_INFINITY);
+                    for (c, &p) in pc.iter().enumerate() {
+                        if p > best.1 && class_state[c] != SCORED {
+                            best = (c, p);
+                        }
+                    }
+                    let (c, p) = best;
+                    // The margin covers the rounding of P(c)·P(w | c) against P(c).
+                    if c == usize::MAX || (hits.len() == k && p * c0 * (1.0 + 1e-5) <= threshold) {
+                        break;
+                    }
+                    expand(c, pw, class_state);
+                    class_state[c] = SCORED;
+                    for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
+                        let score = pw[id as usize] * (c0 - share[id as usize]);
+                        if score > threshold {
+                            push_top(hits, k, Hit { id, replace: 0, score });
+                            if hits.len() == k {
+                                threshold = hits[k - 1].score;
+                            }
+                        }
+                    }
+                }
+                touched.clear();
+            }
         }
         for i in 1..=max_i {
-            let fi = s.fi[i];
-            for posn in s.ranges[i].clone() {
+            let fi = fis[i];
+            for posn in ranges[i].clone() {
                 let Some(id) = admissible(i, posn) else { continue };
-                s.share[id] = 0.0;
+                share[id] = 0.0;
                 // The completion prior moves P(w) between this class's words only.
-                let pw_id = if s.prior.is_empty() { pw[id] } else { pw[id] * s.prior[id] * s.prior_norm[i] };
+                let pw_id = if prior.is_empty() { pw[id] } else { pw[id] * prior[id] * prior_norm[i] };
                 let score = if rule == CompletionRule::Split {
                     // Σ P(j) over the j this word is admissible with; ranges[j] and posn
                     // index the same sorted lexicon.
                     let len = m.lexicon.char_len(id);
-                    let norm: f32 = (1..=max_i).filter(|&j| len > j && s.ranges[j].contains(&posn)).map(|j| s.fi[j]).sum();
+                    let norm: f32 = (1..=max_i).filter(|&j| len > j && ranges[j].contains(&posn)).map(|j| fis[j]).sum();
                     if norm > 0.0 {
                         let score = pw_id * (fi / norm);
                         total += score;
@@ -909,17 +1021,45 @@ impl Session {
     }
 }
 
-/// The final norm of the residual row at `last`, then the word and replace heads.
-fn run_heads(m: &Model, s: &mut Scratch, last: usize, int8: bool, clock: &mut Clock) {
+/// The final norm of the residual row at `last`, then the word and replace heads. A
+/// factorised word head computes its class logits here and its words' logits in ranking
+/// ([`expand_class`]), from the same `z` (and its int8 blocks in `xq`).
+fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
     let (kern, d) = (m.kernels, m.cfg.d_model);
     kern.layer_norm(&s.x[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.z);
     clock.lap(Stage::OutputNorm);
-    let wout = m.matrix(&m.output);
-    quantize_if(kern, int8, &s.z, &mut s.xq);
-    linear(kern, &wout, m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, int8);
+    match &m.classes {
+        None => {
+            let int8 = q8(&m.output);
+            quantize_if(kern, int8, &s.z, &mut s.xq);
+            linear(kern, &m.matrix(&m.output), m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, int8);
+        }
+        Some(wc) => {
+            let int8 = q8(&wc.head);
+            s.rows_int8 = wc.rows.first().is_some_and(|r| q8(&r.mat));
+            s.word_rows = 0;
+            quantize_if(kern, int8 || s.rows_int8, &s.z, &mut s.xq);
+            linear(kern, &m.matrix(&wc.head), wc.head.packed.as_ref(), &s.z, &s.xq, 1, &wc.head_b, &mut s.clogits, int8);
+        }
+    }
     clock.lap(Stage::WordHead);
     kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
     clock.lap(Stage::ReplaceHead);
+}
+
+/// Fills `pw` (by word id) with `P(w)` of the words of class `c` of a factorised head
+/// (docs/format.md §3 step 5): their logits from the class's gathered rows, a softmax within
+/// the class, times `P(c)`. Returns the rows computed.
+#[allow(clippy::too_many_arguments)]
+fn expand_class(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock], int8: bool, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
+    let rows = &wc.rows[c];
+    let y = &mut tmp[..rows.mat.rows];
+    linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
+    m.kernels.softmax(y);
+    for (&id, &p) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
+        pw[id as usize] = p * pc;
+    }
+    y.len()
 }
 
 /// Writes the embedding of token `tok` (a normalised scalar value, or [`BOS`] = row 0) into

@@ -90,6 +90,9 @@ pub struct StageTimes {
     /// previous prediction (`relative_causal` models, when the context grew by a few
     /// characters); the others ran the network over the whole receptive field.
     pub reused: u64,
+    /// Word-head rows computed: every word each prediction with a flat head; with a
+    /// factorised one, the words of the classes that ranking expanded.
+    pub word_rows: u64,
 }
 
 impl StageTimes {

@@ -154,7 +154,9 @@ fn swapping_between_causal_and_learned_models_mid_typing() {
     let causal_a = common::model(&causal(vec![128, 96]), 8, GgmlType::Q8_0);
     let causal_b = common::model(&causal(vec![128, 96]), 9, GgmlType::Q8_0);
     let learned = common::model(&TinyConfig { feed_forward_length: vec![128, 96], ..TinyConfig::default() }, 8, GgmlType::Q8_0);
-    let order = [&causal_a, &causal_b, &learned, &causal_a, &causal_a, &learned, &causal_b];
+    // A factorised head of the same shape otherwise: the session's class buffers must follow.
+    let factorised = common::model(&TinyConfig { word_classes: 12, ..causal(vec![128, 96]) }, 8, GgmlType::Q8_0);
+    let order = [&causal_a, &causal_b, &learned, &causal_a, &factorised, &causal_a, &learned, &factorised, &causal_b];
     let mut s = Session::new(Arc::clone(&causal_a));
     let mut text = String::from("今天");
     for (i, m) in order.iter().cycle().take(40).enumerate() {

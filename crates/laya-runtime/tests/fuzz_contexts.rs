@@ -42,7 +42,8 @@ type Top = Vec<(String, usize, u32)>;
 #[test]
 fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
     let causal = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::small() };
-    for (cfg, ty) in [(TinyConfig::small(), GgmlType::F32), (TinyConfig::small(), GgmlType::Q4_0), (causal, GgmlType::Q8_0)] {
+    let factorised = TinyConfig { word_classes: 6, ..causal.clone() };
+    for (cfg, ty) in [(TinyConfig::small(), GgmlType::F32), (TinyConfig::small(), GgmlType::Q4_0), (causal, GgmlType::Q8_0), (factorised, GgmlType::Q8_0)] {
         let m = model(&cfg, 9, ty);
         let pairs = m.lexicon_len() * m.config().replace_classes;
         let session = RefCell::new(Session::new(m.clone()));

@@ -57,6 +57,8 @@ fn engine_matches_numpy_reference_for_every_type_and_tier() {
         // The causal window: the reference runs the whole token stream, the engine only its
         // receptive field (the long context checks that the rest cannot matter).
         TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, table_rows: Some(300), ..TinyConfig::default() },
+        // A factorised word head: both sides give ln P(w) whole.
+        TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, word_classes: 12, ..TinyConfig::default() },
     ];
     for (ci, cfg) in cfgs.iter().enumerate() {
         let mut models: Vec<(String, GgmlType, Vec<u8>)> = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]

@@ -131,10 +131,14 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
     let mut reweighted = 0;
     // (model, its per-word prior shift ln(d/Σd) − ln((c+1)/Σ(c+1)) or none, λ): a file
     // without dictionary frequencies at the default λ, then one with them at several λ.
+    // The same with factorised word heads (the runtime expands classes lazily; `logits` gives
+    // ln P(w) whole, which the reference softmaxes back to P(w)), in f32 and through the int8
+    // class rows.
+    let factorised = TinyConfig { word_classes: 12, ..TinyConfig::default() };
     let mut cases = Vec::new();
-    for seed in [3, 11] {
-        cases.push((model(&cfg, seed, GgmlType::F32), None, laya_runtime::DEFAULT_COMPLETION_PRIOR));
-        let (m, meta) = common::model_with_dict(&cfg, seed, GgmlType::F32);
+    for (cfg, seed, ty) in [(&cfg, 3, GgmlType::F32), (&cfg, 11, GgmlType::F32), (&factorised, 3, GgmlType::F32), (&factorised, 5, GgmlType::Q8_0)] {
+        cases.push((model(cfg, seed, ty), None, laya_runtime::DEFAULT_COMPLETION_PRIOR));
+        let (m, meta) = common::model_with_dict(cfg, seed, ty);
         let d = meta.dict_frequencies.clone().unwrap();
         let both: Vec<usize> = (0..d.len()).filter(|&i| d[i] > 0).collect();
         let sd: f64 = both.iter().map(|&i| d[i] as f64).sum();

@@ -74,3 +74,20 @@ fn default_quantisation_loads_and_predicts() {
     let c = s.predict("hel", 5);
     assert!(!c.is_empty());
 }
+
+/// `laya quantize` gives a factorised head's class head the word head's type, and the
+/// quantised model ranks close to the float one.
+#[test]
+fn quantising_a_factorised_head() {
+    let cfg = TinyConfig { word_classes: 12, ..TinyConfig::default() };
+    let (meta, tensors) = random_quantized_model(&cfg, 3, &QuantizeOptions::default());
+    let class_w = tensors.iter().find(|t| t.name == laya_format::OUTPUT_CLASS_W).unwrap();
+    let head = tensors.iter().find(|t| t.name == "output.weight").unwrap();
+    assert_eq!((class_w.ty, head.ty), (GgmlType::Q8_0, GgmlType::Q8_0));
+    let q = Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap();
+    let (fmeta, ftensors) = random_model(&cfg, 3, GgmlType::F32);
+    let f = Model::from_bytes(write_model(&fmeta, &ftensors).unwrap()).unwrap();
+    let ctxs = contexts(&cfg, 3);
+    let delta = mean_abs_delta(&ctxs, &mut Session::new(f), &mut Session::new(q));
+    assert!(delta < 0.05, "mean |Δ ln P(w)| {delta}");
+}

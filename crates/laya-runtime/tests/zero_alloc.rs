@@ -27,6 +27,9 @@ fn predict_allocates_nothing() {
     for ty in [GgmlType::F32, GgmlType::Q8_0] {
         models.push((format!("causal {ty:?}"), model(&causal, 2, ty)));
     }
+    // A factorised word head expands classes into buffers sized at session creation.
+    let factorised = TinyConfig { word_classes: 12, ..causal.clone() };
+    models.push(("factorised Q8_0".into(), common::model_with_dict(&factorised, 2, GgmlType::Q8_0).0));
     let typed: Vec<String> = {
         let text = "今天天气不错，我们去公园散步吧。typing one key at a time, long enough to wrap the kept keys around";
         text.char_indices().map(|(i, c)| text[..i + c.len_utf8()].to_string()).collect()

@@ -8,8 +8,10 @@
 //! window and the learned bias `pos_embd[l·H+h][t−s]` are one additive tensor per block,
 //! precomputed for `n = R`; a shorter stream uses its bottom-right corner (the distances only
 //! depend on the offsets from the last token).
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use laya_format::{Activation, LayaFile, Mapping, NormRule, TensorRef, COMP_GROUP_ROWS};
+
+use crate::heads::Heads;
 
 type Result<T> = candle_core::Result<T>;
 
@@ -43,8 +45,7 @@ pub struct CausalNet {
     embd: Tensor,
     blocks: Vec<Block>,
     out_norm: (Tensor, Tensor),
-    out: (Tensor, Tensor),
-    rep: (Tensor, Tensor),
+    heads: Heads,
 }
 
 fn f32s(t: &TensorRef<'_>) -> Result<Vec<f32>> {
@@ -58,7 +59,7 @@ fn vector(t: &TensorRef<'_>) -> Result<Tensor> {
 }
 
 /// A matrix of `ne = [in, out]` stored `(in, out)`, the layout `x · W` wants (as the Python peers).
-fn matrix(w: &TensorRef<'_>, b: &TensorRef<'_>) -> Result<(Tensor, Tensor)> {
+pub(crate) fn matrix(w: &TensorRef<'_>, b: &TensorRef<'_>) -> Result<(Tensor, Tensor)> {
     let (i, o) = (w.ne[0] as usize, w.ne[1] as usize);
     let wt = Tensor::from_vec(f32s(w)?, (o, i), &Device::Cpu)?.t()?.contiguous()?;
     Ok((wt, vector(b)?))
@@ -133,12 +134,12 @@ impl CausalNet {
             embd,
             blocks,
             out_norm: norm(&file.output_norm_w, &file.output_norm_b)?,
-            out: matrix(&file.output_w, &file.output_b)?,
-            rep: matrix(&file.replace_w, &file.replace_b)?,
+            heads: Heads::from_laya(file)?,
         })
     }
 
-    /// Word logits of one context (the replace head is computed too, as every peer does).
+    /// Word logits of one context, the dense log P(w) for a factorised head (`heads.rs`; the
+    /// replace head is computed too, as every peer does).
     pub fn word_logits(&self, context: &str) -> Result<Vec<f32>> {
         let rows = crate::common::causal_rows(context, self.r, |c| self.mapping.row(NormRule::apply_all(&self.rules, c) as u32, self.rows));
         let n = rows.len();
@@ -167,9 +168,6 @@ impl CausalNet {
             let up = if self.relu { up.relu()? } else { up.gelu()? };
             x = (x1 + lin(&up, &blk.down)?)?;
         }
-        let z = ln(&x, &self.out_norm)?;
-        let words = lin(&z, &self.out)?;
-        let _replace = lin(&z, &self.rep)?;
-        words.to_dtype(DType::F32)?.flatten_all()?.to_vec1()
+        self.heads.word_scores(&ln(&x, &self.out_norm)?)
     }
 }

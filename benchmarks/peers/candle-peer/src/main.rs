@@ -1,6 +1,9 @@
 //! candle's side of the peer benchmark: loads the file with `LayaNet::from_laya` (every tensor
-//! dequantised to f32) and times one decision = `predict_logits` on one context + top-5 over the
-//! word logits. Single-threaded when run with RAYON_NUM_THREADS=1 (the driver sets it).
+//! dequantised to f32) and times one decision = `LayaNet`'s forward pass on one context up to the
+//! output norm (`forward_hidden`, what `predict_logits` runs before its heads) + the heads
+//! (`heads.rs`: the word logits, or the dense log P(w) of a factorised word head, which
+//! `LayaNet` does not read; and the replace logits) + top-5 over the word scores.
+//! Single-threaded when run with RAYON_NUM_THREADS=1 (the driver sets it).
 //! `relative_causal` models go through `causal.rs` (plain candle ops, the same dequantised
 //! weights). `LayaNet` runs them too, but its causal path is built for training batches: it pads
 //! every sample to the receptive field and builds the masks per call. `causal.rs` computes only
@@ -13,21 +16,25 @@ use std::time::Instant;
 #[path = "../../common.rs"]
 mod common;
 mod causal;
+mod heads;
 
 use common::{Args, PeerError};
 use laya_format::PositionScheme;
 use laya_train::LayaNet;
 
 enum Net {
-    Learned(LayaNet),
+    Learned(LayaNet, heads::Heads),
     Causal(causal::CausalNet),
 }
 
 fn decide(net: &Net, context: &str) -> Result<(Vec<f32>, Vec<usize>), PeerError> {
     let logits = match net {
-        Net::Learned(net) => {
-            let (mut words, _replace) = net.predict_logits(&[context]).map_err(|e| PeerError::Model(e.to_string()))?;
-            words.pop().ok_or_else(|| PeerError::Model("predict_logits returned no row".into()))?
+        Net::Learned(net, heads) => {
+            let err = |e: &dyn std::fmt::Display| PeerError::Model(e.to_string());
+            let mut rows = vec![0u32; net.config().seq_len()];
+            net.config().encode_into(context, &mut rows);
+            let z = net.gather_rows(&rows).and_then(|tok| net.forward_hidden(&tok, &rows)).map_err(|e| err(&e))?;
+            heads.word_scores(&z).map_err(|e| err(&e))?
         }
         Net::Causal(net) => net.word_logits(context).map_err(|e| PeerError::Model(e.to_string()))?,
     };
@@ -41,7 +48,10 @@ fn run(args: &Args) -> Result<(), PeerError> {
     let bytes = std::fs::read(&args.model).map_err(|e| PeerError::Io(args.model.clone(), e))?;
     let file = laya_format::LayaFile::parse(&bytes).map_err(|e| PeerError::Model(e.to_string()))?;
     let net = match file.meta.hparams.position_scheme {
-        PositionScheme::LearnedAbsolute => Net::Learned(LayaNet::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?),
+        PositionScheme::LearnedAbsolute => Net::Learned(
+            LayaNet::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?,
+            heads::Heads::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?,
+        ),
         PositionScheme::RelativeCausal => Net::Causal(causal::CausalNet::from_laya(&file).map_err(|e| PeerError::Model(e.to_string()))?),
     };
     drop(file);

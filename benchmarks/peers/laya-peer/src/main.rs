@@ -6,6 +6,11 @@
 //! The gate's logits are computed with f32 activations, the network the peers run (they
 //! multiply the dequantised weights in f32); how often the int8 path's top-5 differs from that
 //! is reported in the notes column. For F32/F16 models the two are the same computation.
+//!
+//! A factorised word head (docs/format.md §3 step 5): `predict` computes the class head and
+//! then only the words of the classes ranking needs; `Session::logits` gives the dense ln P(w)
+//! of every word, the vector the peers compute, so the gate compares that and its top-5. The
+//! notes column says how many word-head rows the timed kind of decision computed.
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -45,6 +50,7 @@ fn run(args: &Args) -> Result<(), PeerError> {
     session.reset_stage_times();
     contexts.iter().for_each(|c| isolated(&mut session, c));
     let reused_isolated = session.stage_times().reused;
+    let rows_isolated = session.stage_times().word_rows;
     session.set_profiling(false);
     let int8: Vec<Vec<usize>> = contexts.iter().map(|c| top5(&session.logits(c).0)).collect();
     session.set_act_precision(laya_runtime::ActPrecision::F32);
@@ -60,6 +66,11 @@ fn run(args: &Args) -> Result<(), PeerError> {
     );
     if causal {
         level += &format!("; reused kept keys/values on {reused_isolated}/{} isolated contexts", contexts.len());
+    }
+    let (classes, vocab) = (model.config().word_classes, model.config().vocab);
+    let rows_note = |rows: u64, n: usize| format!("{:.0} of {vocab} word-head rows per decision (mean)", rows as f64 / n as f64);
+    if classes > 0 {
+        level += &format!("; factorised head ({classes} classes): {}", rows_note(rows_isolated, contexts.len()));
     }
     // Typing mode: ONE session for the whole sequence, so that a runtime which keeps keys and
     // values between keystrokes (relative_causal models) reuses them from request to request,
@@ -80,6 +91,7 @@ fn run(args: &Args) -> Result<(), PeerError> {
                 typist.predict(c, 5);
             });
             let reused = typist.stage_times().reused;
+            let rows = typist.stage_times().word_rows;
             typist.set_profiling(false);
             level += "; typing: ";
             if causal {
@@ -90,6 +102,9 @@ fn run(args: &Args) -> Result<(), PeerError> {
             let logits: Vec<Vec<f32>> = requests.iter().map(|c| typist.logits(c).0).collect();
             let same = logits.iter().zip(&int8).filter(|(l, i)| top5(l) == **i).count();
             level += &format!("int8 top-5 equal on {same}/{}", requests.len());
+            if classes > 0 {
+                level += &format!(", {}", rows_note(rows, requests.len()));
+            }
             Some((times, logits))
         }
     };
