@@ -54,7 +54,6 @@ fn assert_runtime_matches(net: &LayaNet, what: &str) {
 /// The same for a factorised word head: the runtime's `Session::logits` returns `log P(w)`
 /// (log class probability + within-class log-softmax) for it, as `LayaNet::forward` does.
 #[test]
-#[ignore = "needs laya-runtime's factorised word head (lands on main); run with --ignored"]
 fn runtime_matches_candle_on_a_factorised_model() {
     let mut cfg = config();
     cfg.frequencies = (1..=cfg.words.len() as u32).rev().collect();
