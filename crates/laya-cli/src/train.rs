@@ -304,17 +304,31 @@ pub fn run(args: Args) -> Result<(), CliError> {
             )));
         }
     }
-    if let (Some(net), Some(k)) = (&init, args.word_classes) {
-        let cfg = net.config();
-        let want = (k > 0).then(|| laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, k));
-        if want != cfg.word_class {
-            return Err(CliError(format!(
-                "--word-classes {k} conflicts with --init {}, a model with {}; a model's word head cannot change (leave --word-classes out to keep it)",
-                args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-                head_description(cfg.word_class.as_deref())
-            )));
+    // --word-classes with --init: a flat model gains a class head (its word rows kept, the class
+    // head started from them); a factorised one keeps its own, and another map is refused.
+    let init = match (init, args.word_classes) {
+        (Some(net), Some(k)) => {
+            let cfg = net.config();
+            let want = (k > 0).then(|| laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, k));
+            match (&cfg.word_class, want) {
+                (None, Some(map)) => {
+                    let path = args.init.as_ref().expect("init was loaded from a path");
+                    let bytes = std::fs::read(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+                    let file = laya_format::LayaFile::parse(&bytes).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+                    Some(LayaNet::from_laya_with_classes(&file, Some(map))?)
+                }
+                (have, want) if *have == want => Some(net),
+                (have, _) => {
+                    return Err(CliError(format!(
+                        "--word-classes {k} conflicts with --init {}, a model with {}; a factorised model's classes cannot change (leave --word-classes out to keep them)",
+                        args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                        head_description(have.as_deref())
+                    )));
+                }
+            }
         }
-    }
+        (init, _) => init,
+    };
     let lexicon = match (&args.lexicon, &init) {
         (Some(path), _) => {
             let lex_file =

@@ -260,7 +260,8 @@ fn positions_relative_causal_trains_and_continues() {
 }
 
 /// `--word-classes N` writes a factorised word head with `assign_word_classes`' map; `--init`
-/// keeps it (naming the same N again is fine), and asking `--init` for another head is refused.
+/// keeps it (naming the same N again is fine), asking `--init` for another head is refused, and
+/// `--init` of a flat model with `--word-classes N` makes it factorised.
 #[test]
 fn word_classes_trains_a_factorised_head_and_init_keeps_it() {
     let (events, lexicon) = fixtures();
@@ -279,7 +280,7 @@ fn word_classes_trains_a_factorised_head_and_init_keeps_it() {
     let text = ok(train_init(&first, &events, &second));
     assert!(text.contains(head), "{text}");
     let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
-    assert_eq!(meta.word_class, Some(want));
+    assert_eq!(meta.word_class, Some(want.clone()));
     let again = tmp("factorised-3.laya");
     let init_with = |model: &Path, k: &str, out: &Path| {
         laya()
@@ -295,14 +296,21 @@ fn word_classes_trains_a_factorised_head_and_init_keeps_it() {
             .unwrap()
     };
     ok(init_with(&first, "3", &again));
-    let flat = tmp_flat(&events, &lexicon);
-    for (model, k, have) in [(&first, "0", head), (&first, "1", head), (&flat, "3", "a flat word head")] {
+    for (model, k, have) in [(&first, "0", head), (&first, "1", head)] {
         let out_path = tmp(&format!("factorised-bad-{k}.laya"));
         let out = init_with(model, k, &out_path);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(&format!("--word-classes {k} conflicts with --init")) && err.contains(have), "{err}");
         assert!(!out_path.exists());
     }
+
+    // A flat model gains a class head: the same map as a new model with the same N.
+    let flat = tmp_flat(&events, &lexicon);
+    let grown = tmp("flat-grown.laya");
+    let text = ok(init_with(&flat, "3", &grown));
+    assert!(text.contains(head), "{text}");
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&grown).unwrap()).unwrap().meta;
+    assert_eq!(meta.word_class, Some(want));
 }
 
 /// A flat tiny model.

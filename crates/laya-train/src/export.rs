@@ -153,8 +153,42 @@ impl LayaNet {
     /// quantised embedding gets its error-compensation rows added back exactly as the runtime
     /// does at lookup), for example to fine-tune a shipped model on domain text.
     pub fn from_laya(file: &LayaFile<'_>) -> Result<Self> {
-        let cfg = ModelConfig::from_meta(&file.meta)?;
+        Self::from_laya_with_classes(file, None)
+    }
+
+    /// [`LayaNet::from_laya`], and for a model with a flat word head, `word_class` (one class
+    /// per word, e.g. from `laya_format::assign_word_classes`) makes it factorised: the word
+    /// rows stay as they are, so each word keeps its probability within its class, and the new
+    /// class head starts where the flat head's class masses are to first order,
+    /// `ln Σ_{w∈c} e^{u_w·z + b_w} ≈ ln Σ_{w∈c} e^{b_w} + (Σ_{w∈c} a_w u_w)·z` with `a` the
+    /// softmax of the biases within the class: weight row `Σ a_w u_w`, bias `ln Σ e^{b_w}`.
+    /// Fine-tuning then corrects what the linearisation misses (README, "Factorised word head").
+    /// A `word_class` for a model that already has one must equal it.
+    pub fn from_laya_with_classes(file: &LayaFile<'_>, word_class: Option<Vec<u32>>) -> Result<Self> {
+        let mut cfg = ModelConfig::from_meta(&file.meta)?;
+        let adding = match (&cfg.word_class, word_class) {
+            (_, None) => false,
+            (Some(have), Some(want)) if *have == want => false,
+            (Some(_), Some(_)) => return Err(TrainError::Config("the model already has a different factorised word head; a model's classes cannot change".into())),
+            (None, Some(want)) => {
+                laya_format::check_word_class(&want, cfg.vocab()).map_err(|e| TrainError::Config(format!("word classes: {e}")))?;
+                cfg.word_class = Some(want);
+                true
+            }
+        };
         let net = LayaNet::new(cfg, 0)?;
+        if adding {
+            let (u, b) = (file.output_w.to_f32().map_err(fmt_err)?, file.output_b.to_f32().map_err(fmt_err)?);
+            let (w_cls, b_cls) = class_head_from_words(net.config().word_class.as_deref().unwrap_or_default(), &u, &b, net.config().d_model);
+            for p in net.params() {
+                let values = match p.name.as_str() {
+                    laya_format::OUTPUT_CLASS_W => &w_cls,
+                    laya_format::OUTPUT_CLASS_B => &b_cls,
+                    _ => continue,
+                };
+                p.var.set(&candle_core::Tensor::from_vec(values.clone(), p.var.dims(), net.device())?)?;
+            }
+        }
         let mut all: Vec<&laya_format::TensorRef<'_>> = vec![&file.token_embd, &file.pos_embd];
         for l in &file.layers {
             all.extend(l.all());
@@ -165,6 +199,9 @@ impl LayaNet {
         }
         let by_name: std::collections::HashMap<&str, &laya_format::TensorRef<'_>> = all.into_iter().map(|t| (t.name.as_str(), t)).collect();
         for p in net.params() {
+            if adding && (p.name == laya_format::OUTPUT_CLASS_W || p.name == laya_format::OUTPUT_CLASS_B) {
+                continue;
+            }
             let t = by_name
                 .get(p.name.as_str())
                 .ok_or_else(|| TrainError::Export(format!("model file lacks tensor {}", p.name)))?;
@@ -181,6 +218,28 @@ impl LayaNet {
         }
         Ok(net)
     }
+}
+
+/// The class head a flat head's word rows `u` (`[V, d]`) and biases `b` imply to first order
+/// (see [`LayaNet::from_laya_with_classes`]): per class, the bias-softmax-weighted mean of its
+/// rows and the log-sum-exp of its biases.
+fn class_head_from_words(word_class: &[u32], u: &[f32], b: &[f32], d: usize) -> (Vec<f32>, Vec<f32>) {
+    let k = word_class.iter().max().map_or(0, |&m| m as usize + 1);
+    let mut top = vec![f32::NEG_INFINITY; k];
+    for (&c, &bw) in word_class.iter().zip(b) {
+        top[c as usize] = top[c as usize].max(bw);
+    }
+    let (mut w, mut sum) = (vec![0.0f64; k * d], vec![0.0f64; k]);
+    for (i, (&c, &bw)) in word_class.iter().zip(b).enumerate() {
+        let (c, e) = (c as usize, ((bw - top[c as usize]) as f64).exp());
+        sum[c] += e;
+        for (acc, &x) in w[c * d..(c + 1) * d].iter_mut().zip(&u[i * d..(i + 1) * d]) {
+            *acc += e * x as f64;
+        }
+    }
+    let w = w.iter().enumerate().map(|(j, &x)| (x / sum[j / d]) as f32).collect();
+    let bias = (0..k).map(|c| top[c] + sum[c].ln() as f32).collect();
+    (w, bias)
 }
 
 /// Adds row `r / COMP_GROUP_ROWS` of the compensation table to every embedding row `r`

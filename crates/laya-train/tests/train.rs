@@ -624,3 +624,56 @@ mod factorised {
         assert_eq!(report.top1, hits.count() as f32 / set.len() as f32);
     }
 }
+
+/// A flat model made factorised (`--init FLAT --word-classes K`): the word rows stay, so each
+/// word keeps its probability within its class, and the class head starts at the first-order
+/// estimate of the class masses, much closer to the flat distribution than a class head that
+/// only knows the class priors.
+#[test]
+fn a_flat_model_gains_a_class_head_close_to_its_distribution() {
+    let mut cfg = tiny_cfg(60, 1);
+    // Words by first character in groups of three, so classes hold several words.
+    cfg.words = (0..60).map(|i| format!("{}{i}", char::from_u32(0x4E00 + i / 3).unwrap())).collect();
+    cfg.words.sort();
+    let net = LayaNet::new(cfg.clone(), 5).unwrap();
+    // Weights large enough that the context moves the word distribution (logits spread by
+    // about a nat around the biases' two).
+    for p in net.params().iter().filter(|p| p.name == "output.weight" || p.name == "output.bias") {
+        let std = if p.name == "output.bias" { 2.0 } else { 0.2 };
+        let t = (Tensor::randn(0f32, 1.0, p.var.dims(), net.device()).unwrap() * std).unwrap();
+        p.var.set(&t).unwrap();
+    }
+    let info = ExportInfo { name: "flat".into(), language: "zh".into(), training_data: "test".into(), created: "2026-11-30".into() };
+    let bytes = net.export_bytes(&info, Precision::F32).unwrap();
+    let file = laya_format::LayaFile::parse(&bytes).unwrap();
+    let map = laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, 6);
+    let fact = LayaNet::from_laya_with_classes(&file, Some(map.clone())).unwrap();
+    assert_eq!(fact.config().word_class.as_ref(), Some(&map));
+
+    let ctxs = ["", "一丁", "七万丈三上下", "abc"];
+    let log_softmax = |x: &[f32]| -> Vec<f64> {
+        let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let z: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
+        x.iter().map(|&v| v as f64 - m - z.ln()).collect()
+    };
+    let (flat, _) = net.predict_logits(&ctxs).unwrap();
+    let (got, _) = fact.predict_logits(&ctxs).unwrap();
+    // The same with a class head that only knows the class biases (zero weights).
+    for p in fact.params().iter().filter(|p| p.name == laya_format::OUTPUT_CLASS_W) {
+        p.var.set(&p.var.zeros_like().unwrap()).unwrap();
+    }
+    let (blind, _) = fact.predict_logits(&ctxs).unwrap();
+    let gap = |a: &[Vec<f32>]| -> f64 {
+        a.iter().zip(&flat).map(|(x, f)| x.iter().zip(log_softmax(f)).map(|(&x, f)| (x as f64 - f).abs()).sum::<f64>() / f.len() as f64).sum::<f64>() / ctxs.len() as f64
+    };
+    let (g, b) = (gap(&got), gap(&blind));
+    assert!(g < 0.5 * b, "mean |ln P − ln P_flat|: started {g}, class biases only {b}");
+
+    // A model that already has classes keeps them; another map is refused.
+    let bytes = fact.export_bytes(&info, Precision::F32).unwrap();
+    let file = laya_format::LayaFile::parse(&bytes).unwrap();
+    assert!(LayaNet::from_laya_with_classes(&file, Some(map.clone())).is_ok());
+    let other = laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, 3);
+    assert_ne!(other, map);
+    assert!(LayaNet::from_laya_with_classes(&file, Some(other)).is_err());
+}
