@@ -157,10 +157,15 @@ pub struct Args {
     /// Factorise the word head of a new model over about N classes of words (words sharing a
     /// first character share a class; laya_format::assign_word_classes): P(w) = P(class) ·
     /// P(w | class), so a runtime can rank candidates expanding a few classes instead of
-    /// scoring every word. 0 or absent: a flat head. With --init the model's own head is kept;
-    /// naming a different one is an error.
+    /// scoring every word. 0 or absent: a flat head. With --init a factorised model's own head
+    /// is kept (naming a different one is an error) and a flat model gains one.
     #[arg(long)]
     word_classes: Option<usize>,
+    /// With --word-classes: the N most frequent words each get a class of their own
+    /// (laya_format::assign_word_classes_own), which the class head scores exactly as a flat
+    /// head would; the others are grouped by first character.
+    #[arg(long, default_value_t = 0, requires = "word_classes")]
+    own_class_words: usize,
     /// Embedding rows for the table mapping (2 reserved: padding and unknown).
     #[arg(long, default_value_t = 6000)]
     table_rows: usize,
@@ -309,7 +314,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let init = match (init, args.word_classes) {
         (Some(net), Some(k)) => {
             let cfg = net.config();
-            let want = (k > 0).then(|| laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, k));
+            let want = (k > 0).then(|| laya_format::assign_word_classes_own(cfg.words.iter().map(String::as_str), &cfg.frequencies, k, args.own_class_words));
             match (&cfg.word_class, want) {
                 (None, Some(map)) => {
                     let path = args.init.as_ref().expect("init was loaded from a path");
@@ -363,7 +368,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let word_class = match (&init, &lexicon) {
         (Some(n), _) => n.config().word_class.clone(),
         (None, Some(l)) => {
-            args.word_classes.filter(|&k| k > 0).map(|k| laya_format::assign_word_classes(l.words.iter().map(String::as_str), &l.freqs, k))
+            args.word_classes.filter(|&k| k > 0).map(|k| laya_format::assign_word_classes_own(l.words.iter().map(String::as_str), &l.freqs, k, args.own_class_words))
         }
         (None, None) => None,
     };

@@ -35,7 +35,7 @@ pub mod strings;
 pub mod testing;
 pub mod writer;
 
-pub use classes::assign_word_classes;
+pub use classes::{assign_word_classes, assign_word_classes_own};
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
 pub use strings::Strings;

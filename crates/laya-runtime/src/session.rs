@@ -136,6 +136,8 @@ struct Scratch {
     class_state: Vec<u8>,
     class_tmp: Vec<f32>,
     touched: Vec<u32>,
+    /// Classes in the order ranking visits them (a factorised head's K at most).
+    order: Vec<u32>,
     rows_int8: bool,
     /// Word-head rows computed in this prediction.
     word_rows: usize,
@@ -356,6 +358,7 @@ impl Session {
             class_state: vec![COLD; c.word_classes],
             class_tmp: vec![0.0; c.largest_class],
             touched: Vec::with_capacity(if c.word_classes > 0 { c.vocab } else { 0 }),
+            order: Vec::with_capacity(c.word_classes),
             rows_int8: false,
             word_rows: 0,
         };
@@ -851,7 +854,7 @@ impl Session {
         let m: &Model = model;
         let t = m.cfg.context_length;
         let Scratch { logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, .. } = s;
-        let Scratch { clogits: pc, class_state, class_tmp, touched, z, xq, rows_int8, word_rows, .. } = s;
+        let Scratch { clogits: pc, class_state, class_tmp, touched, order, z, xq, rows_int8, word_rows, .. } = s;
         let classes = m.classes.as_ref();
         hits.clear();
         if k == 0 {
@@ -960,26 +963,42 @@ impl Session {
             Some(wc) => {
                 total += c0 - touched.iter().map(|&id| pw[id as usize] * share[id as usize]).sum::<f32>();
                 let mut threshold = f32::NEG_INFINITY;
-                loop {
-                    let mut best = (usize::MAX, f32::NEG_INFINITY);
-                    for (c, &p) in pc.iter().enumerate() {
-                        if p > best.1 && class_state[c] != SCORED {
-                            best = (c, p);
+                // The margin covers the rounding of P(c)·P(w | c) against P(c).
+                let beaten = |p: f32, threshold: f32| p * c0 * (1.0 + 1e-5) <= threshold;
+                // Two passes over the K class probabilities, each in descending order: first the
+                // best 2k + 8 classes (typically enough to fill the bar and raise the threshold
+                // past every other class), then whatever could still beat the k-th candidate.
+                for pass in 0..2 {
+                    order.clear();
+                    if pass == 0 {
+                        let m = (2 * k + 8).min(pc.len());
+                        for (c, &p) in pc.iter().enumerate() {
+                            if order.len() < m || p > pc[order[m - 1] as usize] {
+                                if order.len() == m {
+                                    order.pop();
+                                }
+                                let at = order.partition_point(|&o| pc[o as usize] >= p);
+                                order.insert(at, c as u32);
+                            }
                         }
+                    } else {
+                        order.extend((0..pc.len() as u32).filter(|&c| class_state[c as usize] != SCORED && !(hits.len() == k && beaten(pc[c as usize], threshold))));
+                        order.sort_unstable_by(|&a, &b| pc[b as usize].total_cmp(&pc[a as usize]).then(a.cmp(&b)));
                     }
-                    let (c, p) = best;
-                    // The margin covers the rounding of P(c)·P(w | c) against P(c).
-                    if c == usize::MAX || (hits.len() == k && p * c0 * (1.0 + 1e-5) <= threshold) {
-                        break;
-                    }
-                    expand(c, pw, class_state);
-                    class_state[c] = SCORED;
-                    for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
-                        let score = pw[id as usize] * (c0 - share[id as usize]);
-                        if score > threshold {
-                            push_top(hits, k, Hit { id, replace: 0, score });
-                            if hits.len() == k {
-                                threshold = hits[k - 1].score;
+                    for &c in order.iter() {
+                        let c = c as usize;
+                        if hits.len() == k && beaten(pc[c], threshold) {
+                            break;
+                        }
+                        expand(c, pw, class_state);
+                        class_state[c] = SCORED;
+                        for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
+                            let score = pw[id as usize] * (c0 - share[id as usize]);
+                            if score > threshold {
+                                push_top(hits, k, Hit { id, replace: 0, score });
+                                if hits.len() == k {
+                                    threshold = hits[k - 1].score;
+                                }
                             }
                         }
                     }
