@@ -68,6 +68,9 @@ pub struct TinyConfig {
     /// `0`: a flat word head. Otherwise a factorised one with about this many classes
     /// ([`crate::assign_word_classes`]).
     pub word_classes: u32,
+    /// With `word_classes`: this many of the most frequent words get classes of their own
+    /// ([`crate::assign_word_classes_own`]).
+    pub own_class_words: u32,
 }
 
 impl Default for TinyConfig {
@@ -83,6 +86,7 @@ impl Default for TinyConfig {
             activation: Activation::GeluTanh,
             position_scheme: PositionScheme::LearnedAbsolute,
             word_classes: 0,
+            own_class_words: 0,
         }
     }
 }
@@ -101,6 +105,7 @@ impl TinyConfig {
             activation: Activation::GeluTanh,
             position_scheme: PositionScheme::LearnedAbsolute,
             word_classes: 0,
+            own_class_words: 0,
         }
     }
 }
@@ -200,7 +205,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         replace_classes: cfg.replace_classes,
     };
     let word_class = (cfg.word_classes > 0)
-        .then(|| crate::assign_word_classes(words.iter().map(String::as_str), &frequencies, cfg.word_classes as usize));
+        .then(|| crate::assign_word_classes_own(words.iter().map(String::as_str), &frequencies, cfg.word_classes as usize, cfg.own_class_words as usize));
     let meta = ModelMeta {
         name: format!("laya-test-{seed}"),
         hparams,

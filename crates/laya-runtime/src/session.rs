@@ -1068,10 +1068,15 @@ fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool,
 
 /// Fills `pw` (by word id) with `P(w)` of the words of class `c` of a factorised head
 /// (docs/format.md §3 step 5): their logits from the class's gathered rows, a softmax within
-/// the class, times `P(c)`. Returns the rows computed.
+/// the class, times `P(c)` (a class of one word needs no row). Returns the rows computed.
 #[allow(clippy::too_many_arguments)]
 fn expand_class(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock], int8: bool, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
     let rows = &wc.rows[c];
+    if rows.mat.rows == 1 {
+        // A word alone in its class has its class's probability: no row to compute.
+        pw[wc.ids[wc.start[c]] as usize] = pc;
+        return 0;
+    }
     let y = &mut tmp[..rows.mat.rows];
     linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
     m.kernels.softmax(y);

@@ -138,9 +138,11 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
     // before its second pass.
     let factorised = TinyConfig { word_classes: 12, ..TinyConfig::default() };
     let many = TinyConfig { word_classes: 60, ..TinyConfig::default() };
+    // The 30 most frequent words alone in their classes (no row computed for them).
+    let own = TinyConfig { word_classes: 12, own_class_words: 30, ..TinyConfig::default() };
     assert!(common::model(&many, 7, GgmlType::F32).config().word_classes > 2 * 5 + 8);
     let mut cases = Vec::new();
-    for (cfg, seed, ty) in [(&cfg, 3, GgmlType::F32), (&cfg, 11, GgmlType::F32), (&factorised, 3, GgmlType::F32), (&factorised, 5, GgmlType::Q8_0), (&many, 7, GgmlType::F32)] {
+    for (cfg, seed, ty) in [(&cfg, 3, GgmlType::F32), (&cfg, 11, GgmlType::F32), (&factorised, 3, GgmlType::F32), (&factorised, 5, GgmlType::Q8_0), (&many, 7, GgmlType::F32), (&own, 9, GgmlType::Q8_0)] {
         cases.push((model(cfg, seed, ty), None, laya_runtime::DEFAULT_COMPLETION_PRIOR));
         let (m, meta) = common::model_with_dict(cfg, seed, ty);
         let d = meta.dict_frequencies.clone().unwrap();
