@@ -970,19 +970,39 @@ impl Session {
                 // past every other class), then whatever could still beat the k-th candidate.
                 for pass in 0..2 {
                     order.clear();
+                    // Runs of 16 classes whose largest P(c) cannot enter are skipped whole.
                     if pass == 0 {
                         let m = (2 * k + 8).min(pc.len());
-                        for (c, &p) in pc.iter().enumerate() {
-                            if order.len() < m || p > pc[order[m - 1] as usize] {
-                                if order.len() == m {
-                                    order.pop();
+                        let mut bar = f32::NEG_INFINITY;
+                        for (run, chunk) in pc.chunks(16).enumerate() {
+                            if order.len() == m && chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) <= bar {
+                                continue;
+                            }
+                            for (j, &p) in chunk.iter().enumerate() {
+                                if order.len() < m || p > bar {
+                                    if order.len() == m {
+                                        order.pop();
+                                    }
+                                    let at = order.partition_point(|&o| pc[o as usize] >= p);
+                                    order.insert(at, (run * 16 + j) as u32);
+                                    if order.len() == m {
+                                        bar = pc[order[m - 1] as usize];
+                                    }
                                 }
-                                let at = order.partition_point(|&o| pc[o as usize] >= p);
-                                order.insert(at, c as u32);
                             }
                         }
                     } else {
-                        order.extend((0..pc.len() as u32).filter(|&c| class_state[c as usize] != SCORED && !(hits.len() == k && beaten(pc[c as usize], threshold))));
+                        for (run, chunk) in pc.chunks(16).enumerate() {
+                            if hits.len() == k && beaten(chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)), threshold) {
+                                continue;
+                            }
+                            for (j, &p) in chunk.iter().enumerate() {
+                                let c = run * 16 + j;
+                                if class_state[c] != SCORED && !(hits.len() == k && beaten(p, threshold)) {
+                                    order.push(c as u32);
+                                }
+                            }
+                        }
                         order.sort_unstable_by(|&a, &b| pc[b as usize].total_cmp(&pc[a as usize]).then(a.cmp(&b)));
                     }
                     for &c in order.iter() {
