@@ -136,8 +136,10 @@ struct Scratch {
     class_state: Vec<u8>,
     class_tmp: Vec<f32>,
     touched: Vec<u32>,
-    /// Classes in the order ranking visits them (a factorised head's K at most).
+    /// Classes in the order ranking visits them (a factorised head's K at most), and the best
+    /// few with their probabilities while the first pass picks them.
     order: Vec<u32>,
+    top: Vec<(f32, u32)>,
     rows_int8: bool,
     /// Word-head rows computed in this prediction.
     word_rows: usize,
@@ -359,6 +361,7 @@ impl Session {
             class_tmp: vec![0.0; c.largest_class],
             touched: Vec::with_capacity(if c.word_classes > 0 { c.vocab } else { 0 }),
             order: Vec::with_capacity(c.word_classes),
+            top: Vec::with_capacity(max_k + 3),
             rows_int8: false,
             word_rows: 0,
         };
@@ -854,7 +857,7 @@ impl Session {
         let m: &Model = model;
         let t = m.cfg.context_length;
         let Scratch { logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, .. } = s;
-        let Scratch { clogits: pc, class_state, class_tmp, touched, order, z, xq, rows_int8, word_rows, .. } = s;
+        let Scratch { clogits: pc, class_state, class_tmp, touched, order, top, z, xq, rows_int8, word_rows, .. } = s;
         let classes = m.classes.as_ref();
         hits.clear();
         if k == 0 {
@@ -966,31 +969,32 @@ impl Session {
                 // The margin covers the rounding of P(c)·P(w | c) against P(c).
                 let beaten = |p: f32, threshold: f32| p * c0 * (1.0 + 1e-5) <= threshold;
                 // Two passes over the K class probabilities, each in descending order: first the
-                // best 2k + 8 classes (typically enough to fill the bar and raise the threshold
+                // best k + 3 classes (typically enough to fill the bar and raise the threshold
                 // past every other class), then whatever could still beat the k-th candidate.
                 for pass in 0..2 {
                     order.clear();
                     // Runs of 16 classes whose largest P(c) cannot enter are skipped whole.
                     if pass == 0 {
-                        let m = (2 * k + 8).min(pc.len());
+                        let m = (k + 3).min(pc.len());
                         let mut bar = f32::NEG_INFINITY;
                         for (run, chunk) in pc.chunks(16).enumerate() {
-                            if order.len() == m && chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) <= bar {
+                            if top.len() == m && chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) <= bar {
                                 continue;
                             }
                             for (j, &p) in chunk.iter().enumerate() {
-                                if order.len() < m || p > bar {
-                                    if order.len() == m {
-                                        order.pop();
+                                if top.len() < m || p > bar {
+                                    if top.len() == m {
+                                        top.pop();
                                     }
-                                    let at = order.partition_point(|&o| pc[o as usize] >= p);
-                                    order.insert(at, (run * 16 + j) as u32);
-                                    if order.len() == m {
-                                        bar = pc[order[m - 1] as usize];
+                                    let at = top.partition_point(|&(q, _)| q >= p);
+                                    top.insert(at, (p, (run * 16 + j) as u32));
+                                    if top.len() == m {
+                                        bar = top[m - 1].0;
                                     }
                                 }
                             }
                         }
+                        order.extend(top.drain(..).map(|(_, c)| c));
                     } else {
                         for (run, chunk) in pc.chunks(16).enumerate() {
                             if hits.len() == k && beaten(chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)), threshold) {
