@@ -106,25 +106,40 @@ def word_classes(hp):
     """The class of each word (int64, length V) when the word head is factorised
     (`laya.lexicon.word_class`, format.md §3 step 5), None for a flat head. Every peer then
     reports, and ranks by, the dense `log P(w) = log_softmax(clogits)[κ(w)] + logits[w] − lse[κ(w)]`,
-    `lse[k] = logsumexp_{v: κ(v)=k} logits[v]`, stable (each class shifted by its own max):
-    torch and MLX with their scatter ops (the max of each class by a scatter-max, the sums of
-    `exp(logits − max[κ])` by a scatter-add, a gather back to the words); ONNX Runtime with
-    `class_members` (ScatterElements with a reduction costs ~45 µs per 20,000 updates there)."""
+    `lse[k] = logsumexp_{v: κ(v)=k} logits[v]`, stable (each class shifted by its own max), all
+    with `ClassLayout`'s gathers and reductions (scatters cost ~45 µs per 20,000 updates in ONNX
+    Runtime and ~1 ms in MLX here)."""
     c = hp.get("laya.lexicon.word_class")
     return None if c is None else np.asarray(c, dtype=np.int64)
 
 
-def class_members(cls):
-    """`(K, S)` word ids of each class (`S` = the largest class), shorter classes padded with `V`:
-    gathering `logits` + one `−∞` slot by it lays the classes out as rows, whose max and
-    sum are plain reductions. The sort-free gather scheme of the ONNX graph."""
-    K, V = int(cls.max()) + 1, len(cls)
-    S = int(np.bincount(cls).max())
-    members = np.full((K, S), V, np.int64)
-    for k in range(K):
-        ids = np.flatnonzero(cls == k)
-        members[k, :len(ids)] = ids
-    return members
+class ClassLayout:
+    """How the peers compute `lse[k]` without a scatter: the classes of more than one word as the
+    rows of a `(Km, S)` rectangle of word ids (`S` = the largest class, shorter rows padded with
+    `V`, which indexes one `−∞` slot appended to the logits), whose max and sum are plain
+    reductions; a class of one word has `lse = logits[w]`, a gather. Classes are then in the
+    order `order` (the rectangle's, then the single words'), and `pos[w]` is the place of
+    `κ(w)` in it, so `log P(w) = logits[w] + (log_softmax(clogits)[order] − lse)[pos[w]]`: three
+    gathers, no scatter. Leaving the single-word classes out of the rectangle matters for heads
+    with many of them (the factorised default: 1,024 of its 1,245 classes), where a rectangle
+    over every class would be 15 times the lexicon."""
+
+    def __init__(self, cls):
+        V = len(cls)
+        sizes = np.bincount(cls)
+        multi, single = np.flatnonzero(sizes > 1), np.flatnonzero(sizes == 1)
+        S = int(sizes.max()) if len(multi) else 1
+        self.members = np.full((len(multi), S), V, np.int64)
+        for r, k in enumerate(multi):
+            ids = np.flatnonzero(cls == k)
+            self.members[r, :len(ids)] = ids
+        first = np.full(len(sizes), -1, np.int64)
+        first[cls[::-1]] = np.arange(V - 1, -1, -1)
+        self.single_words = first[single]
+        self.order = np.concatenate([multi, single]).astype(np.int64)
+        place = np.empty(len(sizes), np.int64)
+        place[self.order] = np.arange(len(sizes))
+        self.pos = place[cls]
 
 
 # The matrices the Python peers store transposed, (in, out) (see make_torch).
@@ -205,19 +220,21 @@ def build_onnx(hp, W):
     logits = op("Reshape", [linear(z, "output"), const(np.array([-1], np.int64))])
     cls = word_classes(hp)
     if cls is not None:
-        # Factorised head: logits becomes the dense log P(w) (word_classes). The classes as the
-        # rows of a (K, S) rectangle (class_members), the max and the sum of exp per row, and
-        # GatherElements (~11 µs for 20,000 indices here, against ~57 for Gather) back to the words.
-        members = class_members(cls)
+        # Factorised head: logits becomes the dense log P(w) (word_classes) through ClassLayout:
+        # GatherElements (~11 µs for 20,000 indices here, against ~57 for Gather), plain
+        # reductions over the rectangle of the classes of several words.
+        lay = ClassLayout(cls)
         rows = const(np.array([1], np.int64))
         padded = op("Concat", [logits, const(np.array([-np.inf], np.float32))], axis=0)
-        rect = op("Reshape", [op("GatherElements", [padded, const(members.reshape(-1))], axis=0),
-                              const(np.array(members.shape, np.int64))])
+        rect = op("Reshape", [op("GatherElements", [padded, const(lay.members.reshape(-1))], axis=0),
+                              const(np.array(lay.members.shape, np.int64))])
         cmax = op("ReduceMax", [rect, rows], keepdims=1)
         csum = op("ReduceSum", [op("Exp", [op("Sub", [rect, cmax])]), rows], keepdims=0)
-        lse = op("Add", [op("Log", [csum]), op("Reshape", [cmax, const(np.array([-1], np.int64))])])
+        lse = op("Concat", [op("Add", [op("Log", [csum]), op("Reshape", [cmax, const(np.array([-1], np.int64))])]),
+                            op("GatherElements", [logits, const(lay.single_words)], axis=0)], axis=0)
         lcls = op("LogSoftmax", [op("Reshape", [linear(z, "output_class"), const(np.array([-1], np.int64))])], axis=-1)
-        logits = op("Add", [logits, op("GatherElements", [op("Sub", [lcls, lse]), const(cls, "cls")], axis=0)])
+        lcls = op("GatherElements", [lcls, const(lay.order)], axis=0)
+        logits = op("Add", [logits, op("GatherElements", [op("Sub", [lcls, lse]), const(lay.pos, "cls")], axis=0)])
     rlogits = op("Reshape", [linear(z, "replace"), const(np.array([-1], np.int64))])
     nodes.append(helper.make_node("TopK", [logits, const(np.array([5], np.int64))], ["top_values", "top_ids"],
                                   axis=-1, largest=1, sorted=1))
@@ -291,19 +308,22 @@ def make_torch(hp, W, compiled):
 
     cls = word_classes(hp)
     if cls is not None:
-        cls = torch.from_numpy(cls)
-        K = W["output_class.weight"].shape[0]
-        lowest, zeros = torch.full((K,), -math.inf), torch.zeros(K)
+        lay = ClassLayout(cls)
+        members, rect_shape = torch.from_numpy(lay.members.reshape(-1)), lay.members.shape
+        single, order, class_pos = (torch.from_numpy(a) for a in (lay.single_words, lay.order, lay.pos))
+        minus_inf = torch.tensor([-math.inf])
 
     def word_head(z):
         logits = lin(z, "output")
         if cls is None:
             return logits
-        # Factorised head: the dense log P(w) (word_classes), scatter_reduce amax + scatter_add;
-        # gathers by index_select (x[cls] took ~70 µs for 20,000 indices here, index_select ~7).
-        shifted = logits - lowest.scatter_reduce(0, cls, logits, "amax").index_select(0, cls)
-        csum = zeros.scatter_add(0, cls, shifted.exp())
-        return shifted + (torch.log_softmax(lin(z, "output_class"), -1) - csum.log()).index_select(0, cls)
+        # Factorised head: the dense log P(w) (word_classes) through ClassLayout; gathers by
+        # index_select (x[idx] took ~70 µs for 20,000 indices here, index_select ~7).
+        rect = torch.cat([logits, minus_inf]).index_select(0, members).view(rect_shape)
+        cmax = rect.max(1, keepdim=True).values
+        lse = torch.cat([((rect - cmax).exp().sum(1)).log() + cmax.view(-1), logits.index_select(0, single)])
+        lcls = torch.log_softmax(lin(z, "output_class"), -1).index_select(0, order)
+        return logits + (lcls - lse).index_select(0, class_pos)
 
     def heads_top(x):
         z = ln(x[-1], "output_norm")
@@ -394,19 +414,23 @@ def make_mlx(hp, W, compiled):
 
     cls = word_classes(hp)
     if cls is not None:
-        cls = mx.array(cls)
-        K = W["output_class.weight"].shape[0]
-        lowest, zeros = mx.full((K,), -math.inf), mx.zeros((K,))
+        lay = ClassLayout(cls)
+        members, rect_shape = mx.array(lay.members.reshape(-1)), lay.members.shape
+        single, order, class_pos = (mx.array(a) for a in (lay.single_words, lay.order, lay.pos))
+        minus_inf = mx.array([-math.inf])
 
     def word_head(z):
         logits = lin(z, "output")
         if cls is None:
             return logits
-        # Factorised head: the dense log P(w) (word_classes), .at[].maximum and .at[].add.
-        shifted = logits - lowest.at[cls].maximum(logits)[cls]
-        csum = zeros.at[cls].add(mx.exp(shifted))
+        # Factorised head: the dense log P(w) (word_classes) through ClassLayout (takes and
+        # reductions; MLX's .at[] scatters cost ~1 ms more here).
+        rect = mx.take(mx.concatenate([logits, minus_inf]), members).reshape(rect_shape)
+        cmax = mx.max(rect, axis=1, keepdims=True)
+        lse = mx.concatenate([mx.log(mx.sum(mx.exp(rect - cmax), axis=1)) + cmax.reshape(-1), mx.take(logits, single)])
         clogits = lin(z, "output_class")
-        return shifted + (clogits - mx.logsumexp(clogits) - mx.log(csum))[cls]
+        lcls = mx.take(clogits - mx.logsumexp(clogits), order)
+        return logits + mx.take(lcls - lse, class_pos)
 
     def heads_top(x):
         z = ln(x[-1], "output_norm")
