@@ -309,13 +309,16 @@ def make_torch(hp, W, compiled):
     cls = word_classes(hp)
     if cls is not None:
         lay = ClassLayout(cls)
-        members, rect_shape = torch.from_numpy(lay.members.reshape(-1)), lay.members.shape
-        single, order, class_pos = (torch.from_numpy(a) for a in (lay.single_words, lay.order, lay.pos))
+        members, rect_shape = torch.tensor(lay.members.reshape(-1)), lay.members.shape
+        single, order, class_pos = (torch.tensor(a) for a in (lay.single_words, lay.order, lay.pos))
         minus_inf = torch.tensor([-math.inf])
+    # A bool, not the numpy map: torch.compile turns a captured numpy array into a tensor whose
+    # guard then fails ("dispatch key set mismatch").
+    factorised = cls is not None
 
     def word_head(z):
         logits = lin(z, "output")
-        if cls is None:
+        if not factorised:
             return logits
         # Factorised head: the dense log P(w) (word_classes) through ClassLayout; gathers by
         # index_select (x[idx] took ~70 µs for 20,000 indices here, index_select ~7).
