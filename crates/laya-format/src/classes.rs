@@ -15,6 +15,10 @@
 //!   class size, or the group's own size when one group is larger) keeps the tail's classes
 //!   from growing to thousands of rare words, each of which would be read whenever one of them
 //!   is a completion.
+//! * **Frequent words alone** ([`assign_word_classes_own`], `laya train --own-class-words`):
+//!   a word alone in its class is scored by the class head exactly as a flat head would score
+//!   it, and a runtime needs no row for it; the completions of a typed character are then its
+//!   group's class plus those single words.
 
 /// Assigns each word a class: first-character groups, by corpus frequency, binned to about
 /// `target` classes of equal mass with a size cap (see the module docs). Returns one class per
