@@ -603,7 +603,10 @@ impl Session {
         };
         let s = &mut self.s;
         let kern = self.model.kernels;
-        kern.softmax(&mut s.clogits);
+        // ln P(class) as a log-softmax, so that a class whose probability underflows keeps a
+        // finite log-probability.
+        let cmax = s.clogits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let clse = cmax + s.clogits.iter().map(|&v| (v - cmax).exp()).sum::<f32>().ln();
         let nbd = self.model.cfg.d_model / QK;
         for c in 0..wc.len() {
             let rows = &wc.rows[c];
@@ -611,7 +614,7 @@ impl Session {
             linear(kern, &rows.matrix(), rows.mat.packed.as_ref(), &s.z, &s.xq[..nbd], 1, &rows.bias, y, s.rows_int8);
             let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
-            let lc = s.clogits[c].ln();
+            let lc = s.clogits[c] - clse;
             for (&id, &v) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
                 s.logits[id as usize] = lc + v - lse;
             }
