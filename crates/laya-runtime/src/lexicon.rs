@@ -72,10 +72,17 @@ impl Lexicon {
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
         let n = self.len();
         let lo = partition_point(n, |pos| self.word(self.id_at(pos)).as_bytes() < prefix);
-        let hi = lo
-            + partition_point(n - lo, |off| {
-                self.word(self.id_at(lo + off)).as_bytes().starts_with(prefix)
-            });
+        // A typed prefix starts a few words, not thousands: gallop from `lo` (1, 2, 4, …) to
+        // bracket the end, then bisect inside the bracket.
+        let has = |off: usize| self.word(self.id_at(lo + off)).as_bytes().starts_with(prefix);
+        let rest = n - lo;
+        let mut bound = 1;
+        while bound <= rest && has(bound - 1) {
+            bound *= 2;
+        }
+        let start = bound / 2;
+        let end = bound.min(rest);
+        let hi = lo + start + partition_point(end.saturating_sub(start), |off| has(start + off));
         lo..hi
     }
 }
@@ -115,6 +122,27 @@ mod tests {
             assert_eq!(words_in(&l, "x"), Vec::<String>::new());
             assert_eq!(words_in(&l, "").len(), 8);
             assert_eq!(words_in(&l, "hello!"), Vec::<String>::new());
+        }
+    }
+
+    /// The galloping end search against a plain filter, for every prefix of every word (and
+    /// some that start none), on lexicons whose prefix runs have every length from 1 to 40.
+    #[test]
+    fn prefix_ranges_match_a_filter() {
+        let mut words: Vec<String> = Vec::new();
+        for (i, c) in ['a', 'b', '明', 'z'].iter().enumerate() {
+            for j in 0..(1 + 13 * i) {
+                words.push(format!("{c}{j:03}"));
+            }
+        }
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        let l = lex(&refs);
+        let mut prefixes: Vec<String> = words.iter().flat_map(|w| (0..=w.len()).filter(|&e| w.is_char_boundary(e)).map(move |e| w[..e].to_string())).collect();
+        prefixes.extend(["c", "明9", "zz", "~"].map(String::from));
+        for p in prefixes {
+            let mut want: Vec<String> = words.iter().filter(|w| w.starts_with(p.as_str())).cloned().collect();
+            want.sort();
+            assert_eq!(words_in(&l, &p), want, "prefix {p:?}");
         }
     }
 
