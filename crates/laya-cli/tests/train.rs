@@ -40,8 +40,9 @@ fn tiny_blocks(cmd: &mut Command) -> &mut Command {
         .env("RAYON_NUM_THREADS", "1")
 }
 
-/// `laya train --init MODEL` on `events` (training and validation), the tiny settings.
-fn train_init(model: &Path, events: &Path, out: &Path) -> Output {
+/// `laya train --init MODEL` on `events` (training and validation), the tiny settings, plus
+/// `extra` flags.
+fn train_init(model: &Path, events: &Path, out: &Path, extra: &[&str]) -> Output {
     laya()
         .args(["train", "--init"])
         .arg(model)
@@ -52,6 +53,7 @@ fn train_init(model: &Path, events: &Path, out: &Path) -> Output {
         .arg("--out")
         .arg(out)
         .pipe(tiny)
+        .args(extra)
         .output()
         .unwrap()
 }
@@ -74,19 +76,8 @@ fn word_loss_of_first_epoch(text: &str) -> f32 {
 fn trains_then_continues_from_the_model_with_init() {
     let (events, lexicon) = fixtures();
     let first = tmp("first.laya");
-    let out = laya()
-        .args(["train", "--events"])
-        .arg(&events)
-        .arg("--valid-events")
-        .arg(&events)
-        .arg("--lexicon")
-        .arg(&lexicon)
-        .arg("--out")
-        .arg(&first)
-        .pipe(tiny)
-        .output()
-        .unwrap();
-    let fresh = word_loss_of_first_epoch(&ok(out));
+    let out = train_new(&events, &lexicon, &first, &[]);
+    let fresh = word_loss_of_first_epoch(&out);
     // A new model's words get ids in byte order (the lexicon file lists them by frequency), each
     // keeping its frequency, so the runtime loads the lexicon without sorting it.
     let meta = laya_format::LayaFile::parse(&std::fs::read(&first).unwrap()).unwrap().meta;
@@ -99,7 +90,7 @@ fn trains_then_continues_from_the_model_with_init() {
     ok(laya().arg("prior").arg("--dict").arg(&dict).arg(&first).arg(&first).output().unwrap());
 
     let second = tmp("second.laya");
-    let text = ok(train_init(&first, &events, &second));
+    let text = ok(train_init(&first, &events, &second, &[]));
     assert!(text.contains("kept the dictionary frequencies"), "{text}");
     let continued = word_loss_of_first_epoch(&text);
     let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
@@ -237,7 +228,7 @@ fn positions_relative_causal_trains_and_continues() {
     assert!(shown.contains("relative_causal"), "{shown}");
 
     let second = tmp("causal-2.laya");
-    let text = ok(train_init(&first, &events, &second));
+    let text = ok(train_init(&first, &events, &second, &[]));
     assert!(text.contains("positions relative_causal"), "{text}");
     let continued = word_loss_of_first_epoch(&text);
     assert!(continued < fresh, "continuing should start from the trained weights: {continued} vs {fresh}");
@@ -277,24 +268,12 @@ fn word_classes_trains_a_factorised_head_and_init_keeps_it() {
     assert!(text.contains(head), "{text}");
 
     let second = tmp("factorised-2.laya");
-    let text = ok(train_init(&first, &events, &second));
+    let text = ok(train_init(&first, &events, &second, &[]));
     assert!(text.contains(head), "{text}");
     let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
     assert_eq!(meta.word_class, Some(want.clone()));
     let again = tmp("factorised-3.laya");
-    let init_with = |model: &Path, k: &str, out: &Path| {
-        laya()
-            .args(["train", "--init"])
-            .arg(model)
-            .arg("--events")
-            .arg(&events)
-            .arg("--out")
-            .arg(out)
-            .args(["--word-classes", k])
-            .pipe(tiny)
-            .output()
-            .unwrap()
-    };
+    let init_with = |model: &Path, k: &str, out: &Path| train_init(model, &events, out, &["--word-classes", k]);
     ok(init_with(&first, "3", &again));
     for (model, k, have) in [(&first, "0", head), (&first, "1", head)] {
         let out_path = tmp(&format!("factorised-bad-{k}.laya"));
