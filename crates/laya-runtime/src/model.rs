@@ -91,6 +91,16 @@ pub(crate) enum Packed {
 }
 
 impl Packed {
+    /// The packed copy of a quantised matrix where this CPU has kernels for it (Q8_0, and Q4_0
+    /// or Q4_1, on x86 with AVX2); `None` for other types and CPUs.
+    fn of(w: &Matrix, kernels: Kernels) -> Result<Option<Packed>, laya_kernels::KernelError> {
+        Ok(match w.ty {
+            WType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(w)?)),
+            WType::Q4_0 | WType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(w)?)),
+            _ => None,
+        })
+    }
+
     fn heap_bytes(&self) -> usize {
         match self {
             Packed::Q8(p) => p.heap_bytes(),
@@ -214,11 +224,7 @@ impl WordClasses {
                 data.extend_from_slice(out_w.row(id as usize));
             }
             let w = Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
-            let packed = match w.ty {
-                WType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(&w).map_err(err)?)),
-                WType::Q4_0 | WType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(&w).map_err(err)?)),
-                _ => None,
-            };
+            let packed = Packed::of(&w, kernels).map_err(err)?;
             let bias = members.iter().map(|&id| out_b[id as usize]).collect();
             let mat = Mat { ty: w.ty, rows: w.rows, cols: w.cols, range: 0..0, packed };
             rows.push(ClassRows { mat, bias, data });
@@ -294,11 +300,7 @@ impl Model {
             let mut m = mat(t)?;
             let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("{}: {e}", t.name));
             let w = Matrix::new(m.ty, m.rows, m.cols, t.data).map_err(err)?;
-            m.packed = match m.ty {
-                WType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(&w).map_err(err)?)),
-                WType::Q4_0 | WType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(&w).map_err(err)?)),
-                _ => None,
-            };
+            m.packed = Packed::of(&w, kernels).map_err(err)?;
             Ok(m)
         };
         let hp = &file.meta.hparams;
