@@ -602,16 +602,13 @@ impl Session {
             return (self.s.logits.clone(), self.s.rlogits.clone());
         };
         let s = &mut self.s;
-        let kern = self.model.kernels;
         // ln P(class) as a log-softmax, so that a class whose probability underflows keeps a
         // finite log-probability.
         let cmax = s.clogits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let clse = cmax + s.clogits.iter().map(|&v| (v - cmax).exp()).sum::<f32>().ln();
         let nbd = self.model.cfg.d_model / QK;
         for c in 0..wc.len() {
-            let rows = &wc.rows[c];
-            let y = &mut s.class_tmp[..rows.mat.rows];
-            linear(kern, &rows.matrix(), rows.mat.packed.as_ref(), &s.z, &s.xq[..nbd], 1, &rows.bias, y, s.rows_int8);
+            let y = class_logits(&self.model, wc, c, &s.z, &s.xq[..nbd], s.rows_int8, &mut s.class_tmp);
             let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
             let lc = s.clogits[c] - clse;
@@ -1098,19 +1095,26 @@ fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool,
 /// the class, times `P(c)` (a class of one word needs no row). Returns the rows computed.
 #[allow(clippy::too_many_arguments)]
 fn expand_class(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock], int8: bool, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
-    let rows = &wc.rows[c];
-    if rows.mat.rows == 1 {
+    if wc.rows[c].mat.rows == 1 {
         // A word alone in its class has its class's probability: no row to compute.
         pw[wc.ids[wc.start[c]] as usize] = pc;
         return 0;
     }
-    let y = &mut tmp[..rows.mat.rows];
-    linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
+    let y = class_logits(m, wc, c, z, xq, int8, tmp);
     m.kernels.softmax(y);
     for (&id, &p) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
         pw[id as usize] = p * pc;
     }
     y.len()
+}
+
+/// The word logits of class `c`'s words (in `wc.ids` order), from its gathered rows, into the
+/// front of `tmp`.
+fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock], int8: bool, tmp: &'a mut [f32]) -> &'a mut [f32] {
+    let rows = &wc.rows[c];
+    let y = &mut tmp[..rows.mat.rows];
+    linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
+    y
 }
 
 /// Writes the embedding of token `tok` (a normalised scalar value, or [`BOS`] = row 0) into
