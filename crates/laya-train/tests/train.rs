@@ -332,9 +332,14 @@ fn resume_continues_exactly() {
 #[test]
 fn differentiable_primitives_match_candle_fused_ops() {
     let dev = candle_core::Device::Cpu;
-    let x = Tensor::randn(0f32, 3.0, (4, 7, 32), &dev).unwrap();
-    let w = Tensor::randn(1f32, 0.1, 32, &dev).unwrap();
-    let b = Tensor::randn(0f32, 0.1, 32, &dev).unwrap();
+    let mut rng = Rng::new(2, 1);
+    let mut normal = |mean: f64, std: f64, dims: &[usize]| {
+        let v: Vec<f32> = (0..dims.iter().product()).map(|_| (mean + rng.normal() * std) as f32).collect();
+        Tensor::from_vec(v, dims, &dev).unwrap()
+    };
+    let x = normal(0.0, 3.0, &[4, 7, 32]);
+    let w = normal(1.0, 0.1, &[32]);
+    let b = normal(0.0, 0.1, &[32]);
     let ours = layer_norm(&x, &w, &b, 1e-5).unwrap();
     let fused = candle_nn::ops::layer_norm(&x, &w, &b, 1e-5).unwrap();
     let diff = (ours - fused).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
@@ -627,47 +632,59 @@ mod factorised {
 
 /// A flat model made factorised (`--init FLAT --word-classes K`): the word rows stay, so each
 /// word keeps its probability within its class, and the class head starts at the first-order
-/// estimate of the class masses, much closer to the flat distribution than a class head that
-/// only knows the class priors.
+/// estimate of the class masses, closer to the flat distribution than a class head that only
+/// knows the class priors. The estimate is rough (on one head in eight it is barely closer), so
+/// the claim is checked on eight seeded heads, the same on every machine: closer on every one,
+/// and at the median by more than 40%.
 #[test]
 fn a_flat_model_gains_a_class_head_close_to_its_distribution() {
     let mut cfg = tiny_cfg(60, 1);
     // Words by first character in groups of three, so classes hold several words.
     cfg.words = (0..60).map(|i| format!("{}{i}", char::from_u32(0x4E00 + i / 3).unwrap())).collect();
     cfg.words.sort();
-    let net = LayaNet::new(cfg.clone(), 5).unwrap();
-    // Weights large enough that the context moves the word distribution (logits spread by
-    // about a nat around the biases' two).
-    for p in net.params().iter().filter(|p| p.name == "output.weight" || p.name == "output.bias") {
-        let std = if p.name == "output.bias" { 2.0 } else { 0.2 };
-        let t = (Tensor::randn(0f32, 1.0, p.var.dims(), net.device()).unwrap() * std).unwrap();
-        p.var.set(&t).unwrap();
-    }
     let info = ExportInfo { name: "flat".into(), language: "zh".into(), training_data: "test".into(), created: "2026-11-30".into() };
-    let bytes = net.export_bytes(&info, Precision::F32).unwrap();
-    let file = laya_format::LayaFile::parse(&bytes).unwrap();
     let map = laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, 6);
-    let fact = LayaNet::from_laya_with_classes(&file, Some(map.clone())).unwrap();
-    assert_eq!(fact.config().word_class.as_ref(), Some(&map));
-
     let ctxs = ["", "一丁", "七万丈三上下", "abc"];
     let log_softmax = |x: &[f32]| -> Vec<f64> {
         let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
         let z: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum();
         x.iter().map(|&v| v as f64 - m - z.ln()).collect()
     };
-    let (flat, _) = net.predict_logits(&ctxs).unwrap();
-    let (got, _) = fact.predict_logits(&ctxs).unwrap();
-    // The same with a class head that only knows the class biases (zero weights).
-    for p in fact.params().iter().filter(|p| p.name == laya_format::OUTPUT_CLASS_W) {
-        p.var.set(&p.var.zeros_like().unwrap()).unwrap();
+    let mut ratios = Vec::new();
+    let mut fact = None;
+    for seed in 1..=8u64 {
+        let net = LayaNet::new(cfg.clone(), 5).unwrap();
+        // Weights large enough that the context moves the word distribution (logits spread by
+        // about a nat around the biases' two).
+        let mut rng = Rng::new(seed, 3);
+        for p in net.params().iter().filter(|p| p.name == "output.weight" || p.name == "output.bias") {
+            let std = if p.name == "output.bias" { 2.0 } else { 0.2 };
+            let v: Vec<f32> = (0..p.var.elem_count()).map(|_| (rng.normal() * std) as f32).collect();
+            p.var.set(&Tensor::from_vec(v, p.var.dims(), net.device()).unwrap()).unwrap();
+        }
+        let bytes = net.export_bytes(&info, Precision::F32).unwrap();
+        let file = laya_format::LayaFile::parse(&bytes).unwrap();
+        let f = LayaNet::from_laya_with_classes(&file, Some(map.clone())).unwrap();
+        assert_eq!(f.config().word_class.as_ref(), Some(&map));
+
+        let (flat, _) = net.predict_logits(&ctxs).unwrap();
+        let (got, _) = f.predict_logits(&ctxs).unwrap();
+        // The same with a class head that only knows the class biases (zero weights).
+        for p in f.params().iter().filter(|p| p.name == laya_format::OUTPUT_CLASS_W) {
+            p.var.set(&p.var.zeros_like().unwrap()).unwrap();
+        }
+        let (blind, _) = f.predict_logits(&ctxs).unwrap();
+        let gap = |a: &[Vec<f32>]| -> f64 {
+            a.iter().zip(&flat).map(|(x, f)| x.iter().zip(log_softmax(f)).map(|(&x, f)| (x as f64 - f).abs()).sum::<f64>() / f.len() as f64).sum::<f64>() / ctxs.len() as f64
+        };
+        let (g, b) = (gap(&got), gap(&blind));
+        assert!(g < b, "seed {seed}: mean |ln P − ln P_flat| started at {g}, class biases only {b}");
+        ratios.push(g / b);
+        fact = Some(f);
     }
-    let (blind, _) = fact.predict_logits(&ctxs).unwrap();
-    let gap = |a: &[Vec<f32>]| -> f64 {
-        a.iter().zip(&flat).map(|(x, f)| x.iter().zip(log_softmax(f)).map(|(&x, f)| (x as f64 - f).abs()).sum::<f64>() / f.len() as f64).sum::<f64>() / ctxs.len() as f64
-    };
-    let (g, b) = (gap(&got), gap(&blind));
-    assert!(g < 0.5 * b, "mean |ln P − ln P_flat|: started {g}, class biases only {b}");
+    ratios.sort_by(f64::total_cmp);
+    assert!(ratios[4] < 0.6, "gap ratios to the class-prior head, sorted: {ratios:?}");
+    let fact = fact.unwrap();
 
     // A model that already has classes keeps them; another map is refused.
     let bytes = fact.export_bytes(&info, Precision::F32).unwrap();
