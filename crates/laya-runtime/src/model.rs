@@ -176,8 +176,8 @@ pub(crate) struct WordClasses {
     pub ids: Vec<u32>,
     /// The class of each word.
     pub class_of: Vec<u32>,
-    /// Per class: its rows of `output.weight` (same type), their packed copy where the word
-    /// head has one, and their biases.
+    /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
+    /// the CPU packs the word head's type, and their biases.
     pub rows: Vec<ClassRows>,
 }
 
@@ -185,6 +185,7 @@ pub(crate) struct ClassRows {
     /// Type, shape and packed copy, as for any layer, so the session picks the same precision
     /// as for the word head (`range` is unused: the rows live in `data`).
     pub mat: Mat,
+    /// The gathered rows; empty when `mat.packed` holds them.
     pub data: Vec<u8>,
     pub bias: Vec<f32>,
 }
@@ -227,6 +228,9 @@ impl WordClasses {
             let packed = Packed::of(&w, kernels).map_err(err)?;
             let bias = members.iter().map(|&id| out_b[id as usize]).collect();
             let mat = Mat { ty: w.ty, rows: w.rows, cols: w.cols, range: 0..0, packed };
+            // The packed copy serves the int8 path; the rare f32-activation path reads the rows
+            // from the file's word head instead of a second heap copy.
+            let data = if mat.packed.is_some() { Vec::new() } else { data };
             rows.push(ClassRows { mat, bias, data });
         }
         Ok(WordClasses { head_b: f32s(b), head, start, ids, class_of: class_of.clone(), rows })

@@ -1108,12 +1108,22 @@ fn expand_class(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock
     y.len()
 }
 
-/// The word logits of class `c`'s words (in `wc.ids` order), from its gathered rows, into the
-/// front of `tmp`.
+/// The word logits of class `c`'s words (in `wc.ids` order), from its gathered or packed rows,
+/// into the front of `tmp`.
 fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock], int8: bool, tmp: &'a mut [f32]) -> &'a mut [f32] {
     let rows = &wc.rows[c];
     let y = &mut tmp[..rows.mat.rows];
-    linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
+    if rows.data.is_empty() && !int8 {
+        // f32 activations on a packed class: its rows one by one from the file's word head.
+        let out = m.matrix(&m.output);
+        let ids = &wc.ids[wc.start[c]..wc.start[c + 1]];
+        for ((y, &id), b) in y.iter_mut().zip(ids).zip(&rows.bias) {
+            let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
+            m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
+        }
+    } else {
+        linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
+    }
     y
 }
 
