@@ -680,11 +680,32 @@ pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], ch
                 mx = _mm256_max_ps(mx, ld(&t));
             }
         }
-        let m128 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
-        let m128 = _mm_max_ps(m128, _mm_movehl_ps(m128, m128));
-        *m = _mm_cvtss_f32(_mm_max_ss(m128, _mm_movehdup_ps(m128)));
+        *m = hmax(mx);
     }
     hsum(_mm256_add_ps(sums[0], sums[1]))
+}
+
+/// The largest of the 8 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn hmax(v: __m256) -> f32 {
+    let m128 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m128 = _mm_max_ps(m128, _mm_movehl_ps(m128, m128));
+    _mm_cvtss_f32(_mm_max_ss(m128, _mm_movehdup_ps(m128)))
+}
+
+/// Two 8-lane halves per full run; a partial last run is folded by the scalar twin.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn run_max(x: &[f32], out: &mut [f32]) {
+    let runs = x.chunks_exact(16);
+    let rest = runs.remainder();
+    let full = x.len() / 16;
+    for (o, run) in out.iter_mut().zip(runs) {
+        *o = hmax(_mm256_max_ps(ld(run), ld(&run[8..])));
+    }
+    if !rest.is_empty() {
+        scalar::run_max(rest, &mut out[full..=full]);
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -585,6 +585,20 @@ pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], ch
     _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
 }
 
+/// One masked 16-lane load and reduction per run.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn run_max(x: &[f32], out: &mut [f32]) {
+    let n = x.len();
+    for (ci, o) in out.iter_mut().enumerate().take(n.div_ceil(16)) {
+        let i = 16 * ci;
+        let k = tail_mask((n - i).min(16));
+        // SAFETY: the mask enables lanes i..min(i+16, n) of x, which is n long; masked-off
+        // lanes are not read.
+        let v = unsafe { _mm512_maskz_loadu_ps(k, x.as_ptr().add(i)) };
+        *o = _mm512_mask_reduce_max_ps(k, v);
+    }
+}
+
 /// Widest head [`attention_keys_in_lanes`] takes (its transposed keys live on the stack).
 const KEYS_MAX_DH: usize = 128;
 

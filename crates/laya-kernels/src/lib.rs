@@ -945,6 +945,23 @@ impl Kernels {
         dispatch!(self, score_chunks(p, share, c, out, chunk_max))
     }
 
+    /// The largest value of each run of 16 of `x` into `out[i / 16]` (the last run may be
+    /// shorter): what a top-k scan needs to skip every run that cannot beat its bar. `out`
+    /// needs at least `ceil(x.len() / 16)` values. Every tier returns the same values for `x`
+    /// without NaN (a NaN may or may not be the maximum, depending on the tier).
+    ///
+    /// ```
+    /// use laya_kernels::Kernels;
+    /// let x: Vec<f32> = (0..20).map(|i| (i % 7) as f32).collect();
+    /// let mut out = [0.0f32; 2];
+    /// Kernels::detect().run_max(&x, &mut out);
+    /// assert_eq!(out, [6.0, 5.0]);
+    /// ```
+    pub fn run_max(&self, x: &[f32], out: &mut [f32]) {
+        let out = &mut out[..x.len().div_ceil(16)];
+        dispatch!(self, run_max(x, out))
+    }
+
     /// `x = max(x, 0)` in place.
     ///
     /// ```

@@ -174,6 +174,11 @@ pub(crate) fn softmax(x: &mut [f32]) {
 }
 
 #[target_feature(enable = "neon")]
+pub(crate) fn run_max(x: &[f32], out: &mut [f32]) {
+    scalar::run_max(x, out)
+}
+
+#[target_feature(enable = "neon")]
 pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], chunk_max: &mut [f32]) -> f32 {
     scalar::score_chunks(p, share, c, out, chunk_max)
 }

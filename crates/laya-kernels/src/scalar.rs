@@ -152,6 +152,12 @@ pub(crate) fn score_chunks(p: &[f32], share: &[f32], c: f32, out: &mut [f32], ch
     sum
 }
 
+pub(crate) fn run_max(x: &[f32], out: &mut [f32]) {
+    for (o, run) in out.iter_mut().zip(x.chunks(SCORE_CHUNK)) {
+        *o = run.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    }
+}
+
 pub(crate) fn relu(x: &mut [f32]) {
     for v in x {
         *v = v.max(0.0);

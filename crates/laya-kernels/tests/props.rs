@@ -630,6 +630,27 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Run maxima: every tier equal to the scalar fold, on lengths that end mid-run, with
+    /// infinities and runs whose maximum sits in either half.
+    #[test]
+    fn run_max_matches(n in 0usize..300, seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let x: Vec<f32> = (0..n).map(|i| match i % 37 { 5 => f32::NEG_INFINITY, 29 => f32::INFINITY, _ => rng.f() * 100.0 }).collect();
+        for k in all_levels() {
+            let mut out = vec![f32::NAN; n.div_ceil(16) + 1];
+            k.run_max(&x, &mut out);
+            for (j, m) in out[..n.div_ceil(16)].iter().enumerate() {
+                let want = x[16 * j..n.min(16 * j + 16)].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                prop_assert_eq!(*m, want, "{} run {}", k.level(), j);
+            }
+            prop_assert!(out[n.div_ceil(16)].is_nan(), "{} wrote past the runs", k.level());
+        }
+    }
+}
+
 #[test]
 fn softmax_extremes() {
     for k in all_levels() {

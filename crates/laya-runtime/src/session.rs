@@ -968,64 +968,68 @@ impl Session {
                 let mut threshold = f32::NEG_INFINITY;
                 // The margin covers the rounding of P(c)·P(w | c) against P(c).
                 let beaten = |p: f32, threshold: f32| p * c0 * (1.0 + 1e-5) <= threshold;
-                // Two passes over the K class probabilities, each in descending order: first the
-                // best k + 3 classes (typically enough to fill the bar and raise the threshold
-                // past every other class), then whatever could still beat the k-th candidate.
-                for pass in 0..2 {
-                    order.clear();
-                    // Runs of 16 classes whose largest P(c) cannot enter are skipped whole.
-                    if pass == 0 {
-                        let m = (k + 3).min(pc.len());
-                        let mut bar = f32::NEG_INFINITY;
-                        for (run, chunk) in pc.chunks(16).enumerate() {
-                            if top.len() == m && chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) <= bar {
-                                continue;
-                            }
-                            for (j, &p) in chunk.iter().enumerate() {
-                                if top.len() < m || p > bar {
-                                    if top.len() == m {
-                                        top.pop();
-                                    }
-                                    let at = top.partition_point(|&(q, _)| q >= p);
-                                    top.insert(at, (p, (run * 16 + j) as u32));
-                                    if top.len() == m {
-                                        bar = top[m - 1].0;
-                                    }
-                                }
-                            }
-                        }
-                        order.extend(top.drain(..).map(|(_, c)| c));
-                    } else {
-                        for (run, chunk) in pc.chunks(16).enumerate() {
-                            if hits.len() == k && beaten(chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)), threshold) {
-                                continue;
-                            }
-                            for (j, &p) in chunk.iter().enumerate() {
-                                let c = run * 16 + j;
-                                if class_state[c] != SCORED && !(hits.len() == k && beaten(p, threshold)) {
-                                    order.push(c as u32);
-                                }
-                            }
-                        }
-                        order.sort_unstable_by(|&a, &b| pc[b as usize].total_cmp(&pc[a as usize]).then(a.cmp(&b)));
-                    }
-                    for &c in order.iter() {
-                        let c = c as usize;
-                        if hits.len() == k && beaten(pc[c], threshold) {
-                            break;
-                        }
-                        expand(c, pw, class_state);
-                        class_state[c] = SCORED;
-                        for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
-                            let score = pw[id as usize] * (c0 - share[id as usize]);
-                            if score > threshold {
-                                push_top(hits, k, Hit { id, replace: 0, score });
-                                if hits.len() == k {
-                                    threshold = hits[k - 1].score;
-                                }
+                // Each run of 16 classes' largest P(c), in one vector pass: a run that cannot
+                // enter the bar is skipped whole.
+                let run_max = &mut chunk_max[..pc.len().div_ceil(16)];
+                m.kernels.run_max(pc, run_max);
+                let mut score_class = |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [u8]| {
+                    expand(c, pw, class_state);
+                    class_state[c] = SCORED;
+                    for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
+                        let score = pw[id as usize] * (c0 - share[id as usize]);
+                        if score > *threshold {
+                            push_top(hits, k, Hit { id, replace: 0, score });
+                            if hits.len() == k {
+                                *threshold = hits[k - 1].score;
                             }
                         }
                     }
+                };
+                // First the best k + 3 classes, best first: typically enough to fill the bar
+                // and raise the threshold past every other class.
+                let first = (k + 3).min(pc.len());
+                for (run, chunk) in pc.chunks(16).enumerate() {
+                    if top.len() == first && run_max[run] <= top[first - 1].0 {
+                        continue;
+                    }
+                    for (j, &p) in chunk.iter().enumerate() {
+                        if top.len() < first || p > top[first - 1].0 {
+                            if top.len() == first {
+                                top.pop();
+                            }
+                            let at = top.partition_point(|&(q, _)| q >= p);
+                            top.insert(at, (p, (run * 16 + j) as u32));
+                        }
+                    }
+                }
+                for &(p, c) in top.iter() {
+                    if hits.len() == k && beaten(p, threshold) {
+                        break;
+                    }
+                    score_class(c as usize, hits, &mut threshold, class_state);
+                }
+                top.clear();
+                // Then any other class that could still beat the k-th candidate, best first;
+                // few remain and fewer are taken, so each is picked by a scan, not a sort.
+                order.clear();
+                for (run, chunk) in pc.chunks(16).enumerate() {
+                    if hits.len() == k && beaten(run_max[run], threshold) {
+                        continue;
+                    }
+                    for (j, &p) in chunk.iter().enumerate() {
+                        let c = run * 16 + j;
+                        if class_state[c] != SCORED && !(hits.len() == k && beaten(p, threshold)) {
+                            order.push(c as u32);
+                        }
+                    }
+                }
+                while let Some(at) = best_class(order, pc) {
+                    let c = order[at] as usize;
+                    if hits.len() == k && beaten(pc[c], threshold) {
+                        break;
+                    }
+                    order.swap_remove(at);
+                    score_class(c, hits, &mut threshold, class_state);
                 }
                 touched.clear();
             }
@@ -1290,6 +1294,20 @@ fn linear(
     }
 }
 
+/// Where in `order` the class with the largest `p` is; among equal `p` the lower class index,
+/// as in ranking's first pass. `None` when `order` is empty.
+fn best_class(order: &[u32], p: &[f32]) -> Option<usize> {
+    let key = |at: usize| (p[order[at] as usize], order[at]);
+    (0..order.len()).reduce(|best, at| {
+        let ((pb, cb), (pa, ca)) = (key(best), key(at));
+        if pa.total_cmp(&pb).then(cb.cmp(&ca)).is_gt() {
+            at
+        } else {
+            best
+        }
+    })
+}
+
 /// Keeps `hits` sorted best-first with at most `k` entries. Ties keep the earlier hit, so
 /// results are deterministic.
 #[inline]
@@ -1327,5 +1345,27 @@ impl Clock {
             self.acc[stage as usize] += (now - last).as_nanos() as u64;
             self.last = Some(now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_class;
+
+    /// Taking `best_class` until `order` is empty visits the classes as a descending sort by
+    /// probability, ties by class index, would.
+    #[test]
+    fn best_class_picks_in_descending_order_ties_to_the_lower_index() {
+        let p = [0.1f32, 0.4, 0.4, 0.05, 0.3, 0.4, 0.0, 0.2];
+        let mut order: Vec<u32> = vec![7, 5, 0, 2, 6, 4, 1, 3];
+        let mut want = order.clone();
+        want.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+        let mut got = Vec::new();
+        while let Some(at) = best_class(&order, &p) {
+            got.push(order.swap_remove(at));
+        }
+        assert_eq!(got, want);
+        assert_eq!(want[..3], [1, 2, 5]);
+        assert_eq!(best_class(&[], &p), None);
     }
 }
