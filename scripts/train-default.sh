@@ -5,9 +5,9 @@
 # `--init` and `laya quantize` start from, is written next to it as models/default-f16.laya),
 # attach jieba's word frequencies as the completion prior (`laya prior`), quantise it (INT4 embedding with compensation, INT8 linears and head), evaluate model and
 # baseline.
-# The committed model's three stages were run on a 16-core Xeon (README); on a 2-core machine the
-# whole script takes 37.6 minutes from a fresh clone, release build included (README: training at
-# 1,286-1,428 samples/s on both cores) — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
+# The committed files were written by this script on the 2-core Zen 5 development VM: 9 min 55 s
+# with the data and crates already present, the three stages at ~3,900 samples/s on both cores
+# (README "The default model, measured") — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
 #
 #   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya; F16: OUT_MODEL with -f16)
 set -euo pipefail
