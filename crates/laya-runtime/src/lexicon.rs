@@ -7,6 +7,11 @@ use std::ops::Range;
 use laya_format::Strings;
 
 pub(crate) struct Lexicon {
+    /// Per distinct first scalar value of the words, in byte order (which for UTF-8 is scalar
+    /// order): that value and where its words start in the sorted order; they end where the
+    /// next entry's start. Lets a prefix search begin inside its first character's range with
+    /// integer comparisons instead of bisecting the whole lexicon with string comparisons.
+    first_chars: Vec<(u32, u32)>,
     bytes: String,
     /// `offsets[i]..offsets[i + 1]` is word `i` in `bytes`.
     offsets: Vec<u32>,
@@ -42,7 +47,15 @@ impl Lexicon {
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
         let order = (!sorted).then_some(order);
         let (bytes, offsets) = words.into_parts();
-        Lexicon { bytes, offsets, char_lens, order }
+        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order };
+        for pos in 0..lex.len() {
+            if let Some(c) = lex.word(lex.id_at(pos)).chars().next() {
+                if lex.first_chars.last().is_none_or(|&(last, _)| last != c as u32) {
+                    lex.first_chars.push((c as u32, pos as u32));
+                }
+            }
+        }
+        lex
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -70,21 +83,43 @@ impl Lexicon {
 
     /// Positions (in sorted order) of every word whose bytes start with `prefix`.
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
-        let n = self.len();
-        let lo = partition_point(n, |pos| self.word(self.id_at(pos)).as_bytes() < prefix);
+        // Only the words that start with the prefix's first character, found by integer search.
+        let (start, end) = match first_char(prefix) {
+            None => (0, self.len()),
+            Some(c) => {
+                let at = self.first_chars.partition_point(|&(f, _)| f < c);
+                match self.first_chars.get(at) {
+                    Some(&(f, s)) if f == c => (s as usize, self.first_chars.get(at + 1).map_or(self.len(), |&(_, e)| e as usize)),
+                    _ => return 0..0,
+                }
+            }
+        };
+        let lo = start + partition_point(end - start, |off| self.word(self.id_at(start + off)).as_bytes() < prefix);
         // A typed prefix starts a few words, not thousands: gallop from `lo` (1, 2, 4, …) to
         // bracket the end, then bisect inside the bracket.
         let has = |off: usize| self.word(self.id_at(lo + off)).as_bytes().starts_with(prefix);
-        let rest = n - lo;
+        let rest = end - lo;
         let mut bound = 1;
         while bound <= rest && has(bound - 1) {
             bound *= 2;
         }
-        let start = bound / 2;
-        let end = bound.min(rest);
-        let hi = lo + start + partition_point(end.saturating_sub(start), |off| has(start + off));
+        let (half, top) = (bound / 2, bound.min(rest));
+        let hi = lo + half + partition_point(top.saturating_sub(half), |off| has(half + off));
         lo..hi
     }
+}
+
+/// The first scalar value of a UTF-8 `prefix`; `None` when it is empty (or does not start with
+/// a whole, valid character, which the callers' prefixes, made from `char`s, always do).
+fn first_char(prefix: &[u8]) -> Option<u32> {
+    let width = match *prefix.first()? {
+        b if b < 0x80 => 1,
+        b if b >= 0xF0 => 4,
+        b if b >= 0xE0 => 3,
+        _ => 2,
+    };
+    let head = std::str::from_utf8(prefix.get(..width)?).ok()?;
+    head.chars().next().map(|c| c as u32)
 }
 
 /// `slice::partition_point` over an index space, so no slice of words has to be materialised.
@@ -130,7 +165,7 @@ mod tests {
     #[test]
     fn prefix_ranges_match_a_filter() {
         let mut words: Vec<String> = Vec::new();
-        for (i, c) in ['a', 'b', '明', 'z'].iter().enumerate() {
+        for (i, c) in ['a', 'b', '明', 'z', '😀'].iter().enumerate() {
             for j in 0..(1 + 13 * i) {
                 words.push(format!("{c}{j:03}"));
             }
@@ -138,12 +173,17 @@ mod tests {
         let refs: Vec<&str> = words.iter().map(String::as_str).collect();
         let l = lex(&refs);
         let mut prefixes: Vec<String> = words.iter().flat_map(|w| (0..=w.len()).filter(|&e| w.is_char_boundary(e)).map(move |e| w[..e].to_string())).collect();
-        prefixes.extend(["c", "明9", "zz", "~"].map(String::from));
+        prefixes.extend(["c", "明9", "zz", "~", "😁", "\u{10FFFF}"].map(String::from));
         for p in prefixes {
             let mut want: Vec<String> = words.iter().filter(|w| w.starts_with(p.as_str())).cloned().collect();
             want.sort();
             assert_eq!(words_in(&l, &p), want, "prefix {p:?}");
         }
+        // Bytes that are not a whole character are searched as bytes.
+        let lead = "明".as_bytes()[..2].to_vec();
+        let got: Vec<&str> = l.prefix_range(&lead).map(|p| l.word(l.id_at(p))).collect();
+        assert_eq!(got.len(), 27);
+        assert!(got.iter().all(|w| w.starts_with('明')));
     }
 
     #[test]
