@@ -260,15 +260,28 @@ fn print_report(r: &Report) -> Result<(), CliError> {
     outln!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
     outln!("| allocations per prediction  | {} |", r.allocations_per_prediction);
     if r.positions == "relative_causal" {
-        outln!("| computed from kept keys/values | {:.1}% of predictions ({} MACs each; {} computed whole) |",
-            100.0 * r.reused_fraction, r.macs_per_keystroke, r.macs_per_prediction);
+        outln!(
+            "| computed from kept keys/values | {:.1}% of predictions ({} MACs each; {} computed whole) |",
+            100.0 * r.reused_fraction,
+            r.macs_per_keystroke,
+            r.macs_per_prediction
+        );
     }
     if r.word_classes > 0 {
-        outln!("| word-head rows computed     | {:.0} of {} per prediction (factorised head, {} classes) |",
-            r.word_rows_per_prediction, r.vocab, r.word_classes);
+        outln!(
+            "| word-head rows computed     | {:.0} of {} per prediction (factorised head, {} classes) |",
+            r.word_rows_per_prediction,
+            r.vocab,
+            r.word_classes
+        );
     }
-    outln!("| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s f32 peak ({} MACs) |",
-        r.gflops_at_p50, 100.0 * r.peak_fraction, r.peak_gflops, r.macs_at_p50);
+    outln!(
+        "| arithmetic at p50           | {:.2} GFLOP/s = {:.1}% of {:.0} GFLOP/s f32 peak ({} MACs) |",
+        r.gflops_at_p50,
+        100.0 * r.peak_fraction,
+        r.peak_gflops,
+        r.macs_at_p50
+    );
     if let (Some(p), Some(f)) = (r.peak_int8_gops, r.peak_fraction_int8) {
         outln!("| same against the int8 peak  | {:.1}% of {:.0} GOP/s (vpdpbusd) |", 100.0 * f, p);
     }
@@ -362,8 +375,8 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
     match &args.model {
         Some(p) => Ok(Model::load_with(p, kernels)?),
         None => {
-            let bytes = crate::default_model::bytes()
-                .ok_or_else(|| CliError("no model is embedded in this build; pass --model FILE".into()))?;
+            let bytes =
+                crate::default_model::bytes().ok_or_else(|| CliError("no model is embedded in this build; pass --model FILE".into()))?;
             Ok(Model::from_bytes_with(bytes.to_vec(), kernels)
                 .map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?)
         }
@@ -395,8 +408,7 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
         }
         let elapsed = t0.elapsed().as_secs_f64() * 1e3;
         let status = child.wait()?;
-        let probe: Probe = serde_json::from_str(line.trim())
-            .map_err(|_| CliError(format!("cold-start probe failed ({status})")))?;
+        let probe: Probe = serde_json::from_str(line.trim()).map_err(|_| CliError(format!("cold-start probe failed ({status})")))?;
         times.push(elapsed);
         inside.push(probe.first_prediction_us / 1e3);
         rss = rss.max(probe.peak_rss_kb);
@@ -423,10 +435,6 @@ fn probe(args: &Args) -> Result<(), CliError> {
 fn peak_rss_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
         .unwrap_or(0)
 }

@@ -103,13 +103,25 @@ pub fn run(args: Args) -> Result<(), CliError> {
             Kind::Model => format!("model {}", model.info().name),
             Kind::Ngram => "n-gram baseline".to_string(),
         };
-        outln!("{name} on {} ({} words, {} chars, {} predictions, {:.1} s)", args.text.display(), report.words, report.chars, report.predictions, report.seconds);
+        outln!(
+            "{name} on {} ({} words, {} chars, {} predictions, {:.1} s)",
+            args.text.display(),
+            report.words,
+            report.chars,
+            report.predictions,
+            report.seconds
+        );
         outln!();
         outln!("| ksr | top1_k0 | top5_k0 | top1_k1 | top5_k1 | oov_rate |");
         outln!("|-----|---------|---------|---------|---------|----------|");
         outln!(
             "| {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
-            report.ksr, report.top1_k0, report.top5_k0, report.top1_k1, report.top5_k1, report.oov_rate
+            report.ksr,
+            report.top1_k0,
+            report.top5_k0,
+            report.top1_k1,
+            report.top5_k1,
+            report.oov_rate
         );
         if let Some(b) = &report.breakdown {
             outln!();
@@ -118,10 +130,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             outln!("| | top-5 | oov | top-5 alone | crowded out | outranked |");
             outln!("|---|---|---|---|---|---|");
             for (name, top5, row) in [("k0 (next word)", report.top5_k0, &b.k0), ("k1 (completion)", report.top5_k1, &b.k1)] {
-                outln!(
-                    "| {name} | {top5:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
-                    row.oov, row.top5_alone, row.crowded_out, row.outranked
-                );
+                outln!("| {name} | {top5:.4} | {:.4} | {:.4} | {:.4} | {:.4} |", row.oov, row.top5_alone, row.crowded_out, row.outranked);
             }
             outln!();
             outln!("top-5 alone: among the five best candidates of that replace count (of the first {}); crowded out: of those, not on the bar.", laya_text::DEEP);

@@ -51,9 +51,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError(format!("{} has no usable words", args.train.display())));
     }
     let dict = match &args.dict {
-        Some(p) => read_dict(BufReader::new(
-            std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?,
-        ))?,
+        Some(p) => read_dict(BufReader::new(std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?))?,
         None => Counts::new(),
     };
     let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: args.size, dict_weight: args.dict_weight });

@@ -27,14 +27,14 @@ mod bench;
 mod default_model;
 mod eval;
 mod inspect;
+mod install;
 mod lexicon;
 mod ngram;
-mod install;
 mod predict;
 mod predictors;
+mod prior;
 mod progress;
 mod prune;
-mod prior;
 mod quantize;
 mod simulate;
 mod train;
@@ -107,8 +107,7 @@ pub fn load_model(path: Option<&std::path::Path>) -> Result<Arc<Model>, CliError
     match path {
         Some(p) => Ok(Model::load(p)?),
         None => match default_model::bytes() {
-            Some(bytes) => Ok(Model::from_static(bytes)
-                .map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?),
+            Some(bytes) => Ok(Model::from_static(bytes).map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?),
             None => Err(CliError(
                 "no model is embedded in this build yet; pass --model FILE \
                  (models are made with `laya train`, see docs/training.md)"

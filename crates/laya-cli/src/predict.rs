@@ -64,9 +64,7 @@ impl Backend {
             Backend::Model(s) => Ok(to_out(&s.predict(context, k))),
             Backend::Ngram(p, buf) => {
                 p.predict(context, k, buf).map_err(|e| CliError(e.to_string()))?;
-                Ok(Out {
-                    candidates: buf.iter().map(|c| OutCandidate { word: &c.word, replace: c.replace, p: c.p }).collect(),
-                })
+                Ok(Out { candidates: buf.iter().map(|c| OutCandidate { word: &c.word, replace: c.replace, p: c.p }).collect() })
             }
         }
     }

@@ -46,12 +46,10 @@ impl Predictor for ModelPredictor {
 }
 
 pub fn load_ngram(path: Option<&Path>) -> Result<NgramPredictor, CliError> {
-    let path: PathBuf = path
-        .map(Path::to_path_buf)
-        .ok_or_else(|| CliError("--predictor ngram needs --ngram FILE (train one with `laya ngram`)".into()))?;
+    let path: PathBuf =
+        path.map(Path::to_path_buf).ok_or_else(|| CliError("--predictor ngram needs --ngram FILE (train one with `laya ngram`)".into()))?;
     let f = std::fs::File::open(&path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-    NgramPredictor::load(std::io::BufReader::new(f))
-        .map_err(|e| CliError(format!("{} is not a Laya n-gram file: {e}", path.display())))
+    NgramPredictor::load(std::io::BufReader::new(f)).map_err(|e| CliError(format!("{} is not a Laya n-gram file: {e}", path.display())))
 }
 
 /// A factory of n-gram predictors, one per worker thread of `laya eval` / `laya simulate`. The

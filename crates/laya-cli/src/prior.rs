@@ -28,19 +28,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let bytes = std::fs::read(&args.input).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
     let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;
     let dict_path = args.dict.display().to_string();
-    let dict = read_dict(BufReader::new(
-        std::fs::File::open(&args.dict).map_err(|e| CliError(format!("cannot read {dict_path}: {e}")))?,
-    ))
-    .map_err(|e| CliError(format!("{dict_path}: {e}")))?;
+    let dict = read_dict(BufReader::new(std::fs::File::open(&args.dict).map_err(|e| CliError(format!("cannot read {dict_path}: {e}")))?))
+        .map_err(|e| CliError(format!("{dict_path}: {e}")))?;
     if dict.is_empty() {
         return Err(CliError(format!("{dict_path} has no entries; expected lines of `word freq [tag]`")));
     }
     let mut meta = file.meta.clone();
-    let freqs: Vec<u32> = meta
-        .words
-        .iter()
-        .map(|w| dict.get(w).map_or(0, |&f| f.min(u32::MAX as u64) as u32))
-        .collect();
+    let freqs: Vec<u32> = meta.words.iter().map(|w| dict.get(w).map_or(0, |&f| f.min(u32::MAX as u64) as u32)).collect();
     let found = freqs.iter().filter(|&&f| f > 0).count();
     if found == 0 {
         return Err(CliError(format!(

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use laya_format::LayaFile;
 use laya_train::{
-    float_precision, prune, train_from, widths_for_keep, ExportInfo, LayaNet, Precision, PruneReport, RunOptions,
-    Saliency, TrainConfig,
+    float_precision, prune, train_from, widths_for_keep, ExportInfo, LayaNet, Precision, PruneReport, RunOptions, Saliency, TrainConfig,
 };
 
 use crate::train::{read_log, stride, today, write_atomically, BarHooks, PrecisionArg};
@@ -208,9 +207,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 })
             })
             .collect();
-        let valid = summary.as_ref().and_then(|s| s.1).map(|e| {
-            serde_json::json!({ "loss": e.valid.loss.total, "top1": e.valid.top1, "top5": e.valid.top5, "events": e.valid.events })
-        });
+        let valid = summary.as_ref().and_then(|s| s.1).map(
+            |e| serde_json::json!({ "loss": e.valid.loss.total, "top1": e.valid.top1, "top5": e.valid.top5, "events": e.valid.events }),
+        );
         let v = serde_json::json!({
             "input": path, "output": out,
             "precision": match precision { Precision::F32 => "F32", Precision::F16 => "F16" },
@@ -245,18 +244,9 @@ fn print_table(r: &PruneReport, input: &str, output: &str, before: usize, after:
             100.0 * b.kept_saliency
         );
     }
-    outln!(
-        "| all | | {} → {} (whole model) | |",
-        fmt_int(r.params_before),
-        fmt_int(r.params_after)
-    );
+    outln!("| all | | {} → {} (whole model) | |", fmt_int(r.params_before), fmt_int(r.params_after));
     outln!();
-    outln!(
-        "file size {} → {} bytes ({:.1}% of the input)",
-        fmt_int(before),
-        fmt_int(after),
-        100.0 * after as f64 / before.max(1) as f64
-    );
+    outln!("file size {} → {} bytes ({:.1}% of the input)", fmt_int(before), fmt_int(after), 100.0 * after as f64 / before.max(1) as f64);
     Ok(())
 }
 

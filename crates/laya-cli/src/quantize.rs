@@ -127,12 +127,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Ok(());
     }
     outln!("{path} -> {out}");
-    outln!(
-        "file size        {} -> {} bytes ({:.2}x smaller)",
-        bytes.len(),
-        out_bytes.len(),
-        bytes.len() as f64 / out_bytes.len() as f64
-    );
+    outln!("file size        {} -> {} bytes ({:.2}x smaller)", bytes.len(), out_bytes.len(), bytes.len() as f64 / out_bytes.len() as f64);
     outln!();
     outln!("| tensor | type | ne | bytes |");
     outln!("|--------|------|----|-------|");

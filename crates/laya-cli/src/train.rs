@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use laya_text::{read_events, Event, Lexicon, OnError};
 use laya_format::{GgmlType, LayaFile};
+use laya_text::{read_events, Event, Lexicon, OnError};
 use laya_train::{
-    train, train_from, LayaNet, EpochReport, ExportInfo, Mapping, ModelConfig, NormRule, Objective, PositionScheme, Precision, RunOptions,
+    train, train_from, EpochReport, ExportInfo, LayaNet, Mapping, ModelConfig, NormRule, Objective, PositionScheme, Precision, RunOptions,
     StepReport, TrainConfig, TrainHooks,
 };
 
@@ -314,7 +314,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let init = match (init, args.word_classes) {
         (Some(net), Some(k)) => {
             let cfg = net.config();
-            let want = (k > 0).then(|| laya_format::assign_word_classes_own(cfg.words.iter().map(String::as_str), &cfg.frequencies, k, args.own_class_words));
+            let want = (k > 0).then(|| {
+                laya_format::assign_word_classes_own(cfg.words.iter().map(String::as_str), &cfg.frequencies, k, args.own_class_words)
+            });
             match (&cfg.word_class, want) {
                 (None, Some(map)) => {
                     let path = args.init.as_ref().expect("init was loaded from a path");
@@ -336,8 +338,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let lexicon = match (&args.lexicon, &init) {
         (Some(path), _) => {
-            let lex_file =
-                std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+            let lex_file = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
             let mut lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
             if lexicon.is_empty() {
                 return Err(CliError(format!("{} has no words", path.display())));
@@ -361,15 +362,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let words = init.as_ref().map_or_else(|| lexicon.as_ref().map_or(0, |l| l.len()), |n| n.config().vocab());
     let threads = laya_train::training_threads();
-    let scheme = init.as_ref().map_or_else(
-        || args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme),
-        |n| n.config().position_scheme,
-    );
+    let scheme = init
+        .as_ref()
+        .map_or_else(|| args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme), |n| n.config().position_scheme);
     let word_class = match (&init, &lexicon) {
         (Some(n), _) => n.config().word_class.clone(),
-        (None, Some(l)) => {
-            args.word_classes.filter(|&k| k > 0).map(|k| laya_format::assign_word_classes_own(l.words.iter().map(String::as_str), &l.freqs, k, args.own_class_words))
-        }
+        (None, Some(l)) => args
+            .word_classes
+            .filter(|&k| k > 0)
+            .map(|k| laya_format::assign_word_classes_own(l.words.iter().map(String::as_str), &l.freqs, k, args.own_class_words)),
         (None, None) => None,
     };
     eprintln!(
@@ -413,9 +414,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             let rules = vec![NormRule::FullwidthAscii];
             let mapping = match args.mapping {
                 MappingArg::Direct => Mapping::Direct,
-                MappingArg::Table => {
-                    Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules)
-                }
+                MappingArg::Table => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
             };
             let model_cfg = ModelConfig {
                 context: args.context,
@@ -442,9 +441,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     outln!("{}", laya_train::summary_table(&outcome.state));
     if stop.load(Ordering::Relaxed) {
         let dir = args.checkpoint_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "(none)".into());
-        return Err(CliError(format!(
-            "interrupted; checkpoint in {dir}: continue with the same command plus --resume (no model written)"
-        )));
+        return Err(CliError(format!("interrupted; checkpoint in {dir}: continue with the same command plus --resume (no model written)")));
     }
 
     let info = ExportInfo {

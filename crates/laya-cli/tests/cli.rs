@@ -56,8 +56,7 @@ fn jsonl_answers_every_line_in_order_and_survives_bad_lines() {
     input.extend_from_slice(b"{\"context\": \"hel\"}"); // no trailing newline
     let out = run_stdin(laya().args(["predict", "--jsonl", "--top", "3", "--model"]).arg(&m), &input);
     assert!(out.status.success());
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 9);
     let ok = [0, 1, 3, 8];
     for (i, l) in lines.iter().enumerate() {
@@ -157,11 +156,7 @@ fn bench_counts_the_rows_a_factorised_head_computes() {
 #[test]
 fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     let m = model_file("bench.laya", GgmlType::F16);
-    let out = laya()
-        .args(["bench", "--json", "--iterations", "200", "--cold-runs", "2", "--model"])
-        .arg(&m)
-        .output()
-        .unwrap();
+    let out = laya().args(["bench", "--json", "--iterations", "200", "--cold-runs", "2", "--model"]).arg(&m).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in ["p50_us", "p99_us", "cold_start_ms", "allocations_per_prediction", "stages", "peak_fraction"] {
@@ -234,7 +229,12 @@ fn completion_prior_flag_on_the_embedded_model() {
         let out = laya().args(["predict", "--json", "--top", "64"]).args(extra).arg("今天天").output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["candidates"].as_array().unwrap().iter().map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap())).collect::<Vec<_>>()
+        v["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap()))
+            .collect::<Vec<_>>()
     };
     let (with, without) = (run(&[]), run(&["--completion-prior", "0"]));
     let order = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 == 1).take(5).map(|c| c.0.clone()).collect::<Vec<_>>();
@@ -242,7 +242,9 @@ fn completion_prior_flag_on_the_embedded_model() {
     let completion_share = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 > 0).map(|c| c.2).sum::<f64>();
     assert!(completion_share(&with) > 0.5 && completion_share(&without) > 0.5);
     // (The first 30: how many next words fit in the 64 depends on the completions.)
-    let next_words = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 == 0).take(30).map(|c| (c.0.clone(), (c.2 * 1e4).round() as i64)).collect::<Vec<_>>();
+    let next_words = |v: &[(String, u64, f64)]| {
+        v.iter().filter(|c| c.1 == 0).take(30).map(|c| (c.0.clone(), (c.2 * 1e4).round() as i64)).collect::<Vec<_>>()
+    };
     assert_eq!(next_words(&with), next_words(&without), "next words must not move");
     let text = tmp("prior-eval.txt");
     std::fs::write(&text, "今天天气很好\n这个酒店的服务不错\n").unwrap();
@@ -299,7 +301,13 @@ fn eval_threads_do_not_change_the_figures() {
     let lines: Vec<String> = (0..120).map(|i| ["hello world", "", "hello there world", "the end"][i % 4].to_string()).collect();
     std::fs::write(&text, lines.join("\n")).unwrap();
     let eval = |threads: &str| {
-        let out = laya().args(["eval", "--json", "--limit", "70", "--threads", threads, "--model"]).arg(&m).arg("--text").arg(&text).output().unwrap();
+        let out = laya()
+            .args(["eval", "--json", "--limit", "70", "--threads", threads, "--model"])
+            .arg(&m)
+            .arg("--text")
+            .arg(&text)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v.as_object_mut().unwrap().remove("seconds");
@@ -378,7 +386,9 @@ fn simulate_threads_write_the_same_log() {
 #[test]
 fn bench_int8_flag_picks_the_instruction_set() {
     let m = model_file("int8flag.laya", GgmlType::Q8_0);
-    let bench = |isa: &str| laya().args(["bench", "--json", "--iterations", "30", "--cold-runs", "1", "--int8", isa, "--model"]).arg(&m).output().unwrap();
+    let bench = |isa: &str| {
+        laya().args(["bench", "--json", "--iterations", "30", "--cold-runs", "1", "--int8", isa, "--model"]).arg(&m).output().unwrap()
+    };
     let out = bench("scalar");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

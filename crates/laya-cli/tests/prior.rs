@@ -25,7 +25,8 @@ fn dictionary_frequencies_land_in_the_file_and_survive_quantisation() {
     let (input, words) = model("prior-in.laya");
     // Three lexicon words (one listed twice: counts add up) and one word the lexicon lacks.
     let dict = tmp("dict.txt");
-    std::fs::write(&dict, format!("{} 40 n\n{} 7\n\n{} 2 v\nnot-a-lexicon-word 99\n{} 3\n", words[1], words[2], words[1], words[3])).unwrap();
+    std::fs::write(&dict, format!("{} 40 n\n{} 7\n\n{} 2 v\nnot-a-lexicon-word 99\n{} 3\n", words[1], words[2], words[1], words[3]))
+        .unwrap();
     let output = tmp("prior-out.laya");
     let report = ok(&laya().arg("prior").arg("--dict").arg(&dict).arg(&input).arg(&output).output().unwrap());
     assert!(report.contains(&format!("3 of {} lexicon words found", words.len())), "{report}");

@@ -1,7 +1,7 @@
 //! `laya prune` as a user sees it: a float model in, a smaller valid model out, clear refusals.
 
 mod common;
-use common::{laya, tmp, ok, assert_one_line_error};
+use common::{assert_one_line_error, laya, ok, tmp};
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `laya quantize` as a user sees it: a float model in, a smaller valid model out, clear errors.
 
 mod common;
-use common::{laya, tmp, ok, assert_one_line_error};
+use common::{assert_one_line_error, laya, ok, tmp};
 
 use std::path::PathBuf;
 
@@ -48,12 +48,7 @@ fn quantized_model_predicts_and_inspects_as_q4_1_and_q8_0() {
 fn json_report_has_sizes_and_both_errors() {
     let input = float_model("float-json.laya");
     let output = tmp("q-json.laya");
-    let out = ok(&laya()
-        .args(["quantize", "--json", "--linear", "q4_0", "--head", "f16"])
-        .arg(&input)
-        .arg(&output)
-        .output()
-        .unwrap());
+    let out = ok(&laya().args(["quantize", "--json", "--linear", "q4_0", "--head", "f16"]).arg(&input).arg(&output).output().unwrap());
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v["bytes_after"].as_u64().unwrap() < v["bytes_before"].as_u64().unwrap());
     let e = &v["embedding"];
@@ -72,12 +67,7 @@ fn json_report_has_sizes_and_both_errors() {
     assert!(types.contains(&("pos_embd.weight".into(), "F32".into())));
 
     // A float embedding has nothing to compensate.
-    let out = ok(&laya()
-        .args(["quantize", "--json", "--embedding", "f16"])
-        .arg(&input)
-        .arg(tmp("q-f16.laya"))
-        .output()
-        .unwrap());
+    let out = ok(&laya().args(["quantize", "--json", "--embedding", "f16"]).arg(&input).arg(tmp("q-f16.laya")).output().unwrap());
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v["embedding"]["with_compensation"].is_null());
     assert!(!out.contains("token_embd_comp"));

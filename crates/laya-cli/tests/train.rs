@@ -128,11 +128,7 @@ fn threads_flag_sets_the_training_pool_and_refuses_zero() {
 fn init_refuses_a_quantized_model_and_a_second_lexicon() {
     let (events, lexicon) = fixtures();
     let model = tmp("q.laya");
-    let (meta, tensors) = laya_format::testing::random_model(
-        &laya_format::testing::TinyConfig::default(),
-        3,
-        laya_format::GgmlType::Q8_0,
-    );
+    let (meta, tensors) = laya_format::testing::random_model(&laya_format::testing::TinyConfig::default(), 3, laya_format::GgmlType::Q8_0);
     std::fs::write(&model, laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
     let out = laya().args(["train", "--init"]).arg(&model).arg("--events").arg(&events).arg("--out").arg(tmp("x.laya")).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -184,7 +180,12 @@ fn shown_scope_decides_whether_next_words_shown_mid_word_are_targets() {
             cmd.args(["--shown-scope", s]);
         }
         ok(cmd.output().unwrap());
-        let pred = ok(laya().args(["predict", "--top", "6", "--completion-rule", "product", "--json", "--model"]).arg(&out).arg("今").output().unwrap());
+        let pred = ok(laya()
+            .args(["predict", "--top", "6", "--completion-rule", "product", "--json", "--model"])
+            .arg(&out)
+            .arg("今")
+            .output()
+            .unwrap());
         let v: serde_json::Value = serde_json::from_str(pred.lines().next().unwrap()).unwrap();
         let hit = v["candidates"].as_array().unwrap().iter().find(|c| c["word"] == "不错" && c["replace"] == 0).cloned();
         hit.map_or(0.0, |c| c["p"].as_f64().unwrap())

@@ -167,9 +167,7 @@ unsafe fn path_arg(path: *const c_char) -> Result<PathBuf, Failure> {
     }
     #[cfg(not(unix))]
     {
-        std::str::from_utf8(bytes)
-            .map(PathBuf::from)
-            .map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("path is not valid UTF-8: {e}")))
+        std::str::from_utf8(bytes).map(PathBuf::from).map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("path is not valid UTF-8: {e}")))
     }
 }
 
@@ -278,10 +276,7 @@ pub unsafe extern "C" fn laya_engine_checksum(engine: *const laya_engine, out_ch
 /// # Safety
 /// `engine` is NULL or a live engine handle; `out_session` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn laya_session_new(
-    engine: *const laya_engine,
-    out_session: *mut *mut laya_session,
-) -> laya_status {
+pub unsafe extern "C" fn laya_session_new(engine: *const laya_engine, out_session: *mut *mut laya_session) -> laya_status {
     guard(|| {
         if out_session.is_null() {
             return Err(null("out_session"));
@@ -353,8 +348,7 @@ pub unsafe extern "C" fn laya_session_predict(
             // lives only for this call.
             unsafe { std::slice::from_raw_parts(utf8.cast::<u8>(), len) }
         };
-        let context = std::str::from_utf8(bytes)
-            .map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("context is not valid UTF-8: {e}")))?;
+        let context = std::str::from_utf8(bytes).map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("context is not valid UTF-8: {e}")))?;
         if cap > 0 && out.is_null() {
             return Err(null("out (with cap > 0)"));
         }

@@ -74,8 +74,7 @@ fn the_c_example_compiles_runs_and_frees_everything() {
 
     let mut run = if on_path("valgrind") {
         let mut c = Command::new("valgrind");
-        c.args(["--leak-check=full", "--errors-for-leak-kinds=definite,possible", "--error-exitcode=1", "--quiet"])
-            .arg(&exe);
+        c.args(["--leak-check=full", "--errors-for-leak-kinds=definite,possible", "--error-exitcode=1", "--quiet"]).arg(&exe);
         c
     } else {
         println!("note: valgrind is not on PATH; running example.c without the leak checker");

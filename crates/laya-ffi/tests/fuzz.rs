@@ -59,9 +59,7 @@ fn check(h: &mut Handles, bytes: &[u8], k: usize) -> Result<(), TestCaseError> {
     let mut out = [laya_candidate::EMPTY; 12];
     let mut n = usize::MAX;
     // SAFETY: `bytes` is `bytes.len()` readable bytes, `out` has 12 slots, `n` is writable.
-    let st = unsafe {
-        laya_session_predict(h.session, bytes.as_ptr().cast(), bytes.len(), k, out.as_mut_ptr(), out.len(), &mut n)
-    };
+    let st = unsafe { laya_session_predict(h.session, bytes.as_ptr().cast(), bytes.len(), k, out.as_mut_ptr(), out.len(), &mut n) };
     match std::str::from_utf8(bytes) {
         Err(_) => {
             prop_assert_eq!(st, LAYA_ERR_INVALID_UTF8);
@@ -72,12 +70,8 @@ fn check(h: &mut Handles, bytes: &[u8], k: usize) -> Result<(), TestCaseError> {
         }
         Ok(ctx) => {
             prop_assert_eq!(st, LAYA_OK);
-            let want: Vec<_> = h
-                .reference
-                .predict(ctx, k.min(out.len()))
-                .iter()
-                .map(|c| (c.word.to_string(), c.replace as u32, c.p.to_bits()))
-                .collect();
+            let want: Vec<_> =
+                h.reference.predict(ctx, k.min(out.len())).iter().map(|c| (c.word.to_string(), c.replace as u32, c.p.to_bits())).collect();
             prop_assert_eq!(n, want.len());
             for (c, w) in out[..n].iter().zip(&want) {
                 // SAFETY: `word` points at `word_len` bytes plus a NUL, valid until the next predict.
@@ -165,8 +159,7 @@ fn c_abi_predictions_allocate_nothing_in_the_steady_state() {
     let predict_all = |out: &mut [laya_candidate; 8], n: &mut usize| {
         for ctx in contexts {
             // SAFETY: live session, readable context bytes, 8 writable slots, writable count.
-            let st =
-                unsafe { laya_session_predict(h.session, ctx.as_ptr().cast(), ctx.len(), 8, out.as_mut_ptr(), 8, n) };
+            let st = unsafe { laya_session_predict(h.session, ctx.as_ptr().cast(), ctx.len(), 8, out.as_mut_ptr(), 8, n) };
             assert_eq!(st, LAYA_OK);
         }
     };
@@ -188,23 +181,11 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
     };
     // SAFETY (all calls below): every pointer is NULL or valid as documented in laya.h.
     unsafe {
-        assert_eq!(
-            laya_session_predict(ptr::null_mut(), ptr::null(), 0, 1, out.as_mut_ptr(), 2, &mut n),
-            LAYA_ERR_NULL_ARGUMENT
-        );
+        assert_eq!(laya_session_predict(ptr::null_mut(), ptr::null(), 0, 1, out.as_mut_ptr(), 2, &mut n), LAYA_ERR_NULL_ARGUMENT);
         assert!(msg().contains("session"), "{}", msg());
-        assert_eq!(
-            laya_session_predict(h.session, ptr::null(), 5, 1, out.as_mut_ptr(), 2, &mut n),
-            LAYA_ERR_NULL_ARGUMENT
-        );
-        assert_eq!(
-            laya_session_predict(h.session, ptr::null(), 0, 1, ptr::null_mut(), 2, &mut n),
-            LAYA_ERR_NULL_ARGUMENT
-        );
-        assert_eq!(
-            laya_session_predict(h.session, ptr::null(), 0, 1, out.as_mut_ptr(), 2, ptr::null_mut()),
-            LAYA_ERR_NULL_ARGUMENT
-        );
+        assert_eq!(laya_session_predict(h.session, ptr::null(), 5, 1, out.as_mut_ptr(), 2, &mut n), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_predict(h.session, ptr::null(), 0, 1, ptr::null_mut(), 2, &mut n), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_predict(h.session, ptr::null(), 0, 1, out.as_mut_ptr(), 2, ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_predict(h.session, ptr::null(), 0, 5, ptr::null_mut(), 0, &mut n), LAYA_OK);
         assert_eq!(n, 0);
         assert_eq!(laya_engine_open(ptr::null(), ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);

@@ -37,14 +37,7 @@ fn main() {
             }
         }
     }
-    let hot: Vec<usize> = bases
-        .iter()
-        .map(|b| {
-            GgufFile::parse(b)
-                .map(|f| f.data_offset as usize)
-                .unwrap_or(b.len())
-        })
-        .collect();
+    let hot: Vec<usize> = bases.iter().map(|b| GgufFile::parse(b).map(|f| f.data_offset as usize).unwrap_or(b.len())).collect();
 
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut rng = SplitMix64::new(seed);

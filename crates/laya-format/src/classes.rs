@@ -103,9 +103,7 @@ mod tests {
 
     #[test]
     fn groups_stay_whole_and_no_class_is_empty() {
-        let words: Vec<String> = (0..2000u32)
-            .map(|i| format!("{}{}", char::from_u32(0x4E00 + i % 97).unwrap(), i))
-            .collect();
+        let words: Vec<String> = (0..2000u32).map(|i| format!("{}{}", char::from_u32(0x4E00 + i % 97).unwrap(), i)).collect();
         let freq: Vec<u32> = (0..2000u32).map(|i| 100_000 / (i + 1)).collect();
         let c = assign_word_classes(words.iter().map(String::as_str), &freq, 16);
         crate::check_word_class(&c, words.len()).unwrap();

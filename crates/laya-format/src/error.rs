@@ -24,19 +24,11 @@ pub enum FormatError {
     /// A string that is not valid UTF-8.
     BadUtf8 { what: String, offset: u64 },
     /// A count, size or nesting depth beyond what this reader accepts.
-    TooLarge {
-        what: String,
-        value: u64,
-        limit: u64,
-    },
+    TooLarge { what: String, value: u64, limit: u64 },
     /// A required key is absent.
     MissingKey(String),
     /// A key has a value of another type than the specification requires.
-    WrongKeyType {
-        key: String,
-        expected: String,
-        found: String,
-    },
+    WrongKeyType { key: String, expected: String, found: String },
     /// A key has the right type but a value outside the allowed range or set.
     InvalidValue { key: String, reason: String },
     /// A `laya.*` key that this format version does not define.
@@ -52,34 +44,16 @@ pub enum FormatError {
     /// A ggml type id this reader does not support (anything but 0, 1, 2, 3, 8, 30).
     UnknownTensorType { name: String, id: u32 },
     /// A supported type that is not allowed for this particular tensor.
-    UnsupportedTensorType {
-        name: String,
-        ty: GgmlType,
-        allowed: Vec<GgmlType>,
-    },
+    UnsupportedTensorType { name: String, ty: GgmlType, allowed: Vec<GgmlType> },
     /// A tensor whose dimensions are malformed on their own (bad rank, a zero dimension,
     /// a row length that is not a whole number of quantisation blocks).
     BadTensor { name: String, reason: String },
     /// A tensor whose shape disagrees with the hyper-parameters.
-    BadShape {
-        name: String,
-        expected: Vec<u64>,
-        found: Vec<u64>,
-        rule: String,
-    },
+    BadShape { name: String, expected: Vec<u64>, found: Vec<u64>, rule: String },
     /// A tensor whose data lies outside the data section or overlaps another tensor.
-    BadOffset {
-        name: String,
-        offset: u64,
-        size: u64,
-        reason: String,
-    },
+    BadOffset { name: String, offset: u64, size: u64, reason: String },
     /// A tensor offset that is not a multiple of `general.alignment`.
-    Misaligned {
-        name: String,
-        offset: u64,
-        alignment: u64,
-    },
+    Misaligned { name: String, offset: u64, alignment: u64 },
     /// A padding byte that is not zero, or bytes after the last tensor.
     BadPadding { offset: u64, reason: String },
     /// The stored `laya.checksum` differs from the checksum of the bytes.
@@ -89,17 +63,9 @@ pub enum FormatError {
     /// A lexicon word that breaks a rule of `laya.lexicon.words`.
     Lexicon { index: usize, reason: String },
     /// Tensor data of the wrong byte length for its type and shape.
-    DataSize {
-        name: String,
-        expected: u64,
-        found: u64,
-    },
+    DataSize { name: String, expected: u64, found: u64 },
     /// A value count that does not fit the quantisation block size.
-    BadLength {
-        what: String,
-        len: usize,
-        reason: String,
-    },
+    BadLength { what: String, len: usize, reason: String },
 }
 
 fn shape(ne: &[u64]) -> String {
@@ -111,18 +77,9 @@ impl fmt::Display for FormatError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use FormatError::*;
         match self {
-            Truncated { what, offset } => write!(
-                f,
-                "file is truncated or damaged: {what} at byte {offset} runs past the end of the file"
-            ),
-            BadMagic { found } => write!(
-                f,
-                "not a GGUF file: the first bytes are {found:02x?}, expected \"GGUF\" (47 47 55 46)"
-            ),
-            UnsupportedVersion(v) => write!(
-                f,
-                "GGUF version {v} is not supported; Laya reads GGUF version 3 only (re-export the model)"
-            ),
+            Truncated { what, offset } => write!(f, "file is truncated or damaged: {what} at byte {offset} runs past the end of the file"),
+            BadMagic { found } => write!(f, "not a GGUF file: the first bytes are {found:02x?}, expected \"GGUF\" (47 47 55 46)"),
+            UnsupportedVersion(v) => write!(f, "GGUF version {v} is not supported; Laya reads GGUF version 3 only (re-export the model)"),
             UnsupportedFormatVersion { found, supported } => write!(
                 f,
                 "laya.format_version = {found} is not supported by this reader, which knows version \
@@ -160,24 +117,13 @@ impl fmt::Display for FormatError {
             ),
             UnsupportedTensorType { name, ty, allowed } => {
                 let allowed: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
-                write!(
-                    f,
-                    "tensor '{name}' has type {} but must be one of {}",
-                    ty.name(),
-                    allowed.join(", ")
-                )
+                write!(f, "tensor '{name}' has type {} but must be one of {}", ty.name(), allowed.join(", "))
             }
             BadTensor { name, reason } => write!(f, "tensor '{name}' is malformed: {reason}"),
-            BadShape { name, expected, found, rule } => write!(
-                f,
-                "tensor '{name}' has shape {} but {rule} requires {}",
-                shape(found),
-                shape(expected)
-            ),
-            BadOffset { name, offset, size, reason } => write!(
-                f,
-                "tensor '{name}' (offset {offset}, {size} bytes) is misplaced: {reason}"
-            ),
+            BadShape { name, expected, found, rule } => {
+                write!(f, "tensor '{name}' has shape {} but {rule} requires {}", shape(found), shape(expected))
+            }
+            BadOffset { name, offset, size, reason } => write!(f, "tensor '{name}' (offset {offset}, {size} bytes) is misplaced: {reason}"),
             Misaligned { name, offset, alignment } => write!(
                 f,
                 "tensor '{name}' starts at data offset {offset}, which is not a multiple of \
@@ -196,10 +142,9 @@ impl fmt::Display for FormatError {
             Lexicon { index, reason } => {
                 write!(f, "laya.lexicon.words[{index}] is invalid: {reason}")
             }
-            DataSize { name, expected, found } => write!(
-                f,
-                "tensor '{name}' has {found} bytes of data but its type and shape need {expected}"
-            ),
+            DataSize { name, expected, found } => {
+                write!(f, "tensor '{name}' has {found} bytes of data but its type and shape need {expected}")
+            }
             BadLength { what, len, reason } => write!(f, "{what} has {len} values: {reason}"),
         }
     }

@@ -42,14 +42,7 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type, in id order.
-    pub const ALL: [GgmlType; 6] = [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::BF16,
-    ];
+    pub const ALL: [GgmlType; 6] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
 
     /// The ggml type id stored in the file.
     pub fn id(self) -> u32 {
@@ -454,10 +447,7 @@ impl<'a> GgufFile<'a> {
             }
             let what = format!("value of key '{key}'");
             let type_id = r.u32(&what)?;
-            let ty = ValueType::from_id(type_id).ok_or(FormatError::BadValueType {
-                what: what.clone(),
-                id: type_id,
-            })?;
+            let ty = ValueType::from_id(type_id).ok_or(FormatError::BadValueType { what: what.clone(), id: type_id })?;
             value_offsets.push(r.pos as u64);
             let value = r.value(ty, &what, 0)?;
             kv.push((key, value));
@@ -467,17 +457,10 @@ impl<'a> GgufFile<'a> {
             None => GGUF_DEFAULT_ALIGNMENT,
             Some((_, Value::U32(a))) if a.is_power_of_two() => u64::from(*a),
             Some((_, Value::U32(a))) => {
-                return Err(FormatError::InvalidValue {
-                    key: "general.alignment".into(),
-                    reason: format!("{a} is not a power of two"),
-                })
+                return Err(FormatError::InvalidValue { key: "general.alignment".into(), reason: format!("{a} is not a power of two") })
             }
             Some((_, v)) => {
-                return Err(FormatError::WrongKeyType {
-                    key: "general.alignment".into(),
-                    expected: "u32".into(),
-                    found: v.type_name(),
-                })
+                return Err(FormatError::WrongKeyType { key: "general.alignment".into(), expected: "u32".into(), found: v.type_name() })
             }
         };
 
@@ -489,10 +472,7 @@ impl<'a> GgufFile<'a> {
             let what = format!("info of tensor '{name}'");
             let n_dims = r.u32(&what)?;
             if !(1..=4).contains(&n_dims) {
-                return Err(FormatError::BadTensor {
-                    name,
-                    reason: format!("{n_dims} dimensions; Laya tensors have 1 to 4"),
-                });
+                return Err(FormatError::BadTensor { name, reason: format!("{n_dims} dimensions; Laya tensors have 1 to 4") });
             }
             let mut ne = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
@@ -500,17 +480,10 @@ impl<'a> GgufFile<'a> {
             }
             let type_id = r.u32(&what)?;
             let rel_offset = r.u64(&what)?;
-            let ty = GgmlType::from_id(type_id).ok_or_else(|| FormatError::UnknownTensorType {
-                name: name.clone(),
-                id: type_id,
-            })?;
+            let ty = GgmlType::from_id(type_id).ok_or_else(|| FormatError::UnknownTensorType { name: name.clone(), id: type_id })?;
             let size = tensor_size(&name, &ne, ty)?;
             if rel_offset % alignment != 0 {
-                return Err(FormatError::Misaligned {
-                    name,
-                    offset: rel_offset,
-                    alignment,
-                });
+                return Err(FormatError::Misaligned { name, offset: rel_offset, alignment });
             }
             if !seen_tensors.insert(name.clone()) {
                 return Err(FormatError::DuplicateTensor(name));
@@ -528,17 +501,9 @@ impl<'a> GgufFile<'a> {
         let data_len = file_len.saturating_sub(data_offset);
 
         // Check the padding before the data section; a file with no tensors may end inside it.
-        check_zero(
-            bytes,
-            table_end,
-            data_offset.min(file_len),
-            "padding before the tensor data",
-        )?;
+        check_zero(bytes, table_end, data_offset.min(file_len), "padding before the tensor data")?;
         if !raw.is_empty() && data_offset > file_len {
-            return Err(FormatError::Truncated {
-                what: "tensor data section".into(),
-                offset: data_offset,
-            });
+            return Err(FormatError::Truncated { what: "tensor data section".into(), offset: data_offset });
         }
 
         let mut tensors = Vec::with_capacity(raw.len());
@@ -553,13 +518,7 @@ impl<'a> GgufFile<'a> {
                     })
                 }
             }
-            tensors.push(TensorInfo {
-                name,
-                ne,
-                ty,
-                offset: data_offset + rel,
-                size,
-            });
+            tensors.push(TensorInfo { name, ne, ty, offset: data_offset + rel, size });
         }
 
         // Overlaps, gaps and trailing bytes: sort by position and walk.
@@ -597,15 +556,7 @@ impl<'a> GgufFile<'a> {
             check_zero(bytes, cursor, file_len, "padding after the last tensor")?;
         }
 
-        Ok(GgufFile {
-            version,
-            alignment,
-            kv,
-            tensors,
-            data_offset,
-            value_offsets,
-            bytes,
-        })
+        Ok(GgufFile { version, alignment, kv, tensors, data_offset, value_offsets, bytes })
     }
 
     /// The value of `key`, if present.
@@ -643,39 +594,20 @@ impl<'a> GgufFile<'a> {
 
 /// Bytes of a tensor of type `ty` and shape `ne`, with the shape rules of §1–§2 checked.
 pub(crate) fn tensor_size(name: &str, ne: &[u64], ty: GgmlType) -> Result<u64, FormatError> {
-    let bad = |reason: String| FormatError::BadTensor {
-        name: name.to_string(),
-        reason,
-    };
+    let bad = |reason: String| FormatError::BadTensor { name: name.to_string(), reason };
     if ne.is_empty() || ne.len() > 4 {
-        return Err(bad(format!(
-            "{} dimensions; Laya tensors have 1 to 4",
-            ne.len()
-        )));
+        return Err(bad(format!("{} dimensions; Laya tensors have 1 to 4", ne.len())));
     }
     if let Some(d) = ne.iter().position(|&n| n == 0) {
         return Err(bad(format!("dimension {d} is zero")));
     }
     let bs = ty.block_size() as u64;
     if !ne[0].is_multiple_of(bs) {
-        return Err(bad(format!(
-            "ne[0] = {} is not a multiple of {bs}, the block size of {}",
-            ne[0],
-            ty.name()
-        )));
+        return Err(bad(format!("ne[0] = {} is not a multiple of {bs}, the block size of {}", ne[0], ty.name())));
     }
-    let too_large = || FormatError::TooLarge {
-        what: format!("size of tensor '{name}'"),
-        value: u64::MAX,
-        limit: u64::MAX,
-    };
-    let row = (ne[0] / bs)
-        .checked_mul(ty.block_bytes() as u64)
-        .ok_or_else(too_large)?;
-    ne[1..]
-        .iter()
-        .try_fold(row, |acc, &n| acc.checked_mul(n))
-        .ok_or_else(too_large)
+    let too_large = || FormatError::TooLarge { what: format!("size of tensor '{name}'"), value: u64::MAX, limit: u64::MAX };
+    let row = (ne[0] / bs).checked_mul(ty.block_bytes() as u64).ok_or_else(too_large)?;
+    ne[1..].iter().try_fold(row, |acc, &n| acc.checked_mul(n)).ok_or_else(too_large)
 }
 
 pub(crate) fn align_up(x: u64, alignment: u64) -> Option<u64> {
@@ -690,10 +622,7 @@ fn check_zero(bytes: &[u8], start: u64, end: u64, what: &str) -> Result<(), Form
     }
     match bytes[s..e].iter().position(|&b| b != 0) {
         None => Ok(()),
-        Some(i) => Err(FormatError::BadPadding {
-            offset: start + i as u64,
-            reason: format!("non-zero byte in {what}"),
-        }),
+        Some(i) => Err(FormatError::BadPadding { offset: start + i as u64, reason: format!("non-zero byte in {what}") }),
     }
 }
 
@@ -710,19 +639,12 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], FormatError> {
         let bytes: &'a [u8] = self.bytes;
-        match self
-            .pos
-            .checked_add(n)
-            .and_then(|end| bytes.get(self.pos..end))
-        {
+        match self.pos.checked_add(n).and_then(|end| bytes.get(self.pos..end)) {
             Some(s) => {
                 self.pos += n;
                 Ok(s)
             }
-            None => Err(FormatError::Truncated {
-                what: what.to_string(),
-                offset: self.pos as u64,
-            }),
+            None => Err(FormatError::Truncated { what: what.to_string(), offset: self.pos as u64 }),
         }
     }
 
@@ -751,10 +673,7 @@ impl<'a> Reader<'a> {
     fn bounded_count(&self, count: u64, min_size: usize, what: &str) -> Result<usize, FormatError> {
         let fits = (self.remaining() / min_size.max(1)) as u64;
         if count > fits {
-            return Err(FormatError::Truncated {
-                what: format!("{what} ({count})"),
-                offset: self.pos as u64,
-            });
+            return Err(FormatError::Truncated { what: format!("{what} ({count})"), offset: self.pos as u64 });
         }
         Ok(count as usize)
     }
@@ -764,46 +683,25 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a string, building the description only on error.
-    fn string_lazy(
-        &mut self,
-        max_len: u64,
-        what: &dyn Fn() -> String,
-    ) -> Result<String, FormatError> {
+    fn string_lazy(&mut self, max_len: u64, what: &dyn Fn() -> String) -> Result<String, FormatError> {
         let start = self.pos as u64;
         let raw = self.raw_string(max_len, what)?;
         match std::str::from_utf8(raw) {
             Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(FormatError::BadUtf8 {
-                what: what(),
-                offset: start,
-            }),
+            Err(_) => Err(FormatError::BadUtf8 { what: what(), offset: start }),
         }
     }
 
     /// Reads a length-prefixed string's bytes, not yet checked as UTF-8.
-    fn raw_string(
-        &mut self,
-        max_len: u64,
-        what: &dyn Fn() -> String,
-    ) -> Result<&'a [u8], FormatError> {
+    fn raw_string(&mut self, max_len: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], FormatError> {
         let start = self.pos as u64;
-        let truncated = || FormatError::Truncated {
-            what: what(),
-            offset: start,
-        };
-        let len_bytes = self
-            .bytes
-            .get(self.pos..self.pos.saturating_add(8))
-            .ok_or_else(truncated)?;
+        let truncated = || FormatError::Truncated { what: what(), offset: start };
+        let len_bytes = self.bytes.get(self.pos..self.pos.saturating_add(8)).ok_or_else(truncated)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(len_bytes);
         let len = u64::from_le_bytes(a);
         if len > max_len {
-            return Err(FormatError::TooLarge {
-                what: format!("length of {}", what()),
-                value: len,
-                limit: max_len,
-            });
+            return Err(FormatError::TooLarge { what: format!("length of {}", what()), value: len, limit: max_len });
         }
         if len > (self.remaining() - 8) as u64 {
             return Err(truncated());
@@ -879,10 +777,7 @@ impl<'a> Reader<'a> {
         match self.take(1, what)?[0] {
             0 => Ok(false),
             1 => Ok(true),
-            b => Err(FormatError::InvalidValue {
-                key: what.to_string(),
-                reason: format!("bool byte at {offset} is {b}, must be 0 or 1"),
-            }),
+            b => Err(FormatError::InvalidValue { key: what.to_string(), reason: format!("bool byte at {offset} is {b}, must be 0 or 1") }),
         }
     }
 
@@ -895,10 +790,8 @@ impl<'a> Reader<'a> {
             });
         }
         let elem_id = self.u32(what)?;
-        let elem = ValueType::from_id(elem_id).ok_or_else(|| FormatError::BadValueType {
-            what: format!("element of {what}"),
-            id: elem_id,
-        })?;
+        let elem =
+            ValueType::from_id(elem_id).ok_or_else(|| FormatError::BadValueType { what: format!("element of {what}"), id: elem_id })?;
         let count = self.u64(what)?;
         let n = self.bounded_count(count, elem.min_size(), what)?;
 

@@ -38,12 +38,12 @@ pub mod writer;
 pub use classes::{assign_word_classes, assign_word_classes_own};
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
-pub use strings::Strings;
 pub use schema::{
-    check_lexicon, check_word_class, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport, HParams, LayaFile,
-    LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
-    COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
+    check_lexicon, check_word_class, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport,
+    HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef, COMP_GROUP_ROWS, FORMAT_VERSION,
+    LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
 };
+pub use strings::Strings;
 /// The README's examples run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

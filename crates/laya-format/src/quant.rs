@@ -16,11 +16,7 @@ fn check_len(what: &str, len: usize, ty: GgmlType) -> Result<(), FormatError> {
         return Err(FormatError::BadLength {
             what: what.to_string(),
             len,
-            reason: format!(
-                "not a multiple of {}, the block size of {}",
-                ty.block_size(),
-                ty.name()
-            ),
+            reason: format!("not a multiple of {}, the block size of {}", ty.block_size(), ty.name()),
         });
     }
     Ok(())
@@ -44,32 +40,17 @@ pub fn quantize(values: &[f32], ty: GgmlType) -> Result<Vec<u8>, FormatError> {
     check_len("quantize input", values.len(), ty)?;
     if ty.is_quantized() {
         if let Some(index) = values.iter().position(|v| !v.is_finite()) {
-            return Err(FormatError::NonFinite {
-                name: "quantize input".into(),
-                index,
-            });
+            return Err(FormatError::NonFinite { name: "quantize input".into(), index });
         }
     }
     let mut out = Vec::with_capacity(values.len() / ty.block_size() * ty.block_bytes());
     match ty {
-        GgmlType::F32 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        GgmlType::F16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
-        GgmlType::BF16 => values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
-        GgmlType::Q8_0 => values
-            .chunks_exact(QK)
-            .for_each(|b| q8_0_block(b, &mut out)),
-        GgmlType::Q4_0 => values
-            .chunks_exact(QK)
-            .for_each(|b| q4_0_block(b, &mut out)),
-        GgmlType::Q4_1 => values
-            .chunks_exact(QK)
-            .for_each(|b| q4_1_block(b, &mut out)),
+        GgmlType::F32 => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        GgmlType::F16 => values.iter().for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
+        GgmlType::BF16 => values.iter().for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
+        GgmlType::Q8_0 => values.chunks_exact(QK).for_each(|b| q8_0_block(b, &mut out)),
+        GgmlType::Q4_0 => values.chunks_exact(QK).for_each(|b| q4_0_block(b, &mut out)),
+        GgmlType::Q4_1 => values.chunks_exact(QK).for_each(|b| q4_1_block(b, &mut out)),
     }
     Ok(out)
 }
@@ -126,11 +107,8 @@ fn q4_1_block(x: &[f32], out: &mut Vec<u8>) {
 /// Decodes `n` values of type `ty` from `bytes`, which must be exactly their size.
 pub fn dequantize(bytes: &[u8], ty: GgmlType, n: usize) -> Result<Vec<f32>, FormatError> {
     check_len("dequantize output", n, ty)?;
-    let expected = ty.row_bytes(n).ok_or_else(|| FormatError::BadLength {
-        what: "dequantize output".into(),
-        len: n,
-        reason: "too large".into(),
-    })?;
+    let expected =
+        ty.row_bytes(n).ok_or_else(|| FormatError::BadLength { what: "dequantize output".into(), len: n, reason: "too large".into() })?;
     if bytes.len() != expected {
         return Err(FormatError::BadLength {
             what: "dequantize input".into(),
@@ -141,21 +119,9 @@ pub fn dequantize(bytes: &[u8], ty: GgmlType, n: usize) -> Result<Vec<f32>, Form
     let mut out = Vec::with_capacity(n);
     let half_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
     match ty {
-        GgmlType::F32 => out.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        ),
-        GgmlType::F16 => out.extend(
-            bytes
-                .chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()),
-        ),
-        GgmlType::BF16 => out.extend(
-            bytes
-                .chunks_exact(2)
-                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()),
-        ),
+        GgmlType::F32 => out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        GgmlType::F16 => out.extend(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
+        GgmlType::BF16 => out.extend(bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())),
         GgmlType::Q8_0 => {
             for b in bytes.chunks_exact(34) {
                 let d = half_at(b, 0);
@@ -233,9 +199,7 @@ mod tests {
 
     #[test]
     fn error_bound_per_type() {
-        let x: Vec<f32> = (0..256)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
-            .collect();
+        let x: Vec<f32> = (0..256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         for (ty, tol) in [
             (GgmlType::F32, 0.0),
             (GgmlType::F16, 2e-3),
@@ -245,11 +209,7 @@ mod tests {
             (GgmlType::Q4_1, 4.0 / 15.0),
         ] {
             let y = dequantize(&quantize(&x, ty).unwrap(), ty, x.len()).unwrap();
-            let err = x
-                .iter()
-                .zip(&y)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
+            let err = x.iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
             assert!(err <= tol, "{ty}: max error {err} > {tol}");
         }
     }

@@ -37,12 +37,7 @@ pub struct QuantizeOptions {
 
 impl Default for QuantizeOptions {
     fn default() -> Self {
-        QuantizeOptions {
-            embedding: GgmlType::Q4_1,
-            linear: GgmlType::Q8_0,
-            head: GgmlType::Q8_0,
-            compensation: true,
-        }
+        QuantizeOptions { embedding: GgmlType::Q4_1, linear: GgmlType::Q8_0, head: GgmlType::Q8_0, compensation: true }
     }
 }
 
@@ -54,11 +49,7 @@ pub enum QuantizeError {
     /// the original values needed for the compensation are gone.
     AlreadyQuantized { tensor: String, ty: GgmlType },
     /// The chosen type's block does not divide the tensor's rows.
-    BlockSize {
-        tensor: String,
-        ty: GgmlType,
-        row_len: usize,
-    },
+    BlockSize { tensor: String, ty: GgmlType, row_len: usize },
     /// Reading, encoding or writing failed.
     Format(FormatError),
 }
@@ -66,16 +57,10 @@ pub enum QuantizeError {
 impl fmt::Display for QuantizeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            QuantizeError::AlreadyQuantized { tensor, ty } => write!(
-                f,
-                "already quantised: quantise from the float model ({tensor} is {})",
-                ty.name()
-            ),
-            QuantizeError::BlockSize {
-                tensor,
-                ty,
-                row_len,
-            } => write!(
+            QuantizeError::AlreadyQuantized { tensor, ty } => {
+                write!(f, "already quantised: quantise from the float model ({tensor} is {})", ty.name())
+            }
+            QuantizeError::BlockSize { tensor, ty, row_len } => write!(
                 f,
                 "cannot store {tensor} as {}: its rows have {row_len} values, not a multiple of \
                  the {}-value block; choose f16 or f32 for it",
@@ -195,25 +180,15 @@ pub fn error_stats(orig: &[f32], approx: &[f32]) -> ErrorStats {
         max = max.max(e);
         n += 1;
     }
-    ErrorStats {
-        rmse: if n == 0 { 0.0 } else { (sq / n as f64).sqrt() },
-        max_abs: max,
-    }
+    ErrorStats { rmse: if n == 0 { 0.0 } else { (sq / n as f64).sqrt() }, max_abs: max }
 }
 
 /// The block matrices of every layer (`--linear`).
 fn is_linear(name: &str) -> bool {
     name.starts_with("blk.")
-        && [
-            "attn_q.weight",
-            "attn_k.weight",
-            "attn_v.weight",
-            "attn_output.weight",
-            "ffn_up.weight",
-            "ffn_down.weight",
-        ]
-        .iter()
-        .any(|s| name.ends_with(s))
+        && ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight"]
+            .iter()
+            .any(|s| name.ends_with(s))
 }
 
 /// Quantises a float model (F32, F16 or BF16 tensors): the embedding as `opts.embedding` with
@@ -238,10 +213,7 @@ fn is_linear(name: &str) -> bool {
 /// ```
 pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantized, QuantizeError> {
     if let Some(t) = file.tensors().into_iter().find(|t| t.ty.is_quantized()) {
-        return Err(QuantizeError::AlreadyQuantized {
-            tensor: t.name.clone(),
-            ty: t.ty,
-        });
+        return Err(QuantizeError::AlreadyQuantized { tensor: t.name.clone(), ty: t.ty });
     }
     let target = |name: &str| -> Option<GgmlType> {
         match name {
@@ -257,11 +229,7 @@ pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantiz
     for t in file.tensors() {
         if let Some(ty) = target(&t.name) {
             if !t.row_len().is_multiple_of(ty.block_size()) {
-                return Err(QuantizeError::BlockSize {
-                    tensor: t.name.clone(),
-                    ty,
-                    row_len: t.row_len(),
-                });
+                return Err(QuantizeError::BlockSize { tensor: t.name.clone(), ty, row_len: t.row_len() });
             }
         }
     }
@@ -275,12 +243,7 @@ pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantiz
         };
         let orig = t.to_f32()?;
         let data = crate::quant::quantize(&orig, ty)?;
-        let out = TensorData {
-            name: t.name.clone(),
-            ty,
-            ne: t.ne.clone(),
-            data,
-        };
+        let out = TensorData { name: t.name.clone(), ty, ne: t.ne.clone(), data };
         if t.name != "token_embd.weight" {
             tensors.push(out);
             continue;
@@ -293,45 +256,26 @@ pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantiz
         if opts.compensation && ty.is_quantized() {
             let comp = compensation(&orig, &deq, cols);
             let groups = (comp.len() / cols.max(1)) as u64;
-            let stored = TensorData::from_f32(
-                TOKEN_EMBD_COMP,
-                GgmlType::F16,
-                &[cols as u64, groups],
-                &comp,
-            )?;
+            let stored = TensorData::from_f32(TOKEN_EMBD_COMP, GgmlType::F16, &[cols as u64, groups], &comp)?;
             // Measure what the runtime will add: the F16 values, not the f32 means.
             let comp16 = crate::quant::dequantize(&stored.data, GgmlType::F16, comp.len())?;
             apply_compensation(&mut deq, &comp16, cols);
             with_comp = Some(error_stats(&orig, &deq));
             tensors.push(stored);
         }
-        embedding = Some(EmbeddingReport {
-            ty,
-            without_comp,
-            with_comp,
-        });
+        embedding = Some(EmbeddingReport { ty, without_comp, with_comp });
     }
     let mut meta = file.meta.clone();
     meta.provenance.tool = Some(format!(
         "laya-format {} quantize (embedding {}{}, linear {}, head {})",
         env!("CARGO_PKG_VERSION"),
         opts.embedding.name(),
-        if embedding.is_some_and(|e| e.with_comp.is_some()) {
-            " + compensation"
-        } else {
-            ""
-        },
+        if embedding.is_some_and(|e| e.with_comp.is_some()) { " + compensation" } else { "" },
         opts.linear.name(),
         opts.head.name()
     ));
-    let embedding = embedding.ok_or_else(|| {
-        QuantizeError::Format(FormatError::MissingTensor("token_embd.weight".into()))
-    })?;
-    Ok(Quantized {
-        meta,
-        tensors,
-        embedding,
-    })
+    let embedding = embedding.ok_or_else(|| QuantizeError::Format(FormatError::MissingTensor("token_embd.weight".into())))?;
+    Ok(Quantized { meta, tensors, embedding })
 }
 
 #[cfg(test)]
@@ -354,22 +298,8 @@ mod tests {
         // Column 0, group 1: errors 0, 1, …, 31: mean 15.5.
         let two_groups = (rows, 2, orig, deq, vec![0.5, 0.0, 15.5, 0.0]);
         // 35 rows × 1 column: the last group is short (3 rows) and averages over 3, not 32.
-        let short = (
-            35,
-            1,
-            vec![0.0; 35],
-            (0..35)
-                .map(|r| if r < 32 { 0.0 } else { -(r as f32 - 31.0) })
-                .collect(),
-            vec![0.0, 2.0],
-        );
-        let single_row = (
-            1,
-            3,
-            vec![1.0, 2.0, 3.0],
-            vec![0.0, 2.5, 3.0],
-            vec![1.0, -0.5, 0.0],
-        );
+        let short = (35, 1, vec![0.0; 35], (0..35).map(|r| if r < 32 { 0.0 } else { -(r as f32 - 31.0) }).collect(), vec![0.0, 2.0]);
+        let single_row = (1, 3, vec![1.0, 2.0, 3.0], vec![0.0, 2.5, 3.0], vec![1.0, -0.5, 0.0]);
         vec![two_groups, short, single_row]
     }
 
@@ -399,30 +329,15 @@ mod tests {
     #[test]
     fn error_stats_of_identical_tables_is_zero() {
         let x = [0.25f32, -3.0, 7.5];
-        assert_eq!(
-            error_stats(&x, &x),
-            ErrorStats {
-                rmse: 0.0,
-                max_abs: 0.0
-            }
-        );
+        assert_eq!(error_stats(&x, &x), ErrorStats { rmse: 0.0, max_abs: 0.0 });
         assert_eq!(error_stats(&[], &[]).rmse, 0.0);
     }
 
     #[test]
     fn messages_say_what_to_do() {
-        let e = QuantizeError::AlreadyQuantized {
-            tensor: "blk.0.attn_q.weight".into(),
-            ty: GgmlType::Q8_0,
-        };
-        assert!(e
-            .to_string()
-            .starts_with("already quantised: quantise from the float model"));
-        let e = QuantizeError::BlockSize {
-            tensor: "token_embd.weight".into(),
-            ty: GgmlType::Q4_1,
-            row_len: 48,
-        };
+        let e = QuantizeError::AlreadyQuantized { tensor: "blk.0.attn_q.weight".into(), ty: GgmlType::Q8_0 };
+        assert!(e.to_string().starts_with("already quantised: quantise from the float model"));
+        let e = QuantizeError::BlockSize { tensor: "token_embd.weight".into(), ty: GgmlType::Q4_1, row_len: 48 };
         assert!(e.to_string().contains("token_embd.weight"), "{e}");
     }
 }

@@ -289,9 +289,7 @@ pub struct HParams {
 impl HParams {
     /// `dh = d / H`.
     pub fn head_dim(&self) -> u32 {
-        self.embedding_length
-            .checked_div(self.head_count)
-            .unwrap_or(0)
+        self.embedding_length.checked_div(self.head_count).unwrap_or(0)
     }
 }
 
@@ -366,10 +364,7 @@ impl TensorRef<'_> {
 
     /// Number of rows (product of `ne[1..]`; 1 for a vector).
     pub fn n_rows(&self) -> usize {
-        self.ne
-            .iter()
-            .skip(1)
-            .fold(1u64, |a, &n| a.saturating_mul(n)) as usize
+        self.ne.iter().skip(1).fold(1u64, |a, &n| a.saturating_mul(n)) as usize
     }
 
     /// Total elements.
@@ -385,8 +380,7 @@ impl TensorRef<'_> {
     /// The bytes of row `i`, if it exists.
     pub fn row(&self, i: usize) -> Option<&[u8]> {
         let rb = self.row_bytes();
-        self.data
-            .get(i.checked_mul(rb)?..i.checked_add(1)?.checked_mul(rb)?)
+        self.data.get(i.checked_mul(rb)?..i.checked_add(1)?.checked_mul(rb)?)
     }
 
     /// An owned copy, ready for [`crate::write_model`] (tools that rewrite a file keep the
@@ -532,29 +526,18 @@ pub fn checksum_report(bytes: &[u8]) -> Result<ChecksumReport, FormatError> {
 
 fn checksum_report_of(file: &GgufFile<'_>) -> Result<ChecksumReport, FormatError> {
     let slot = checksum_slot(file)?;
-    let stored = file
-        .get(keys::CHECKSUM)
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    Ok(ChecksumReport {
-        stored,
-        computed: checksum_at(file.bytes(), slot),
-    })
+    let stored = file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0);
+    Ok(ChecksumReport { stored, computed: checksum_at(file.bytes(), slot) })
 }
 
 /// Offset of the 8 value bytes of `laya.checksum`.
 pub(crate) fn checksum_slot(file: &GgufFile<'_>) -> Result<usize, FormatError> {
     match file.get(keys::CHECKSUM) {
         None => Err(FormatError::MissingKey(keys::CHECKSUM.into())),
-        Some(Value::U64(_)) => file
-            .value_offset(keys::CHECKSUM)
-            .map(|o| o as usize)
-            .ok_or_else(|| FormatError::MissingKey(keys::CHECKSUM.into())),
-        Some(v) => Err(FormatError::WrongKeyType {
-            key: keys::CHECKSUM.into(),
-            expected: "u64".into(),
-            found: v.type_name(),
-        }),
+        Some(Value::U64(_)) => {
+            file.value_offset(keys::CHECKSUM).map(|o| o as usize).ok_or_else(|| FormatError::MissingKey(keys::CHECKSUM.into()))
+        }
+        Some(v) => Err(FormatError::WrongKeyType { key: keys::CHECKSUM.into(), expected: "u64".into(), found: v.type_name() }),
     }
 }
 
@@ -575,17 +558,11 @@ struct Keys<'f, 'a> {
 
 impl Keys<'_, '_> {
     fn req(&self, key: &str) -> Result<&Value, FormatError> {
-        self.file
-            .get(key)
-            .ok_or_else(|| FormatError::MissingKey(key.to_string()))
+        self.file.get(key).ok_or_else(|| FormatError::MissingKey(key.to_string()))
     }
 
     fn wrong(key: &str, expected: &str, v: &Value) -> FormatError {
-        FormatError::WrongKeyType {
-            key: key.into(),
-            expected: expected.into(),
-            found: v.type_name(),
-        }
+        FormatError::WrongKeyType { key: key.into(), expected: expected.into(), found: v.type_name() }
     }
 
     fn u32(&self, key: &str) -> Result<u32, FormatError> {
@@ -606,31 +583,23 @@ impl Keys<'_, '_> {
     fn opt_str(&self, key: &str) -> Result<Option<&str>, FormatError> {
         match self.file.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| Self::wrong(key, "string", v)),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| Self::wrong(key, "string", v)),
         }
     }
 
     fn u32s(&self, key: &str) -> Result<&[u32], FormatError> {
         let v = self.req(key)?;
-        v.as_u32_array()
-            .ok_or_else(|| Self::wrong(key, "u32 array", v))
+        v.as_u32_array().ok_or_else(|| Self::wrong(key, "u32 array", v))
     }
 
     fn strings(&self, key: &str) -> Result<&Strings, FormatError> {
         let v = self.req(key)?;
-        v.as_string_array()
-            .ok_or_else(|| Self::wrong(key, "string array", v))
+        v.as_string_array().ok_or_else(|| Self::wrong(key, "string array", v))
     }
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> FormatError {
-    FormatError::InvalidValue {
-        key: key.to_string(),
-        reason: reason.into(),
-    }
+    FormatError::InvalidValue { key: key.to_string(), reason: reason.into() }
 }
 
 fn range_u32(k: &Keys<'_, '_>, key: &str, lo: u32, hi: u32) -> Result<u32, FormatError> {
@@ -647,82 +616,47 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
 
     let alignment = k.u32(keys::ALIGNMENT)?;
     if !alignment.is_power_of_two() || !(8..=4096).contains(&alignment) {
-        return Err(invalid(
-            keys::ALIGNMENT,
-            format!("{alignment} is not a power of two in 8..=4096"),
-        ));
+        return Err(invalid(keys::ALIGNMENT, format!("{alignment} is not a power of two in 8..=4096")));
     }
     let name = k.str(keys::NAME)?.to_string();
 
     let context_length = range_u32(&k, keys::CONTEXT_LENGTH, 1, 256)?;
     let embedding_length = range_u32(&k, keys::EMBEDDING_LENGTH, 32, 4096)?;
     if embedding_length % 32 != 0 {
-        return Err(invalid(
-            keys::EMBEDDING_LENGTH,
-            format!("{embedding_length} is not a multiple of 32"),
-        ));
+        return Err(invalid(keys::EMBEDDING_LENGTH, format!("{embedding_length} is not a multiple of 32")));
     }
     let block_count = range_u32(&k, keys::BLOCK_COUNT, 1, 64)?;
     let head_count = range_u32(&k, keys::HEAD_COUNT, 1, embedding_length)?;
     if embedding_length % head_count != 0 {
-        return Err(invalid(
-            keys::HEAD_COUNT,
-            format!("{head_count} does not divide laya.embedding_length = {embedding_length}"),
-        ));
+        return Err(invalid(keys::HEAD_COUNT, format!("{head_count} does not divide laya.embedding_length = {embedding_length}")));
     }
     let layer_norm_epsilon = k.f32(keys::LAYER_NORM_EPSILON)?;
     if !(layer_norm_epsilon.is_finite() && layer_norm_epsilon > 0.0) {
-        return Err(invalid(
-            keys::LAYER_NORM_EPSILON,
-            format!("{layer_norm_epsilon} is not finite and > 0"),
-        ));
+        return Err(invalid(keys::LAYER_NORM_EPSILON, format!("{layer_norm_epsilon} is not finite and > 0")));
     }
     let ffn = k.u32s(keys::FEED_FORWARD_LENGTH)?;
     if ffn.len() != block_count as usize {
-        return Err(invalid(
-            keys::FEED_FORWARD_LENGTH,
-            format!(
-                "has {} entries but laya.block_count = {block_count}",
-                ffn.len()
-            ),
-        ));
+        return Err(invalid(keys::FEED_FORWARD_LENGTH, format!("has {} entries but laya.block_count = {block_count}", ffn.len())));
     }
     if let Some((l, f)) = ffn.iter().enumerate().find(|(_, &f)| f == 0 || f % 32 != 0) {
-        return Err(invalid(
-            keys::FEED_FORWARD_LENGTH,
-            format!("entry {l} is {f}; widths must be positive multiples of 32"),
-        ));
+        return Err(invalid(keys::FEED_FORWARD_LENGTH, format!("entry {l} is {f}; widths must be positive multiples of 32")));
     }
     let activation_name = k.str(keys::ACTIVATION)?;
-    let activation = Activation::from_name(activation_name).ok_or_else(|| {
-        invalid(
-            keys::ACTIVATION,
-            format!("'{activation_name}' is not gelu_tanh or relu"),
-        )
-    })?;
+    let activation = Activation::from_name(activation_name)
+        .ok_or_else(|| invalid(keys::ACTIVATION, format!("'{activation_name}' is not gelu_tanh or relu")))?;
     let pos_name = k.str(keys::POSITION_SCHEME)?;
-    let position_scheme = PositionScheme::from_name(pos_name).ok_or_else(|| {
-        invalid(
-            keys::POSITION_SCHEME,
-            format!("'{pos_name}' is not learned_absolute or relative_causal"),
-        )
-    })?;
+    let position_scheme = PositionScheme::from_name(pos_name)
+        .ok_or_else(|| invalid(keys::POSITION_SCHEME, format!("'{pos_name}' is not learned_absolute or relative_causal")))?;
 
     let embedding_rows = k.u32(keys::EMBEDDING_ROWS)?;
     let mapping_name = k.str(keys::EMBEDDING_MAPPING)?;
     let mapping = match mapping_name {
         "direct" => {
             if embedding_rows != 65536 {
-                return Err(invalid(
-                    keys::EMBEDDING_ROWS,
-                    format!("{embedding_rows} rows, but the direct mapping needs 65536"),
-                ));
+                return Err(invalid(keys::EMBEDDING_ROWS, format!("{embedding_rows} rows, but the direct mapping needs 65536")));
             }
             if file.get(keys::EMBEDDING_CODEPOINTS).is_some() {
-                return Err(invalid(
-                    keys::EMBEDDING_CODEPOINTS,
-                    "present, but laya.embedding.mapping is direct (only table uses it)",
-                ));
+                return Err(invalid(keys::EMBEDDING_CODEPOINTS, "present, but laya.embedding.mapping is direct (only table uses it)"));
             }
             Mapping::Direct
         }
@@ -731,18 +665,12 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
             if embedding_rows < 2 || cps.len() as u64 != u64::from(embedding_rows) - 2 {
                 return Err(invalid(
                     keys::EMBEDDING_CODEPOINTS,
-                    format!(
-                        "has {} entries but laya.embedding.rows = {embedding_rows} requires rows − 2",
-                        cps.len()
-                    ),
+                    format!("has {} entries but laya.embedding.rows = {embedding_rows} requires rows − 2", cps.len()),
                 ));
             }
             for (j, &cp) in cps.iter().enumerate() {
                 if cp == 0 || char::from_u32(cp).is_none() {
-                    return Err(invalid(
-                        keys::EMBEDDING_CODEPOINTS,
-                        format!("entry {j} = {cp:#x} is not a non-zero Unicode scalar value"),
-                    ));
+                    return Err(invalid(keys::EMBEDDING_CODEPOINTS, format!("entry {j} = {cp:#x} is not a non-zero Unicode scalar value")));
                 }
                 if j > 0 && cps[j - 1] >= cp {
                     return Err(invalid(
@@ -754,10 +682,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
             Mapping::Table(cps.to_vec())
         }
         other => {
-            return Err(invalid(
-                keys::EMBEDDING_MAPPING,
-                format!("'{other}' is not direct or table"),
-            ));
+            return Err(invalid(keys::EMBEDDING_MAPPING, format!("'{other}' is not direct or table")));
         }
     };
     let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
@@ -768,11 +693,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
     if frequencies.len() != words.len() {
         return Err(invalid(
             keys::LEXICON_FREQUENCIES,
-            format!(
-                "has {} entries but the lexicon has {} words",
-                frequencies.len(),
-                words.len()
-            ),
+            format!("has {} entries but the lexicon has {} words", frequencies.len(), words.len()),
         ));
     }
     let dict_frequencies = match k.file.get(keys::LEXICON_DICT_FREQUENCIES) {
@@ -886,10 +807,7 @@ pub fn check_lexicon(words: &Strings) -> Result<(), FormatError> {
 /// one pass: strictly increasing neighbours are sorted and free of duplicates at once.
 pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {
-        return Err(invalid(
-            keys::LEXICON_WORDS,
-            format!("has {} words; 1..={MAX_WORDS} allowed", words.len()),
-        ));
+        return Err(invalid(keys::LEXICON_WORDS, format!("has {} words; 1..={MAX_WORDS} allowed", words.len())));
     }
     let sorted = (1..words.len()).all(|i| words[i - 1] < words[i]);
     let (order, duplicate) = if sorted {
@@ -924,23 +842,15 @@ pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
             }
         }
         if n > MAX_WORD_CHARS {
-            return Err(err(format!(
-                "{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed"
-            )));
+            return Err(err(format!("{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed")));
         }
         if let Some(c) = bad {
-            return Err(err(format!(
-                "{w:?} contains whitespace or control character U+{:04X}",
-                c as u32
-            )));
+            return Err(err(format!("{w:?} contains whitespace or control character U+{:04X}", c as u32)));
         }
     }
     if let Some((index, first)) = duplicate {
         let w = &words[index];
-        return Err(FormatError::Lexicon {
-            index,
-            reason: format!("{w:?} duplicates laya.lexicon.words[{first}]"),
-        });
+        return Err(FormatError::Lexicon { index, reason: format!("{w:?} duplicates laya.lexicon.words[{first}]") });
     }
     Ok(order)
 }
@@ -964,21 +874,12 @@ pub fn lexicon_order(words: &Strings) -> Vec<u32> {
     };
     let mut keyed: Vec<(u64, u32)> = words.iter().enumerate().map(|(i, w)| (key(w), i as u32)).collect();
     keyed.sort_unstable_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| words[a.1 as usize].as_bytes().cmp(words[b.1 as usize].as_bytes()))
-            .then(a.1.cmp(&b.1))
+        a.0.cmp(&b.0).then_with(|| words[a.1 as usize].as_bytes().cmp(words[b.1 as usize].as_bytes())).then(a.1.cmp(&b.1))
     });
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
-const MATRIX_TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-];
+const MATRIX_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1];
 const FLOAT_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 const F32_ONLY: &[GgmlType] = &[GgmlType::F32];
 const COMP_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16];
@@ -1020,14 +921,7 @@ const BLOCK_TENSORS: [&str; 16] = [
 fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
     let d = u64::from(h.embedding_length);
     let dr = format!("laya.embedding_length = {d}");
-    let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec {
-        name,
-        ne,
-        allowed,
-        finite,
-        rule,
-        optional: false,
-    };
+    let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec { name, ne, allowed, finite, rule, optional: false };
     let rows = u64::from(h.embedding_rows);
     let comp_rows = rows.div_ceil(u64::from(COMP_GROUP_ROWS));
     let mut out = vec![
@@ -1079,17 +973,9 @@ fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
             let name = format!("blk.{l}.{suffix}");
             let s = match suffix {
                 "ffn_up.weight" => spec(name, vec![d, f], MATRIX_TYPES, false, fr.clone()),
-                "ffn_up.bias" => spec(
-                    name,
-                    vec![f],
-                    F32_ONLY,
-                    true,
-                    format!("laya.feed_forward_length[{l}] = {f}"),
-                ),
+                "ffn_up.bias" => spec(name, vec![f], F32_ONLY, true, format!("laya.feed_forward_length[{l}] = {f}")),
                 "ffn_down.weight" => spec(name, vec![f, d], MATRIX_TYPES, false, fr.clone()),
-                s if s.ends_with("norm.weight") || s.ends_with(".bias") => {
-                    spec(name, vec![d], F32_ONLY, true, dr.clone())
-                }
+                s if s.ends_with("norm.weight") || s.ends_with(".bias") => spec(name, vec![d], F32_ONLY, true, dr.clone()),
                 _ => spec(name, vec![d, d], MATRIX_TYPES, false, dr.clone()),
             };
             out.push(s);
@@ -1097,48 +983,12 @@ fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
     }
     let c = u64::from(h.replace_classes);
     out.extend([
-        spec(
-            "output_norm.weight".into(),
-            vec![d],
-            F32_ONLY,
-            true,
-            dr.clone(),
-        ),
-        spec(
-            "output_norm.bias".into(),
-            vec![d],
-            F32_ONLY,
-            true,
-            dr.clone(),
-        ),
-        spec(
-            "output.weight".into(),
-            vec![d, v],
-            MATRIX_TYPES,
-            false,
-            format!("{dr} and the lexicon size {v}"),
-        ),
-        spec(
-            "output.bias".into(),
-            vec![v],
-            F32_ONLY,
-            true,
-            format!("the lexicon size {v}"),
-        ),
-        spec(
-            "replace.weight".into(),
-            vec![d, c],
-            FLOAT_TYPES,
-            false,
-            format!("{dr} and laya.replace_classes = {c}"),
-        ),
-        spec(
-            "replace.bias".into(),
-            vec![c],
-            F32_ONLY,
-            true,
-            format!("laya.replace_classes = {c}"),
-        ),
+        spec("output_norm.weight".into(), vec![d], F32_ONLY, true, dr.clone()),
+        spec("output_norm.bias".into(), vec![d], F32_ONLY, true, dr.clone()),
+        spec("output.weight".into(), vec![d, v], MATRIX_TYPES, false, format!("{dr} and the lexicon size {v}")),
+        spec("output.bias".into(), vec![v], F32_ONLY, true, format!("the lexicon size {v}")),
+        spec("replace.weight".into(), vec![d, c], FLOAT_TYPES, false, format!("{dr} and laya.replace_classes = {c}")),
+        spec("replace.bias".into(), vec![c], F32_ONLY, true, format!("laya.replace_classes = {c}")),
     ]);
     if k > 0 {
         let kr = format!("the {k} classes of laya.lexicon.word_class");
@@ -1152,22 +1002,13 @@ fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
 
 fn check_finite(name: &str, ty: GgmlType, data: &[u8]) -> Result<(), FormatError> {
     let bad = match ty {
-        GgmlType::F32 => data
-            .chunks_exact(4)
-            .position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
-        GgmlType::F16 => data
-            .chunks_exact(2)
-            .position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
-        GgmlType::BF16 => data
-            .chunks_exact(2)
-            .position(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
+        GgmlType::F32 => data.chunks_exact(4).position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+        GgmlType::F16 => data.chunks_exact(2).position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
+        GgmlType::BF16 => data.chunks_exact(2).position(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
         _ => None,
     };
     match bad {
-        Some(index) => Err(FormatError::NonFinite {
-            name: name.to_string(),
-            index,
-        }),
+        Some(index) => Err(FormatError::NonFinite { name: name.to_string(), index }),
         None => Ok(()),
     }
 }
@@ -1181,49 +1022,29 @@ impl<'a> LayaFile<'a> {
         let k = Keys { file: &file };
         let arch = k.str(keys::ARCHITECTURE)?;
         if arch != "laya" {
-            return Err(invalid(
-                keys::ARCHITECTURE,
-                format!("'{arch}' is not a Laya model (expected \"laya\")"),
-            ));
+            return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
         }
         // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
         let report = checksum_report_of(&file)?;
         if !report.is_ok() {
-            return Err(FormatError::ChecksumMismatch {
-                stored: report.stored,
-                computed: report.computed,
-            });
+            return Err(FormatError::ChecksumMismatch { stored: report.stored, computed: report.computed });
         }
         let version = k.u32(keys::FORMAT_VERSION)?;
         if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedFormatVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            });
+            return Err(FormatError::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION });
         }
-        if let Some((k, _)) = file
-            .kv
-            .iter()
-            .find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str()))
-        {
+        if let Some((k, _)) = file.kv.iter().find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str())) {
             return Err(FormatError::UnknownKey(k.clone()));
         }
         let (mut meta, alignment, word_order) = parse_meta(&file)?;
         meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
 
         let specs = tensor_specs(&meta.hparams, meta.words.len() as u64, meta.word_classes() as u64);
-        let by_name: HashMap<&str, &TensorSpec> =
-            specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        let by_name: HashMap<&str, &TensorSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
         for t in &file.tensors {
-            let spec = by_name
-                .get(t.name.as_str())
-                .ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
+            let spec = by_name.get(t.name.as_str()).ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
             if !spec.allowed.contains(&t.ty) {
-                return Err(FormatError::UnsupportedTensorType {
-                    name: t.name.clone(),
-                    ty: t.ty,
-                    allowed: spec.allowed.to_vec(),
-                });
+                return Err(FormatError::UnsupportedTensorType { name: t.name.clone(), ty: t.ty, allowed: spec.allowed.to_vec() });
             }
             if t.ne != spec.ne {
                 return Err(FormatError::BadShape {
@@ -1237,25 +1058,14 @@ impl<'a> LayaFile<'a> {
                 check_finite(&t.name, t.ty, file.tensor_data(t))?;
             }
         }
-        let present: HashMap<&str, &TensorInfo> =
-            file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
-        if let Some(missing) = specs
-            .iter()
-            .find(|s| !s.optional && !present.contains_key(s.name.as_str()))
-        {
+        let present: HashMap<&str, &TensorInfo> = file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        if let Some(missing) = specs.iter().find(|s| !s.optional && !present.contains_key(s.name.as_str())) {
             return Err(FormatError::MissingTensor(missing.name.clone()));
         }
 
         let get = |name: &str| -> Result<TensorRef<'a>, FormatError> {
-            let t = present
-                .get(name)
-                .ok_or_else(|| FormatError::MissingTensor(name.to_string()))?;
-            Ok(TensorRef {
-                name: t.name.clone(),
-                ty: t.ty,
-                ne: t.ne.clone(),
-                data: file.tensor_data(t),
-            })
+            let t = present.get(name).ok_or_else(|| FormatError::MissingTensor(name.to_string()))?;
+            Ok(TensorRef { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: file.tensor_data(t) })
         };
         let token_embd = get("token_embd.weight")?;
         let token_embd_comp = match present.contains_key(TOKEN_EMBD_COMP) {
@@ -1266,10 +1076,7 @@ impl<'a> LayaFile<'a> {
             // Compensating an exact table would only add noise; such a file is a tool bug.
             return Err(FormatError::BadTensor {
                 name: TOKEN_EMBD_COMP.into(),
-                reason: format!(
-                    "present only with a quantised token_embd.weight (Q8_0, Q4_0, Q4_1), but it is {}",
-                    token_embd.ty.name()
-                ),
+                reason: format!("present only with a quantised token_embd.weight (Q8_0, Q4_0, Q4_1), but it is {}", token_embd.ty.name()),
             });
         }
         let mut layers = Vec::with_capacity(meta.hparams.block_count as usize);
@@ -1326,14 +1133,7 @@ impl<'a> LayaFile<'a> {
         for l in &self.layers {
             v.extend(l.all());
         }
-        v.extend([
-            &self.output_norm_w,
-            &self.output_norm_b,
-            &self.output_w,
-            &self.output_b,
-            &self.replace_w,
-            &self.replace_b,
-        ]);
+        v.extend([&self.output_norm_w, &self.output_norm_b, &self.output_w, &self.output_b, &self.replace_w, &self.replace_b]);
         if let Some((w, b)) = &self.output_class {
             v.extend([w, b]);
         }
@@ -1346,25 +1146,11 @@ impl<'a> LayaFile<'a> {
         let h = &m.hparams;
         let mut s = String::new();
         let _ = writeln!(s, "model            {}", m.name);
-        let _ = writeln!(
-            s,
-            "format version   {FORMAT_VERSION} (GGUF v3, alignment {})",
-            self.alignment
-        );
+        let _ = writeln!(s, "format version   {FORMAT_VERSION} (GGUF v3, alignment {})", self.alignment);
         let _ = writeln!(s, "file size        {} bytes", self.file_len);
         let _ = writeln!(s, "context length   {}", h.context_length);
-        let _ = writeln!(
-            s,
-            "embedding        {} (heads {}, head dim {})",
-            h.embedding_length,
-            h.head_count,
-            h.head_dim()
-        );
-        let _ = writeln!(
-            s,
-            "blocks           {} (ffn widths {:?})",
-            h.block_count, h.feed_forward_length
-        );
+        let _ = writeln!(s, "embedding        {} (heads {}, head dim {})", h.embedding_length, h.head_count, h.head_dim());
+        let _ = writeln!(s, "blocks           {} (ffn widths {:?})", h.block_count, h.feed_forward_length);
         let _ = writeln!(s, "activation       {}", h.activation.name());
         let _ = writeln!(s, "layer norm eps   {}", h.layer_norm_epsilon);
         match h.position_scheme {
@@ -1385,12 +1171,7 @@ impl<'a> LayaFile<'a> {
             Mapping::Direct => String::new(),
             Mapping::Table(t) => format!(", {} codepoints", t.len()),
         };
-        let _ = writeln!(
-            s,
-            "embedding rows   {} ({} mapping{table})",
-            h.embedding_rows,
-            h.mapping.name()
-        );
+        let _ = writeln!(s, "embedding rows   {} ({} mapping{table})", h.embedding_rows, h.mapping.name());
         let _ = writeln!(s, "replace classes  {}", h.replace_classes);
         let _ = writeln!(s, "lexicon          {} words", m.words.len());
         if let Some(c) = &m.word_class {
@@ -1399,11 +1180,8 @@ impl<'a> LayaFile<'a> {
             for &x in c {
                 sizes[x as usize] += 1;
             }
-            let _ = writeln!(
-                s,
-                "word head        factorised over {k} classes (largest {} words)",
-                sizes.iter().max().copied().unwrap_or(0)
-            );
+            let _ =
+                writeln!(s, "word head        factorised over {k} classes (largest {} words)", sizes.iter().max().copied().unwrap_or(0));
         }
         if let Some(d) = &m.dict_frequencies {
             let found = d.iter().filter(|&&f| f > 0).count();
@@ -1423,14 +1201,7 @@ impl<'a> LayaFile<'a> {
         let mut total = 0usize;
         for t in self.tensors() {
             total += t.data.len();
-            let _ = writeln!(
-                s,
-                "  {:<28} {:<5} {:<14} {:>10} bytes",
-                t.name,
-                t.ty.name(),
-                format!("{:?}", t.ne),
-                t.data.len()
-            );
+            let _ = writeln!(s, "  {:<28} {:<5} {:<14} {:>10} bytes", t.name, t.ty.name(), format!("{:?}", t.ne), t.data.len());
         }
         let _ = writeln!(s, "  total tensor data {total} bytes");
         s
@@ -1450,10 +1221,7 @@ mod comp_tests {
     }
 
     fn comp_mut(tensors: &mut [TensorData]) -> &mut TensorData {
-        tensors
-            .iter_mut()
-            .find(|t| t.name == TOKEN_EMBD_COMP)
-            .expect("the quantised model has a comp tensor")
+        tensors.iter_mut().find(|t| t.name == TOKEN_EMBD_COMP).expect("the quantised model has a comp tensor")
     }
 
     #[test]
@@ -1467,10 +1235,7 @@ mod comp_tests {
         assert_eq!(f.tensors()[1].name, TOKEN_EMBD_COMP);
         assert!(f.summary().contains(TOKEN_EMBD_COMP));
         // Without it the model is still valid (the tensor is optional).
-        let without: Vec<TensorData> = tensors
-            .into_iter()
-            .filter(|t| t.name != TOKEN_EMBD_COMP)
-            .collect();
+        let without: Vec<TensorData> = tensors.into_iter().filter(|t| t.name != TOKEN_EMBD_COMP).collect();
         let bytes = write_model(&meta, &without).unwrap();
         assert!(LayaFile::parse(&bytes).unwrap().token_embd_comp.is_none());
     }
@@ -1532,10 +1297,7 @@ mod comp_tests {
         let comp = TensorData::from_f32(TOKEN_EMBD_COMP, GgmlType::F16, &[32, 2], &[0.0; 64]);
         tensors.insert(1, comp.unwrap());
         let err = write_model(&meta, &tensors).unwrap_err();
-        assert!(
-            matches!(&err, FormatError::BadTensor { name, .. } if name == TOKEN_EMBD_COMP),
-            "{err}"
-        );
+        assert!(matches!(&err, FormatError::BadTensor { name, .. } if name == TOKEN_EMBD_COMP), "{err}");
         assert!(err.to_string().contains("quantised"), "{err}");
     }
 }

@@ -4,9 +4,7 @@
 //! platform and crate version, without a `rand` dependency.
 
 use crate::gguf::GgmlType;
-use crate::schema::{
-    Activation, HParams, Mapping, ModelMeta, NormRule, PositionScheme, Provenance,
-};
+use crate::schema::{Activation, HParams, Mapping, ModelMeta, NormRule, PositionScheme, Provenance};
 use crate::writer::TensorData;
 
 /// The splitmix64 generator (Steele, Lea, Flood 2014): tiny, fast, good enough for test data.
@@ -116,13 +114,9 @@ fn made_up_word(rng: &mut SplitMix64) -> String {
     let len = 1 + rng.below(4) as usize;
     match rng.below(4) {
         // ASCII
-        0 => (0..len + 1)
-            .map(|_| char::from(b'a' + rng.below(26) as u8))
-            .collect(),
+        0 => (0..len + 1).map(|_| char::from(b'a' + rng.below(26) as u8)).collect(),
         // CJK unified ideographs (a common block)
-        1 | 2 => (0..len)
-            .filter_map(|_| char::from_u32(0x4E00 + rng.below(0x600) as u32))
-            .collect(),
+        1 | 2 => (0..len).filter_map(|_| char::from_u32(0x4E00 + rng.below(0x600) as u32)).collect(),
         // emoji, sometimes after a CJK character
         _ => {
             let mut w = String::new();
@@ -162,9 +156,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
             words.push(w);
         }
     }
-    let frequencies: Vec<u32> = (0..words.len())
-        .map(|i| 1 + (1_000_000 / (i as u32 + 1)) + rng.below(7) as u32)
-        .collect();
+    let frequencies: Vec<u32> = (0..words.len()).map(|i| 1 + (1_000_000 / (i as u32 + 1)) + rng.below(7) as u32).collect();
 
     let (rows, mapping) = match cfg.table_rows {
         None => (65536, Mapping::Direct),
@@ -173,11 +165,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
             // Characters of the lexicon first, then ASCII, then CJK filler; sorted at the end.
             let want = (r - 2) as usize;
             let mut cps: Vec<u32> = Vec::with_capacity(want);
-            let candidates = words
-                .iter()
-                .flat_map(|w| w.chars().map(|c| c as u32))
-                .chain(0x21..0x7F)
-                .chain(0x5000..);
+            let candidates = words.iter().flat_map(|w| w.chars().map(|c| c as u32)).chain(0x21..0x7F).chain(0x5000..);
             for cp in candidates {
                 if cps.len() == want {
                     break;
@@ -204,8 +192,14 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         mapping,
         replace_classes: cfg.replace_classes,
     };
-    let word_class = (cfg.word_classes > 0)
-        .then(|| crate::assign_word_classes_own(words.iter().map(String::as_str), &frequencies, cfg.word_classes as usize, cfg.own_class_words as usize));
+    let word_class = (cfg.word_classes > 0).then(|| {
+        crate::assign_word_classes_own(
+            words.iter().map(String::as_str),
+            &frequencies,
+            cfg.word_classes as usize,
+            cfg.own_class_words as usize,
+        )
+    });
     let meta = ModelMeta {
         name: format!("laya-test-{seed}"),
         hparams,
@@ -223,11 +217,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
     };
 
     let d = u64::from(cfg.embedding_length);
-    let float_ty = if matches!(ty, GgmlType::F16 | GgmlType::BF16) {
-        ty
-    } else {
-        GgmlType::F32
-    };
+    let float_ty = if matches!(ty, GgmlType::F16 | GgmlType::BF16) { ty } else { GgmlType::F32 };
     let mut tensors = Vec::new();
     let mut add = |name: String, ty: GgmlType, ne: Vec<u64>, rng: &mut SplitMix64, kind: Kind| {
         let n: u64 = ne.iter().product();
@@ -245,19 +235,12 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         let data = crate::quant::quantize(&values, ty).unwrap_or_default();
         tensors.push(TensorData { name, ty, ne, data });
     };
-    add(
-        "token_embd.weight".into(),
-        ty,
-        vec![d, u64::from(rows)],
-        &mut rng,
-        Kind::Matrix,
-    );
+    add("token_embd.weight".into(), ty, vec![d, u64::from(rows)], &mut rng, Kind::Matrix);
     let pos_ne = match cfg.position_scheme {
         PositionScheme::LearnedAbsolute => vec![d, u64::from(cfg.context_length)],
-        PositionScheme::RelativeCausal => vec![
-            u64::from(cfg.context_length),
-            cfg.feed_forward_length.len() as u64 * u64::from(cfg.head_count),
-        ],
+        PositionScheme::RelativeCausal => {
+            vec![u64::from(cfg.context_length), cfg.feed_forward_length.len() as u64 * u64::from(cfg.head_count)]
+        }
     };
     // Relative biases get the bias scale: they shift attention, not replace it.
     let pos_kind = match cfg.position_scheme {
@@ -268,111 +251,27 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
     for (l, &f) in cfg.feed_forward_length.iter().enumerate() {
         let f = u64::from(f);
         let p = |s: &str| format!("blk.{l}.{s}");
-        add(
-            p("attn_norm.weight"),
-            GgmlType::F32,
-            vec![d],
-            &mut rng,
-            Kind::Norm,
-        );
-        add(
-            p("attn_norm.bias"),
-            GgmlType::F32,
-            vec![d],
-            &mut rng,
-            Kind::Bias,
-        );
+        add(p("attn_norm.weight"), GgmlType::F32, vec![d], &mut rng, Kind::Norm);
+        add(p("attn_norm.bias"), GgmlType::F32, vec![d], &mut rng, Kind::Bias);
         for m in ["attn_q", "attn_k", "attn_v", "attn_output"] {
-            add(
-                p(&format!("{m}.weight")),
-                ty,
-                vec![d, d],
-                &mut rng,
-                Kind::Matrix,
-            );
-            add(
-                p(&format!("{m}.bias")),
-                GgmlType::F32,
-                vec![d],
-                &mut rng,
-                Kind::Bias,
-            );
+            add(p(&format!("{m}.weight")), ty, vec![d, d], &mut rng, Kind::Matrix);
+            add(p(&format!("{m}.bias")), GgmlType::F32, vec![d], &mut rng, Kind::Bias);
         }
-        add(
-            p("ffn_norm.weight"),
-            GgmlType::F32,
-            vec![d],
-            &mut rng,
-            Kind::Norm,
-        );
-        add(
-            p("ffn_norm.bias"),
-            GgmlType::F32,
-            vec![d],
-            &mut rng,
-            Kind::Bias,
-        );
+        add(p("ffn_norm.weight"), GgmlType::F32, vec![d], &mut rng, Kind::Norm);
+        add(p("ffn_norm.bias"), GgmlType::F32, vec![d], &mut rng, Kind::Bias);
         add(p("ffn_up.weight"), ty, vec![d, f], &mut rng, Kind::Matrix);
-        add(
-            p("ffn_up.bias"),
-            GgmlType::F32,
-            vec![f],
-            &mut rng,
-            Kind::Bias,
-        );
+        add(p("ffn_up.bias"), GgmlType::F32, vec![f], &mut rng, Kind::Bias);
         add(p("ffn_down.weight"), ty, vec![f, d], &mut rng, Kind::Matrix);
-        add(
-            p("ffn_down.bias"),
-            GgmlType::F32,
-            vec![d],
-            &mut rng,
-            Kind::Bias,
-        );
+        add(p("ffn_down.bias"), GgmlType::F32, vec![d], &mut rng, Kind::Bias);
     }
     let v = cfg.vocab as u64;
     let c = u64::from(cfg.replace_classes);
-    add(
-        "output_norm.weight".into(),
-        GgmlType::F32,
-        vec![d],
-        &mut rng,
-        Kind::Norm,
-    );
-    add(
-        "output_norm.bias".into(),
-        GgmlType::F32,
-        vec![d],
-        &mut rng,
-        Kind::Bias,
-    );
-    add(
-        "output.weight".into(),
-        ty,
-        vec![d, v],
-        &mut rng,
-        Kind::Matrix,
-    );
-    add(
-        "output.bias".into(),
-        GgmlType::F32,
-        vec![v],
-        &mut rng,
-        Kind::Bias,
-    );
-    add(
-        "replace.weight".into(),
-        float_ty,
-        vec![d, c],
-        &mut rng,
-        Kind::Matrix,
-    );
-    add(
-        "replace.bias".into(),
-        GgmlType::F32,
-        vec![c],
-        &mut rng,
-        Kind::Bias,
-    );
+    add("output_norm.weight".into(), GgmlType::F32, vec![d], &mut rng, Kind::Norm);
+    add("output_norm.bias".into(), GgmlType::F32, vec![d], &mut rng, Kind::Bias);
+    add("output.weight".into(), ty, vec![d, v], &mut rng, Kind::Matrix);
+    add("output.bias".into(), GgmlType::F32, vec![v], &mut rng, Kind::Bias);
+    add("replace.weight".into(), float_ty, vec![d, c], &mut rng, Kind::Matrix);
+    add("replace.bias".into(), GgmlType::F32, vec![c], &mut rng, Kind::Bias);
     if meta.word_class.is_some() {
         let k = meta.word_classes() as u64;
         add(crate::OUTPUT_CLASS_W.into(), ty, vec![d, k], &mut rng, Kind::Matrix);
@@ -397,11 +296,7 @@ pub fn mutate(bytes: &[u8], rng: &mut SplitMix64, hot_len: usize) -> Vec<u8> {
     for _ in 0..edits {
         let len = b.len() as u64;
         let hot = (hot_len as u64).min(len).max(1);
-        let at = if rng.below(2) == 0 {
-            rng.below(hot)
-        } else {
-            rng.below(len.max(1))
-        } as usize;
+        let at = if rng.below(2) == 0 { rng.below(hot) } else { rng.below(len.max(1)) } as usize;
         match rng.below(7) {
             0 => {
                 if let Some(x) = b.get_mut(at) {
@@ -485,11 +380,7 @@ pub fn exercise_readers(bytes: &[u8]) -> Result<bool, String> {
 /// assert_eq!(LayaFile::parse(&bytes)?.token_embd_comp.unwrap().ty, GgmlType::F16);
 /// # Ok::<(), laya_format::FormatError>(())
 /// ```
-pub fn random_quantized_model(
-    cfg: &TinyConfig,
-    seed: u64,
-    opts: &crate::quantize::QuantizeOptions,
-) -> (ModelMeta, Vec<TensorData>) {
+pub fn random_quantized_model(cfg: &TinyConfig, seed: u64, opts: &crate::quantize::QuantizeOptions) -> (ModelMeta, Vec<TensorData>) {
     let (meta, tensors) = random_model(cfg, seed, GgmlType::F32);
     let quantized = crate::write_model(&meta, &tensors).ok().and_then(|bytes| {
         let file = crate::LayaFile::parse(&bytes).ok()?;

@@ -3,10 +3,7 @@
 use std::io::{self, Write};
 
 use crate::error::FormatError;
-use crate::gguf::{
-    align_up, tensor_size, Array, GgmlType, GgufFile, Value, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC,
-    GGUF_VERSION,
-};
+use crate::gguf::{align_up, tensor_size, Array, GgmlType, GgufFile, Value, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION};
 use crate::schema::{keys, LayaFile, Mapping, ModelMeta, FORMAT_VERSION, LAYA_ALIGNMENT};
 
 /// A tensor to be written: name, type, shape (`ne[0]` first) and encoded bytes.
@@ -27,12 +24,7 @@ impl TensorData {
     /// assert_eq!(t.data.len(), 16);
     /// # Ok::<(), laya_format::FormatError>(())
     /// ```
-    pub fn from_f32(
-        name: &str,
-        ty: GgmlType,
-        ne: &[u64],
-        values: &[f32],
-    ) -> Result<Self, FormatError> {
+    pub fn from_f32(name: &str, ty: GgmlType, ne: &[u64], values: &[f32]) -> Result<Self, FormatError> {
         let expected: u64 = ne.iter().product();
         if values.len() as u64 != expected {
             return Err(FormatError::BadLength {
@@ -42,12 +34,7 @@ impl TensorData {
             });
         }
         let data = crate::quant::quantize(values, ty)?;
-        Ok(TensorData {
-            name: name.to_string(),
-            ty,
-            ne: ne.to_vec(),
-            data,
-        })
+        Ok(TensorData { name: name.to_string(), ty, ne: ne.to_vec(), data })
     }
 }
 
@@ -85,11 +72,7 @@ impl Default for GgufWriter {
 impl GgufWriter {
     /// An empty writer with GGUF's default alignment (32) and no `general.alignment` key.
     pub fn new() -> Self {
-        GgufWriter {
-            alignment: GGUF_DEFAULT_ALIGNMENT,
-            kv: Vec::new(),
-            tensors: Vec::new(),
-        }
+        GgufWriter { alignment: GGUF_DEFAULT_ALIGNMENT, kv: Vec::new(), tensors: Vec::new() }
     }
 
     /// Sets the data alignment and writes it as the `general.alignment` key.
@@ -122,30 +105,15 @@ impl GgufWriter {
     }
 
     /// Adds a tensor after checking that `data` has exactly the bytes `ty` and `ne` need.
-    pub fn add_tensor(
-        &mut self,
-        name: &str,
-        ty: GgmlType,
-        ne: &[u64],
-        data: Vec<u8>,
-    ) -> Result<&mut Self, FormatError> {
-        self.push_tensor(TensorData {
-            name: name.to_string(),
-            ty,
-            ne: ne.to_vec(),
-            data,
-        })
+    pub fn add_tensor(&mut self, name: &str, ty: GgmlType, ne: &[u64], data: Vec<u8>) -> Result<&mut Self, FormatError> {
+        self.push_tensor(TensorData { name: name.to_string(), ty, ne: ne.to_vec(), data })
     }
 
     /// Adds a prepared [`TensorData`] (checked like [`GgufWriter::add_tensor`]).
     pub fn push_tensor(&mut self, t: TensorData) -> Result<&mut Self, FormatError> {
         let size = tensor_size(&t.name, &t.ne, t.ty)?;
         if size != t.data.len() as u64 {
-            return Err(FormatError::DataSize {
-                name: t.name,
-                expected: size,
-                found: t.data.len() as u64,
-            });
+            return Err(FormatError::DataSize { name: t.name, expected: size, found: t.data.len() as u64 });
         }
         if self.tensors.iter().any(|o| o.name == t.name) {
             return Err(FormatError::DuplicateTensor(t.name));
@@ -167,11 +135,7 @@ impl GgufWriter {
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        let data_bytes: usize = self
-            .tensors
-            .iter()
-            .map(|t| t.data.len() + self.alignment as usize)
-            .sum();
+        let data_bytes: usize = self.tensors.iter().map(|t| t.data.len() + self.alignment as usize).sum();
         out.reserve(4096 + data_bytes);
         out.extend_from_slice(&GGUF_MAGIC);
         out.extend_from_slice(&GGUF_VERSION.to_le_bytes());
@@ -268,41 +232,23 @@ pub fn model_keys(meta: &ModelMeta) -> Vec<(String, Value)> {
         (keys::NAME.into(), s(&meta.name)),
         (keys::FORMAT_VERSION.into(), Value::U32(FORMAT_VERSION)),
         (keys::CONTEXT_LENGTH.into(), Value::U32(h.context_length)),
-        (
-            keys::EMBEDDING_LENGTH.into(),
-            Value::U32(h.embedding_length),
-        ),
+        (keys::EMBEDDING_LENGTH.into(), Value::U32(h.embedding_length)),
         (keys::BLOCK_COUNT.into(), Value::U32(h.block_count)),
         (keys::HEAD_COUNT.into(), Value::U32(h.head_count)),
-        (
-            keys::LAYER_NORM_EPSILON.into(),
-            Value::F32(h.layer_norm_epsilon),
-        ),
-        (
-            keys::FEED_FORWARD_LENGTH.into(),
-            Value::Array(Array::U32(h.feed_forward_length.clone())),
-        ),
+        (keys::LAYER_NORM_EPSILON.into(), Value::F32(h.layer_norm_epsilon)),
+        (keys::FEED_FORWARD_LENGTH.into(), Value::Array(Array::U32(h.feed_forward_length.clone()))),
         (keys::ACTIVATION.into(), s(h.activation.name())),
         (keys::POSITION_SCHEME.into(), s(h.position_scheme.name())),
         (keys::EMBEDDING_ROWS.into(), Value::U32(h.embedding_rows)),
         (keys::EMBEDDING_MAPPING.into(), s(h.mapping.name())),
     ];
     if let Mapping::Table(cps) = &h.mapping {
-        kv.push((
-            keys::EMBEDDING_CODEPOINTS.into(),
-            Value::Array(Array::U32(cps.clone())),
-        ));
+        kv.push((keys::EMBEDDING_CODEPOINTS.into(), Value::Array(Array::U32(cps.clone()))));
     }
     kv.extend([
         (keys::REPLACE_CLASSES.into(), Value::U32(h.replace_classes)),
-        (
-            keys::LEXICON_WORDS.into(),
-            Value::Array(Array::String(meta.words.clone())),
-        ),
-        (
-            keys::LEXICON_FREQUENCIES.into(),
-            Value::Array(Array::U32(meta.frequencies.clone())),
-        ),
+        (keys::LEXICON_WORDS.into(), Value::Array(Array::String(meta.words.clone()))),
+        (keys::LEXICON_FREQUENCIES.into(), Value::Array(Array::U32(meta.frequencies.clone()))),
     ]);
     if let Some(f) = &meta.dict_frequencies {
         kv.push((keys::LEXICON_DICT_FREQUENCIES.into(), Value::Array(Array::U32(f.clone()))));
@@ -311,23 +257,9 @@ pub fn model_keys(meta: &ModelMeta) -> Vec<(String, Value)> {
         kv.push((keys::LEXICON_WORD_CLASS.into(), Value::Array(Array::U32(c.clone()))));
     }
     kv.extend([
-        (
-            keys::NORMALIZATION.into(),
-            Value::Array(Array::String(
-                meta.normalization
-                    .iter()
-                    .map(|r| r.name().to_string())
-                    .collect(),
-            )),
-        ),
-        (
-            keys::PROVENANCE_LANGUAGE.into(),
-            s(&meta.provenance.language),
-        ),
-        (
-            keys::PROVENANCE_TRAINING_DATA.into(),
-            s(&meta.provenance.training_data),
-        ),
+        (keys::NORMALIZATION.into(), Value::Array(Array::String(meta.normalization.iter().map(|r| r.name().to_string()).collect()))),
+        (keys::PROVENANCE_LANGUAGE.into(), s(&meta.provenance.language)),
+        (keys::PROVENANCE_TRAINING_DATA.into(), s(&meta.provenance.training_data)),
         (keys::PROVENANCE_CREATED.into(), s(&meta.provenance.created)),
     ]);
     if let Some(tool) = &meta.provenance.tool {

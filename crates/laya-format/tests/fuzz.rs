@@ -30,10 +30,7 @@ fn bases() -> &'static [(Vec<u8>, usize)] {
 }
 
 fn cases() -> u32 {
-    std::env::var("LAYA_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000)
+    std::env::var("LAYA_FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
 }
 
 #[test]
@@ -65,18 +62,9 @@ proptest! {
 #[test]
 #[ignore = "long fuzz run; see the module comment"]
 fn fuzz_long() {
-    let seconds: u64 = std::env::var("LAYA_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
-    let max_cases: u64 = std::env::var("LAYA_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(u64::MAX);
-    let seed: u64 = std::env::var("LAYA_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x1a7a);
+    let seconds: u64 = std::env::var("LAYA_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let max_cases: u64 = std::env::var("LAYA_FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
+    let seed: u64 = std::env::var("LAYA_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x1a7a);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut rng = SplitMix64::new(seed);
     let (mut tried, mut loaded) = (0u64, 0u64);

@@ -12,14 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use laya_format::testing::{random_model, TinyConfig};
-use laya_format::{
-    quant, write_model, Activation, Array, GgmlType, GgufFile, GgufWriter, LayaFile, Mapping,
-    NormRule, TensorData, Value,
-};
+use laya_format::{quant, write_model, Activation, Array, GgmlType, GgufFile, GgufWriter, LayaFile, Mapping, NormRule, TensorData, Value};
 use serde_json::{json, Value as Json};
 
-const SETUP_HINT: &str =
-    "run `scripts/setup-python.sh` at the workspace root (it creates .venv with gguf==0.19.0, \
+const SETUP_HINT: &str = "run `scripts/setup-python.sh` at the workspace root (it creates .venv with gguf==0.19.0, \
                           numpy and xxhash), or point LAYA_PYTHON at a Python that has them";
 
 fn root() -> PathBuf {
@@ -37,25 +33,13 @@ fn python() -> PathBuf {
             venv
         }
     };
-    let ok = Command::new(&py)
-        .args(["-c", "import gguf, numpy, xxhash"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "{} cannot import gguf, numpy and xxhash: {SETUP_HINT}",
-        py.display()
-    );
+    let ok = Command::new(&py).args(["-c", "import gguf, numpy, xxhash"]).output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(ok, "{} cannot import gguf, numpy and xxhash: {SETUP_HINT}", py.display());
     py
 }
 
 fn run_script(args: &[&str]) {
-    let out = Command::new(python())
-        .arg(root().join("scripts/gguf_interop.py"))
-        .args(args)
-        .output()
-        .expect("run scripts/gguf_interop.py");
+    let out = Command::new(python()).arg(root().join("scripts/gguf_interop.py")).args(args).output().expect("run scripts/gguf_interop.py");
     assert!(
         out.status.success(),
         "gguf_interop.py {args:?} failed:\n{}{}",
@@ -76,11 +60,7 @@ fn read_json(path: &Path) -> Json {
 }
 
 fn read_f32(path: &Path) -> Vec<f32> {
-    std::fs::read(path)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    std::fs::read(path).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 fn type_name(t: laya_format::ValueType) -> &'static str {
@@ -150,17 +130,11 @@ fn assert_gguf_py_reads_identically(bytes: &[u8], dir: &Path) {
     assert_eq!(kv["alignment"], json!(ours.alignment));
     assert_eq!(kv["data_offset"], json!(ours.data_offset));
     let fields = kv["fields"].as_array().unwrap();
-    let header: Vec<&Json> = fields
-        .iter()
-        .filter(|f| f["name"].as_str().unwrap().starts_with("GGUF."))
-        .collect();
+    let header: Vec<&Json> = fields.iter().filter(|f| f["name"].as_str().unwrap().starts_with("GGUF.")).collect();
     assert_eq!(header[0]["value"], json!(3));
     assert_eq!(header[1]["value"], json!(ours.tensors.len()));
     assert_eq!(header[2]["value"], json!(ours.kv.len()));
-    let theirs: Vec<&Json> = fields
-        .iter()
-        .filter(|f| !f["name"].as_str().unwrap().starts_with("GGUF."))
-        .collect();
+    let theirs: Vec<&Json> = fields.iter().filter(|f| !f["name"].as_str().unwrap().starts_with("GGUF.")).collect();
     assert_eq!(theirs.len(), ours.kv.len());
     for ((key, value), field) in ours.kv.iter().zip(theirs) {
         assert_eq!(field["name"], json!(key));
@@ -180,12 +154,7 @@ fn assert_gguf_py_reads_identically(bytes: &[u8], dir: &Path) {
         assert_eq!(py["n_elements"], json!(t.n_elements()), "{}", t.name);
         assert_eq!(py["data_offset"], json!(t.offset), "{}", t.name);
         let data = ours.tensor_data(t);
-        assert_eq!(
-            std::fs::read(dir.join(format!("t{i}.raw"))).unwrap(),
-            data,
-            "{}",
-            t.name
-        );
+        assert_eq!(std::fs::read(dir.join(format!("t{i}.raw"))).unwrap(), data, "{}", t.name);
         let mine = quant::dequantize(data, t.ty, t.n_elements() as usize).unwrap();
         assert_close(&mine, &read_f32(&dir.join(format!("t{i}.f32"))), &t.name);
     }
@@ -194,28 +163,15 @@ fn assert_gguf_py_reads_identically(bytes: &[u8], dir: &Path) {
 fn assert_close(a: &[f32], b: &[f32], what: &str) {
     assert_eq!(a.len(), b.len(), "{what}");
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            x.to_bits() == y.to_bits() || (x - y).abs() <= 1e-6,
-            "{what}[{i}]: ours {x}, gguf-py {y}"
-        );
+        assert!(x.to_bits() == y.to_bits() || (x - y).abs() <= 1e-6, "{what}[{i}]: ours {x}, gguf-py {y}");
     }
 }
 
 /// A model whose matrices cycle through every type Laya allows.
 fn mixed_type_model() -> (laya_format::ModelMeta, Vec<TensorData>) {
-    let cfg = TinyConfig {
-        feed_forward_length: vec![64, 32],
-        ..TinyConfig::small()
-    };
+    let cfg = TinyConfig { feed_forward_length: vec![64, 32], ..TinyConfig::small() };
     let (meta, mut tensors) = random_model(&cfg, 77, GgmlType::F32);
-    let cycle = [
-        GgmlType::Q8_0,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::F32,
-    ];
+    let cycle = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
     let mut next = 0;
     for t in &mut tensors {
         let ty = match t.name.as_str() {
@@ -265,10 +221,7 @@ fn gguf_py_reads_a_generic_container_written_here() {
     w.add_kv("a.i32", Value::Array(Array::I32(vec![-7])));
     w.add_kv("a.f32", Value::Array(Array::F32(vec![0.25, -1e-3])));
     w.add_kv("a.bool", Value::Array(Array::Bool(vec![true, false, true])));
-    w.add_kv(
-        "a.string",
-        Value::Array(Array::String(["a", "", "東京"].into_iter().collect())),
-    );
+    w.add_kv("a.string", Value::Array(Array::String(["a", "", "東京"].into_iter().collect())));
     w.add_kv("a.u64", Value::Array(Array::U64(vec![u64::MAX, 0])));
     w.add_kv("a.f64", Value::Array(Array::F64(vec![1.5])));
     let values: Vec<f32> = (0..96).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -280,8 +233,7 @@ fn gguf_py_reads_a_generic_container_written_here() {
         ("q4_0", GgmlType::Q4_0, vec![96, 1]),
         ("q4_1", GgmlType::Q4_1, vec![32, 1, 3]),
     ] {
-        w.push_tensor(TensorData::from_f32(name, ty, &ne, &values).unwrap())
-            .unwrap();
+        w.push_tensor(TensorData::from_f32(name, ty, &ne, &values).unwrap()).unwrap();
     }
     assert_gguf_py_reads_identically(&w.to_bytes(), &scratch("interop-generic"));
 }
@@ -291,8 +243,7 @@ fn laya_reads_a_model_written_by_gguf_py() {
     let dir = scratch("interop-python-model");
     run_script(&["write", dir.to_str().unwrap()]);
     let bytes = std::fs::read(dir.join("model.laya")).unwrap();
-    let model =
-        LayaFile::parse(&bytes).unwrap_or_else(|e| panic!("gguf-py's model does not load: {e}"));
+    let model = LayaFile::parse(&bytes).unwrap_or_else(|e| panic!("gguf-py's model does not load: {e}"));
     let ex = read_json(&dir.join("expected.json"));
     let m = &model.meta;
     let h = &m.hparams;
@@ -303,10 +254,7 @@ fn laya_reads_a_model_written_by_gguf_py() {
     assert_eq!(json!(h.embedding_length), ex["embedding_length"]);
     assert_eq!(json!(h.block_count), ex["block_count"]);
     assert_eq!(json!(h.head_count), ex["head_count"]);
-    assert_eq!(
-        json!(f64::from(h.layer_norm_epsilon)),
-        ex["layer_norm_epsilon"]
-    );
+    assert_eq!(json!(f64::from(h.layer_norm_epsilon)), ex["layer_norm_epsilon"]);
     assert_eq!(json!(h.feed_forward_length), ex["feed_forward_length"]);
     assert_eq!(h.activation, Activation::Relu);
     assert_eq!(json!(h.position_scheme.name()), ex["position_scheme"]);
@@ -329,53 +277,25 @@ fn laya_reads_a_model_written_by_gguf_py() {
     assert_eq!(ours.len(), expected.len());
     for (i, e) in expected.iter().enumerate() {
         let name = e["name"].as_str().unwrap();
-        let t = ours
-            .iter()
-            .find(|t| t.name == name)
-            .unwrap_or_else(|| panic!("{name} missing"));
+        let t = ours.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} missing"));
         assert_eq!(json!(t.ty.id()), e["type"], "{name}");
         assert_eq!(json!(t.ne), e["ne"], "{name}");
         let raw = std::fs::read(dir.join(format!("w{i}.raw"))).unwrap();
         assert_eq!(t.data, &raw[..], "{name}");
-        assert_eq!(
-            (t.data.as_ptr() as usize - bytes.as_ptr() as usize) % 64,
-            0,
-            "{name} aligned"
-        );
+        assert_eq!((t.data.as_ptr() as usize - bytes.as_ptr() as usize) % 64, 0, "{name} aligned");
         // Our quantisers reproduce gguf-py's (ggml's reference) bytes exactly.
         let src = read_f32(&dir.join(format!("w{i}.src")));
-        assert_eq!(
-            quant::quantize(&src, t.ty).unwrap(),
-            raw,
-            "{name}: quantised bytes differ from gguf-py"
-        );
-        assert_close(
-            &t.to_f32().unwrap(),
-            &read_f32(&dir.join(format!("w{i}.f32"))),
-            name,
-        );
+        assert_eq!(quant::quantize(&src, t.ty).unwrap(), raw, "{name}: quantised bytes differ from gguf-py");
+        assert_close(&t.to_f32().unwrap(), &read_f32(&dir.join(format!("w{i}.f32"))), name);
     }
 
     // Re-writing the same content here gives a file that also loads, with the same tensors.
-    let tensors: Vec<TensorData> = ours
-        .iter()
-        .map(|t| TensorData {
-            name: t.name.clone(),
-            ty: t.ty,
-            ne: t.ne.clone(),
-            data: t.data.to_vec(),
-        })
-        .collect();
+    let tensors: Vec<TensorData> =
+        ours.iter().map(|t| TensorData { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: t.data.to_vec() }).collect();
     let again = write_model(m, &tensors).unwrap();
     assert_eq!(&LayaFile::parse(&again).unwrap().meta, m);
     // gguf-py pads after the last tensor and we do not; the reader accepts both.
     assert_eq!(bytes.len() % 64, 0);
-    let last_end = ours
-        .iter()
-        .map(|t| t.data.as_ptr() as usize + t.data.len() - bytes.as_ptr() as usize)
-        .max();
-    assert!(
-        last_end < Some(bytes.len()),
-        "the Python file has trailing padding"
-    );
+    let last_end = ours.iter().map(|t| t.data.as_ptr() as usize + t.data.len() - bytes.as_ptr() as usize).max();
+    assert!(last_end < Some(bytes.len()), "the Python file has trailing padding");
 }

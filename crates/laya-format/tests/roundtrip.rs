@@ -4,8 +4,7 @@ mod common;
 
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{
-    checksum, model_keys, quant, write_model, Activation, Array, GgmlType, GgufFile, GgufWriter,
-    LayaFile, Mapping, PositionScheme, Value,
+    checksum, model_keys, quant, write_model, Activation, Array, GgmlType, GgufFile, GgufWriter, LayaFile, Mapping, PositionScheme, Value,
 };
 
 fn assert_round_trip(cfg: &TinyConfig, seed: u64, ty: GgmlType) {
@@ -22,25 +21,13 @@ fn assert_round_trip(cfg: &TinyConfig, seed: u64, ty: GgmlType) {
     let parsed = model.tensors();
     assert_eq!(parsed.len(), tensors.len());
     for (t, p) in tensors.iter().zip(&parsed) {
-        assert_eq!(
-            (&t.name, t.ty, &t.ne, &t.data[..]),
-            (&p.name, p.ty, &p.ne, p.data),
-            "{}",
-            t.name
-        );
+        assert_eq!((&t.name, t.ty, &t.ne, &t.data[..]), (&p.name, p.ty, &p.ne, p.data), "{}", t.name);
         let offset = p.data.as_ptr() as usize - bytes.as_ptr() as usize;
         assert_eq!(offset % 64, 0, "{} at {offset}", t.name);
-        assert_eq!(
-            p.to_f32().unwrap(),
-            quant::dequantize(&t.data, t.ty, p.n_elements()).unwrap()
-        );
+        assert_eq!(p.to_f32().unwrap(), quant::dequantize(&t.data, t.ty, p.n_elements()).unwrap());
     }
     // The writer adds nothing after the last tensor.
-    let last = parsed
-        .iter()
-        .map(|p| p.data.as_ptr() as usize + p.data.len())
-        .max()
-        .unwrap();
+    let last = parsed.iter().map(|p| p.data.as_ptr() as usize + p.data.len()).max().unwrap();
     assert_eq!(last - bytes.as_ptr() as usize, bytes.len());
 
     // Every key, in the canonical order, with the patched checksum.
@@ -75,12 +62,7 @@ fn pruned_blocks_relu_and_more_words() {
 
 #[test]
 fn direct_mapping() {
-    let cfg = TinyConfig {
-        table_rows: None,
-        embedding_length: 32,
-        feed_forward_length: vec![32],
-        ..TinyConfig::default()
-    };
+    let cfg = TinyConfig { table_rows: None, embedding_length: 32, feed_forward_length: vec![32], ..TinyConfig::default() };
     assert_round_trip(&cfg, 5, GgmlType::Q4_0);
     let (meta, _) = random_model(&cfg, 5, GgmlType::Q4_0);
     assert_eq!(meta.hparams.mapping, Mapping::Direct);
@@ -104,10 +86,7 @@ fn tensors_in_any_order() {
     let model = LayaFile::parse(&bytes).unwrap();
     let by_name = |n: &str| tensors.iter().find(|t| t.name == n).unwrap().data.clone();
     assert_eq!(model.output_w.data, &by_name("output.weight")[..]);
-    assert_eq!(
-        model.layers[0].ffn_down_w.data,
-        &by_name("blk.0.ffn_down.weight")[..]
-    );
+    assert_eq!(model.layers[0].ffn_down_w.data, &by_name("blk.0.ffn_down.weight")[..]);
 }
 
 #[test]
@@ -132,21 +111,9 @@ fn generic_container_every_value_type() {
         ("arr.u32".into(), Value::Array(Array::U32(vec![]))),
         ("arr.i32".into(), Value::Array(Array::I32(vec![i32::MIN]))),
         ("arr.f32".into(), Value::Array(Array::F32(vec![0.5, -0.25]))),
-        (
-            "arr.bool".into(),
-            Value::Array(Array::Bool(vec![true, false])),
-        ),
-        (
-            "arr.string".into(),
-            Value::Array(Array::String(["", "x", "東京"].into_iter().collect())),
-        ),
-        (
-            "arr.nested".into(),
-            Value::Array(Array::Array(vec![
-                Array::U32(vec![1, 2]),
-                Array::String(["y"].into_iter().collect()),
-            ])),
-        ),
+        ("arr.bool".into(), Value::Array(Array::Bool(vec![true, false]))),
+        ("arr.string".into(), Value::Array(Array::String(["", "x", "東京"].into_iter().collect()))),
+        ("arr.nested".into(), Value::Array(Array::Array(vec![Array::U32(vec![1, 2]), Array::String(["y"].into_iter().collect())]))),
         ("arr.u64".into(), Value::Array(Array::U64(vec![u64::MAX]))),
         ("arr.i64".into(), Value::Array(Array::I64(vec![-9]))),
         ("arr.f64".into(), Value::Array(Array::F64(vec![1e300]))),
@@ -158,12 +125,9 @@ fn generic_container_every_value_type() {
             w.add_kv(k.clone(), v.clone());
         }
         let a: Vec<u8> = quant::quantize(&[0.5; 64], GgmlType::Q4_1).unwrap();
-        w.add_tensor("a", GgmlType::Q4_1, &[32, 2], a.clone())
-            .unwrap();
-        w.add_tensor("b", GgmlType::BF16, &[3], vec![1, 2, 3, 4, 5, 6])
-            .unwrap();
-        w.add_tensor("c", GgmlType::F32, &[1, 1, 1, 2], vec![7; 8])
-            .unwrap();
+        w.add_tensor("a", GgmlType::Q4_1, &[32, 2], a.clone()).unwrap();
+        w.add_tensor("b", GgmlType::BF16, &[3], vec![1, 2, 3, 4, 5, 6]).unwrap();
+        w.add_tensor("c", GgmlType::F32, &[1, 1, 1, 2], vec![7; 8]).unwrap();
         let bytes = w.to_bytes();
         let mut out = Vec::new();
         w.write_to(&mut out).unwrap();
@@ -171,10 +135,7 @@ fn generic_container_every_value_type() {
 
         let f = GgufFile::parse(&bytes).unwrap();
         assert_eq!(f.alignment, u64::from(alignment));
-        assert_eq!(
-            &f.kv[0],
-            &("general.alignment".to_string(), Value::U32(alignment))
-        );
+        assert_eq!(&f.kv[0], &("general.alignment".to_string(), Value::U32(alignment)));
         assert_eq!(&f.kv[1..], &kv[..]);
         assert_eq!(f.data_offset % u64::from(alignment), 0);
         let names: Vec<&str> = f.tensors.iter().map(|t| t.name.as_str()).collect();
@@ -192,12 +153,8 @@ fn generic_container_every_value_type() {
 #[test]
 fn writer_refuses_wrong_data_size_and_duplicates() {
     let mut w = GgufWriter::new();
-    assert!(w
-        .add_tensor("a", GgmlType::Q8_0, &[32], vec![0; 33])
-        .is_err());
-    assert!(w
-        .add_tensor("a", GgmlType::Q8_0, &[16], vec![0; 17])
-        .is_err());
+    assert!(w.add_tensor("a", GgmlType::Q8_0, &[32], vec![0; 33]).is_err());
+    assert!(w.add_tensor("a", GgmlType::Q8_0, &[16], vec![0; 17]).is_err());
     w.add_tensor("a", GgmlType::F16, &[2], vec![0; 4]).unwrap();
     assert!(w.add_tensor("a", GgmlType::F16, &[2], vec![0; 4]).is_err());
 }
@@ -230,19 +187,12 @@ fn summary_lists_hparams_tensors_and_checksum() {
     ] {
         assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
     }
-    assert_eq!(
-        s.lines().filter(|l| l.starts_with("  ")).count(),
-        tensors.len() + 1
-    );
+    assert_eq!(s.lines().filter(|l| l.starts_with("  ")).count(), tensors.len() + 1);
 }
 
 #[test]
 fn relative_causal_positions() {
-    let cfg = TinyConfig {
-        position_scheme: PositionScheme::RelativeCausal,
-        feed_forward_length: vec![64, 32, 32],
-        ..TinyConfig::small()
-    };
+    let cfg = TinyConfig { position_scheme: PositionScheme::RelativeCausal, feed_forward_length: vec![64, 32, 32], ..TinyConfig::small() };
     for ty in [GgmlType::F32, GgmlType::Q8_0] {
         assert_round_trip(&cfg, 21, ty);
     }

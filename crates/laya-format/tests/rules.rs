@@ -57,10 +57,7 @@ fn mapping_edges() {
     assert_eq!(Mapping::Direct.row(0x10000, 65536), 0xD800);
     assert_eq!(Mapping::Direct.row(0x107FF, 65536), 0xDFFF);
     assert_eq!(Mapping::Direct.row(0x10800, 65536), 0xD800);
-    assert_eq!(
-        Mapping::Direct.row(0x10FFFF, 65536),
-        0xD800 + 0xFFFFF % 0x800
-    );
+    assert_eq!(Mapping::Direct.row(0x10FFFF, 65536), 0xD800 + 0xFFFFF % 0x800);
     // A row count smaller than the mapping needs never yields an out-of-range row.
     assert_eq!(Mapping::Direct.row(0x4E2D, 100), 1);
     assert_eq!(Mapping::Table(vec![]).row(5, 2), 1);
@@ -70,24 +67,15 @@ fn mapping_edges() {
 #[test]
 fn normalisation_examples_and_order() {
     let rules = [NormRule::FullwidthAscii, NormRule::LowercaseAscii];
-    let typed: String = "１２Ａｂ\u{3000}X中"
-        .chars()
-        .map(|c| NormRule::apply_all(&rules, c))
-        .collect();
+    let typed: String = "１２Ａｂ\u{3000}X中".chars().map(|c| NormRule::apply_all(&rules, c)).collect();
     assert_eq!(typed, "12ab x中");
-    assert_eq!(
-        NormRule::from_name("fullwidth_ascii"),
-        Some(NormRule::FullwidthAscii)
-    );
+    assert_eq!(NormRule::from_name("fullwidth_ascii"), Some(NormRule::FullwidthAscii));
     assert_eq!(NormRule::from_name("nfkc"), None);
 }
 
 #[test]
 fn fifty_thousand_words() {
-    let cfg = TinyConfig {
-        vocab: 50_000,
-        ..TinyConfig::small()
-    };
+    let cfg = TinyConfig { vocab: 50_000, ..TinyConfig::small() };
     let (meta, tensors) = random_model(&cfg, 3, GgmlType::Q4_0);
     let bytes = write_model(&meta, &tensors).unwrap();
     let model = LayaFile::parse(&bytes).unwrap();

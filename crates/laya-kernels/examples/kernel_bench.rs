@@ -25,9 +25,7 @@ fn weights(ty: WType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     // Make every element/scale a small finite number so timings are not skewed by NaN/denormals.
     match ty {
-        WType::F32 => v
-            .chunks_mut(4)
-            .for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
+        WType::F32 => v.chunks_mut(4).for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
         WType::F16 | WType::BF16 => v.chunks_mut(2).for_each(|c| c[1] = 0x3C),
         _ => v.chunks_mut(ty.block_bytes()).for_each(|b| {
             b[0] = 0x00;
@@ -66,18 +64,9 @@ fn time(mut f: impl FnMut(), _iters: usize) -> f64 {
 }
 
 fn main() {
-    let peak: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(115.0);
-    let levels: Vec<Kernels> = Level::ALL
-        .into_iter()
-        .filter_map(Kernels::for_level)
-        .collect();
-    println!(
-        "detected: {}   (peak for %: {peak} GFLOP/s)",
-        Kernels::detect().level()
-    );
+    let peak: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(115.0);
+    let levels: Vec<Kernels> = Level::ALL.into_iter().filter_map(Kernels::for_level).collect();
+    println!("detected: {}   (peak for %: {peak} GFLOP/s)", Kernels::detect().level());
     let best = Kernels::detect();
     let f32_peak = best.measure_peak().f32_gflops;
     let vnni256_peak = best.with_int8(Int8Isa::AvxVnni).and_then(|k| k.measure_peak().int8_gops);
@@ -89,18 +78,8 @@ fn main() {
         show(vnni256_peak),
         show(vnni512_peak)
     );
-    println!(
-        "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10} {:>7}",
-        "level", "type", "n_pos", "rows", "cols", "GFLOP/s", "%peak"
-    );
-    for ty in [
-        WType::F32,
-        WType::F16,
-        WType::BF16,
-        WType::Q8_0,
-        WType::Q4_0,
-        WType::Q4_1,
-    ] {
+    println!("{:<8} {:<5} {:>5} {:>5} {:>5} {:>10} {:>7}", "level", "type", "n_pos", "rows", "cols", "GFLOP/s", "%peak");
+    for ty in [WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0, WType::Q4_1] {
         for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512)] {
             if ty != WType::F32 && (rows, cols) != (128, 128) {
                 continue;
@@ -111,10 +90,7 @@ fn main() {
             let b = vec![0.1f32; rows];
             let mut y = vec![0.0f32; n_pos * rows];
             for k in &levels {
-                let s = time(
-                    || k.matmul(&m, black_box(&x), n_pos, Some(&b), black_box(&mut y)),
-                    200,
-                );
+                let s = time(|| k.matmul(&m, black_box(&x), n_pos, Some(&b), black_box(&mut y)), 200);
                 let gf = 2.0 * (n_pos * rows * cols) as f64 / s / 1e9;
                 println!(
                     "{:<8} {:<5} {:>5} {:>5} {:>5} {:>10.1} {:>6.0}%",
@@ -135,10 +111,7 @@ fn main() {
     for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_1] {
         let (rows, cols, n_pos, copies) = (128, 128, 16, 48);
         let ws: Vec<Vec<u8>> = (0..copies).map(|_| weights(ty, rows, cols)).collect();
-        let ms: Vec<Matrix> = ws
-            .iter()
-            .map(|w| Matrix::new(ty, rows, cols, w).unwrap())
-            .collect();
+        let ms: Vec<Matrix> = ws.iter().map(|w| Matrix::new(ty, rows, cols, w).unwrap()).collect();
         let x = vec![0.5f32; n_pos * cols];
         let b = vec![0.1f32; rows];
         let mut y = vec![0.0f32; n_pos * rows];
@@ -205,7 +178,14 @@ fn main() {
             };
             println!(
                 "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6}",
-                isa.to_string(), n_pos, rows, cols, f32_act, int8, with_q, packed,
+                isa.to_string(),
+                n_pos,
+                rows,
+                cols,
+                f32_act,
+                int8,
+                with_q,
+                packed,
                 isa_peak.map_or("-".to_string(), |p| format!("{:.0}%", 100.0 * packed / p))
             );
         }
@@ -229,7 +209,10 @@ fn main() {
             let t = time(|| k.matmul_q4_packed(&pk, black_box(&xq), n_pos, Some(&b), black_box(&mut y)), 200);
             println!(
                 "{:<12} {:>5} {:>5} {:>5} {:>10.1} {:>8.1}",
-                k.int8_isa().to_string(), n_pos, rows, cols,
+                k.int8_isa().to_string(),
+                n_pos,
+                rows,
+                cols,
                 2.0 * (n_pos * rows * cols) as f64 / t / 1e9,
                 pk.heap_bytes() as f64 / t / 1e9
             );
@@ -237,10 +220,7 @@ fn main() {
     }
     println!();
     println!("output head, n_pos = 1, 20000 x 128 (weights streamed once per call):");
-    println!(
-        "{:<8} {:<5} {:>10} {:>10}",
-        "level", "type", "GB/s", "us/call"
-    );
+    println!("{:<8} {:<5} {:>10} {:>10}", "level", "type", "GB/s", "us/call");
     for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_0] {
         let (rows, cols) = (20000, 128);
         let w = weights(ty, rows, cols);
@@ -249,17 +229,8 @@ fn main() {
         let b = vec![0.1f32; rows];
         let mut y = vec![0.0f32; rows];
         for k in &levels {
-            let s = time(
-                || k.matmul(&m, black_box(&x), 1, Some(&b), black_box(&mut y)),
-                20,
-            );
-            println!(
-                "{:<8} {:<5} {:>10.1} {:>10.1}",
-                k.level().to_string(),
-                ty.name(),
-                w.len() as f64 / s / 1e9,
-                s * 1e6
-            );
+            let s = time(|| k.matmul(&m, black_box(&x), 1, Some(&b), black_box(&mut y)), 20);
+            println!("{:<8} {:<5} {:>10.1} {:>10.1}", k.level().to_string(), ty.name(), w.len() as f64 / s / 1e9, s * 1e6);
         }
     }
 }

@@ -85,12 +85,7 @@ unsafe fn decode<const T: u8>(p: *const u8) -> [__m256; 4] {
     unsafe {
         match T {
             T_F32 => [_mm256_loadu_ps(p as *const f32), z, z, z],
-            T_F16 => [
-                _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
-                z,
-                z,
-                z,
-            ],
+            T_F16 => [_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), z, z, z],
             T_BF16 => {
                 let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
                 [_mm256_castsi256_ps(_mm256_slli_epi32::<16>(h)), z, z, z]
@@ -138,10 +133,7 @@ pub(crate) fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
     let ab = _mm256_hadd_ps(a, b); // a01 a23 b01 b23 | a45 a67 b45 b67
     let cd = _mm256_hadd_ps(c, d);
     let abcd = _mm256_hadd_ps(ab, cd); // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
-    _mm_add_ps(
-        _mm256_castps256_ps128(abcd),
-        _mm256_extractf128_ps::<1>(abcd),
-    )
+    _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps::<1>(abcd))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -156,14 +148,7 @@ pub(crate) fn hsum(v: __m256) -> f32 {
 /// One `R x P` output tile: rows `o0..o0+R`, positions `p0..p0+P`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn tile<const T: u8, const R: usize, const P: usize>(
-    a: &MatArgs,
-    x: &[f32],
-    o0: usize,
-    p0: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+fn tile<const T: u8, const R: usize, const P: usize>(a: &MatArgs, x: &[f32], o0: usize, p0: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let (rows, cols) = (a.rows, a.cols);
     let (u, ub) = (unit(T), unit_bytes(T));
     let nv = u / 8;
@@ -249,16 +234,7 @@ const RT: usize = 6;
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-fn transpose_panel(
-    s: usize,
-    x: &[f32],
-    cols: usize,
-    p0: usize,
-    np: usize,
-    k0: usize,
-    kc: usize,
-    xt: &mut [f32; KC * 16],
-) {
+fn transpose_panel(s: usize, x: &[f32], cols: usize, p0: usize, np: usize, k0: usize, kc: usize, xt: &mut [f32; KC * 16]) {
     let xt = &mut xt[..kc * s];
     for p in 0..np {
         let xr = &x[(p0 + p) * cols + k0..][..kc];
@@ -304,14 +280,10 @@ fn panel_tile<const T: u8, const R: usize, const V: usize>(
         }
         for i in 0..kc {
             // SAFETY: (i+1)*s <= kc*s = xt.len(), and 8v + 8 <= s.
-            let xv: [__m256; V] = core::array::from_fn(|v| unsafe {
-                _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v))
-            });
+            let xv: [__m256; V] = core::array::from_fn(|v| unsafe { _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v)) });
             for r in 0..R {
                 // SAFETY: 4i + 4 <= 4kc <= wr[r].len() (asserted above).
-                let w = _mm256_set1_ps(unsafe {
-                    core::ptr::read_unaligned(wr[r].as_ptr().add(4 * i) as *const f32)
-                });
+                let w = _mm256_set1_ps(unsafe { core::ptr::read_unaligned(wr[r].as_ptr().add(4 * i) as *const f32) });
                 for v in 0..V {
                     acc[r][v] = _mm256_fmadd_ps(w, xv[v], acc[r][v]);
                 }
@@ -334,9 +306,7 @@ fn panel_tile<const T: u8, const R: usize, const V: usize>(
             for j in 0..u {
                 let i = b * u + j;
                 // SAFETY: i < n_full*u <= kc, so (i+1)*s <= xt.len().
-                let xv: [__m256; V] = core::array::from_fn(|v| unsafe {
-                    _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v))
-                });
+                let xv: [__m256; V] = core::array::from_fn(|v| unsafe { _mm256_loadu_ps(xt.as_ptr().add(i * s + 8 * v)) });
                 for r in 0..R {
                     let w = _mm256_set1_ps(wb[r][j]);
                     for v in 0..V {
@@ -358,25 +328,14 @@ fn panel_tile<const T: u8, const R: usize, const V: usize>(
     for p in 0..np {
         let yr = &mut y[(p0 + p) * rows + o0..][..R];
         for r in 0..R {
-            yr[r] = if first {
-                out[r][p] + bias.map_or(0.0, |b| b[o0 + r])
-            } else {
-                yr[r] + out[r][p]
-            };
+            yr[r] = if first { out[r][p] + bias.map_or(0.0, |b| b[o0 + r]) } else { yr[r] + out[r][p] };
         }
     }
 }
 
 /// The panel path for positions `p0 .. p0 + np` (`np <= 16`), all rows.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn matmul_panel<const T: u8, const V: usize>(
-    a: &MatArgs,
-    x: &[f32],
-    p0: usize,
-    np: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+fn matmul_panel<const T: u8, const V: usize>(a: &MatArgs, x: &[f32], p0: usize, np: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let (rows, cols) = (a.rows, a.cols);
     let mut xt = [0.0f32; KC * 16];
     let mut k0 = 0;
@@ -404,13 +363,7 @@ fn matmul_panel<const T: u8, const V: usize>(
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn matmul_t<const T: u8>(
-    a: &MatArgs,
-    x: &[f32],
-    n_pos: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let rows = a.rows;
     // Float tails (cols not a multiple of 8) stay on the dot-product tiles below.
     if n_pos >= 5 && a.cols.is_multiple_of(8) {
@@ -511,11 +464,7 @@ fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
             // SAFETY: 8v + 8 <= u = o.len().
             unsafe {
                 let p = o.as_mut_ptr().add(8 * v);
-                let r = if add {
-                    _mm256_add_ps(_mm256_loadu_ps(p), wv[v])
-                } else {
-                    wv[v]
-                };
+                let r = if add { _mm256_add_ps(_mm256_loadu_ps(p), wv[v]) } else { wv[v] };
                 _mm256_storeu_ps(p, r);
             }
         }
@@ -766,33 +715,19 @@ pub(crate) fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f
 #[inline]
 pub(crate) fn exp8(x: __m256) -> __m256 {
     let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
-    let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(-87.0)),
-        _mm256_set1_ps(88.0),
-    );
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        x,
-        _mm256_set1_ps(core::f32::consts::LOG2_E),
-    ));
+    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0)), _mm256_set1_ps(88.0));
+    let n =
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(core::f32::consts::LOG2_E)));
     // Cody-Waite: ln2 split so n*LN2_HI is exact.
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
     let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let r2 = _mm256_mul_ps(r, r);
     let e = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
-    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-        _mm256_cvtps_epi32(n),
-        _mm256_set1_epi32(127),
-    ));
+    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
     let v = _mm256_mul_ps(e, _mm256_castsi256_ps(pow2));
     _mm256_andnot_ps(under, v)
 }
@@ -876,10 +811,7 @@ pub(crate) fn attention(
                         acc[t] = _mm256_fmadd_ps(x, ld(&kr[t][8 * i..]), acc[t]);
                     }
                 }
-                let s4 = _mm_mul_ps(
-                    hsum4(acc[0], acc[1], acc[2], acc[3]),
-                    _mm256_castps256_ps128(sc),
-                );
+                let s4 = _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), _mm256_castps256_ps128(sc));
                 let dst = &mut scores[j..j + 4];
                 // SAFETY: dst has exactly 4 elements.
                 unsafe { _mm_storeu_ps(dst.as_mut_ptr(), s4) };

@@ -79,10 +79,7 @@ unsafe fn decode<const T: u8>(p: *const u8) -> [__m512; 2] {
                 let d = _mm512_set1_ps(f16_at(p));
                 let qs = _mm_loadu_si128(p.add(off) as *const __m128i);
                 let mask = _mm_set1_epi8(0x0F);
-                let parts = [
-                    _mm_and_si128(qs, mask),
-                    _mm_and_si128(_mm_srli_epi16::<4>(qs), mask),
-                ];
+                let parts = [_mm_and_si128(qs, mask), _mm_and_si128(_mm_srli_epi16::<4>(qs), mask)];
                 if T == T_Q4_0 {
                     let eight = _mm512_set1_epi32(8);
                     parts.map(|v| {
@@ -111,14 +108,7 @@ fn fold(v: __m512) -> __m256 {
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-fn tile<const T: u8, const R: usize, const P: usize>(
-    a: &MatArgs,
-    x: &[f32],
-    o0: usize,
-    p0: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+fn tile<const T: u8, const R: usize, const P: usize>(a: &MatArgs, x: &[f32], o0: usize, p0: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let (rows, cols) = (a.rows, a.cols);
     let (u, ub) = (unit(T), unit_bytes(T));
     let nv = u / 16;
@@ -200,15 +190,7 @@ const RT: usize = 12;
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-fn transpose_panel(
-    x: &[f32],
-    cols: usize,
-    p0: usize,
-    np: usize,
-    k0: usize,
-    kc: usize,
-    xt: &mut [f32; KC * 16],
-) {
+fn transpose_panel(x: &[f32], cols: usize, p0: usize, np: usize, k0: usize, kc: usize, xt: &mut [f32; KC * 16]) {
     let xt = &mut xt[..kc * 16];
     for p in 0..np {
         let xr = &x[(p0 + p) * cols + k0..][..kc];
@@ -254,9 +236,7 @@ fn panel_tile<const T: u8, const R: usize>(
             let xv = unsafe { _mm512_loadu_ps(xt.as_ptr().add(i * 16)) };
             for r in 0..R {
                 // SAFETY: 4i + 4 <= 4kc <= wr[r].len() (asserted above).
-                let w = _mm512_set1_ps(unsafe {
-                    core::ptr::read_unaligned(wr[r].as_ptr().add(4 * i) as *const f32)
-                });
+                let w = _mm512_set1_ps(unsafe { core::ptr::read_unaligned(wr[r].as_ptr().add(4 * i) as *const f32) });
                 acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
             }
         }
@@ -294,25 +274,14 @@ fn panel_tile<const T: u8, const R: usize>(
     for p in 0..np {
         let yr = &mut y[(p0 + p) * rows + o0..][..R];
         for r in 0..R {
-            yr[r] = if first {
-                out[r][p] + bias.map_or(0.0, |b| b[o0 + r])
-            } else {
-                yr[r] + out[r][p]
-            };
+            yr[r] = if first { out[r][p] + bias.map_or(0.0, |b| b[o0 + r]) } else { yr[r] + out[r][p] };
         }
     }
 }
 
 /// The panel path for positions `p0 .. p0 + np` (`np <= 16`), all rows.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn matmul_panel<const T: u8>(
-    a: &MatArgs,
-    x: &[f32],
-    p0: usize,
-    np: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+fn matmul_panel<const T: u8>(a: &MatArgs, x: &[f32], p0: usize, np: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let (rows, cols) = (a.rows, a.cols);
     let mut xt = [0.0f32; KC * 16];
     let mut k0 = 0;
@@ -341,13 +310,7 @@ fn matmul_panel<const T: u8>(
 }
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn matmul_t<const T: u8>(
-    a: &MatArgs,
-    x: &[f32],
-    n_pos: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let rows = a.rows;
     // Needs whole decode units per chunk: float types need cols % 16 == 0 here (u = 16).
     if n_pos >= 5 && a.cols.is_multiple_of(unit(T)) {
@@ -421,11 +384,7 @@ fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
             // SAFETY: 16v + 16 <= u = o.len().
             unsafe {
                 let p = o.as_mut_ptr().add(16 * v);
-                let r = if add {
-                    _mm512_add_ps(_mm512_loadu_ps(p), wv[v])
-                } else {
-                    wv[v]
-                };
+                let r = if add { _mm512_add_ps(_mm512_loadu_ps(p), wv[v]) } else { wv[v] };
                 _mm512_storeu_ps(p, r);
             }
         }
@@ -645,17 +604,7 @@ pub(crate) fn transpose16(r: &mut [__m512; 16]) {
 /// products themselves when there are only 16 keys.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn attention_keys_in_lanes(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    n_q: usize,
-    n_kv: usize,
-    d: usize,
-    heads: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
+fn attention_keys_in_lanes(q: &[f32], k: &[f32], v: &[f32], n_q: usize, n_kv: usize, d: usize, heads: usize, scale: f32, out: &mut [f32]) {
     let dh = d / heads;
     let nv = dh / 16;
     assert!((1..=16).contains(&n_kv) && dh <= KEYS_MAX_DH && dh.is_multiple_of(16));
@@ -786,9 +735,7 @@ pub(crate) fn attention(
         // SAFETY: s has exactly 16 elements.
         unsafe { _mm512_loadu_ps(s.as_ptr()) }
     };
-    let fold = |v: __m512| {
-        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))))
-    };
+    let fold = |v: __m512| _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
     for p in 0..n_q {
         for h in 0..heads {
             let c = h * dh;

@@ -93,14 +93,7 @@ pub enum WType {
 
 impl WType {
     /// All types, in ggml id order.
-    pub const ALL: [WType; 6] = [
-        WType::F32,
-        WType::F16,
-        WType::Q4_0,
-        WType::Q4_1,
-        WType::Q8_0,
-        WType::BF16,
-    ];
+    pub const ALL: [WType; 6] = [WType::F32, WType::F16, WType::Q4_0, WType::Q4_1, WType::Q8_0, WType::BF16];
 
     /// Values per block: 1 for float types, 32 for quantised ones.
     pub const fn block_size(self) -> usize {
@@ -228,30 +221,15 @@ impl fmt::Display for KernelError {
                 "{ty} weights need a column count that is a multiple of {QK}, got {cols} \
                  (re-quantise the tensor or store it as F16/F32)"
             ),
-            KernelError::DataLength {
-                ty,
-                rows,
-                cols,
-                expected,
-                actual,
-            } => write!(
+            KernelError::DataLength { ty, rows, cols, expected, actual } => write!(
                 f,
                 "a {rows}x{cols} {ty} matrix needs {expected} bytes but {actual} were given \
                  (the tensor data is truncated or its shape/type is wrong)"
             ),
-            KernelError::NotQ8_0 { ty } => write!(
-                f,
-                "only Q8_0 matrices can be packed for the int8 kernels, this one is {ty}"
-            ),
-            KernelError::NotQ4 { ty } => write!(
-                f,
-                "only Q4_0 and Q4_1 matrices can be packed as 4-bit, this one is {ty}"
-            ),
+            KernelError::NotQ8_0 { ty } => write!(f, "only Q8_0 matrices can be packed for the int8 kernels, this one is {ty}"),
+            KernelError::NotQ4 { ty } => write!(f, "only Q4_0 and Q4_1 matrices can be packed as 4-bit, this one is {ty}"),
             KernelError::SizeOverflow { rows, cols } => {
-                write!(
-                    f,
-                    "a {rows}x{cols} matrix is too large to address on this machine"
-                )
+                write!(f, "a {rows}x{cols} matrix is too large to address on this machine")
             }
         }
     }
@@ -296,20 +274,9 @@ impl<'a> Matrix<'a> {
             .and_then(|b| (b / ty.block_size()).checked_mul(rows))
             .ok_or(KernelError::SizeOverflow { rows, cols })?;
         if data.len() != expected {
-            return Err(KernelError::DataLength {
-                ty,
-                rows,
-                cols,
-                expected,
-                actual: data.len(),
-            });
+            return Err(KernelError::DataLength { ty, rows, cols, expected, actual: data.len() });
         }
-        Ok(Matrix {
-            ty,
-            rows,
-            cols,
-            data,
-        })
+        Ok(Matrix { ty, rows, cols, data })
     }
 
     /// Bytes of one row.
@@ -319,11 +286,7 @@ impl<'a> Matrix<'a> {
 
     /// The bytes of row `r`. Panics if `r >= rows` or the data is too short.
     pub fn row(&self, r: usize) -> &'a [u8] {
-        assert!(
-            r < self.rows,
-            "row {r} out of range for a matrix of {} rows",
-            self.rows
-        );
+        assert!(r < self.rows, "row {r} out of range for a matrix of {} rows", self.rows);
         let rb = self.row_bytes();
         &self.data[r * rb..(r + 1) * rb]
     }
@@ -331,16 +294,9 @@ impl<'a> Matrix<'a> {
     /// Re-validates the invariants the SIMD code relies on and returns the row stride in bytes
     /// together with the exact data slice. Panics (never UB) on an inconsistent hand-built value.
     fn checked(&self) -> (usize, &'a [u8]) {
-        assert!(
-            self.cols.is_multiple_of(self.ty.block_size()),
-            "{} matrix with {} columns (not a multiple of {QK})",
-            self.ty,
-            self.cols
-        );
+        assert!(self.cols.is_multiple_of(self.ty.block_size()), "{} matrix with {} columns (not a multiple of {QK})", self.ty, self.cols);
         let rb = self.row_bytes();
-        let len = rb
-            .checked_mul(self.rows)
-            .expect("matrix byte size overflows usize");
+        let len = rb.checked_mul(self.rows).expect("matrix byte size overflows usize");
         (rb, &self.data[..len])
     }
 }
@@ -367,11 +323,7 @@ impl Level {
         match self {
             Level::Scalar => true,
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            Level::Avx2 => {
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            }
+            Level::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c"),
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             Level::Avx512 => Level::Avx2.is_available() && is_x86_feature_detected!("avx512f"),
             #[cfg(target_arch = "aarch64")]
@@ -412,12 +364,7 @@ pub enum Int8Isa {
 
 impl Int8Isa {
     /// All int8 instruction sets, slowest first.
-    pub const ALL: [Int8Isa; 4] = [
-        Int8Isa::Scalar,
-        Int8Isa::Avx2,
-        Int8Isa::AvxVnni,
-        Int8Isa::Avx512Vnni,
-    ];
+    pub const ALL: [Int8Isa; 4] = [Int8Isa::Scalar, Int8Isa::Avx2, Int8Isa::AvxVnni, Int8Isa::Avx512Vnni];
 
     /// Whether the running CPU supports it (each also needs the AVX2 level; AVX-512 VNNI needs
     /// the AVX-512 level).
@@ -429,9 +376,7 @@ impl Int8Isa {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             Int8Isa::AvxVnni => Level::Avx2.is_available() && is_x86_feature_detected!("avxvnni"),
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            Int8Isa::Avx512Vnni => {
-                Level::Avx512.is_available() && is_x86_feature_detected!("avx512vnni")
-            }
+            Int8Isa::Avx512Vnni => Level::Avx512.is_available() && is_x86_feature_detected!("avx512vnni"),
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -449,21 +394,13 @@ impl Int8Isa {
     /// The best int8 set usable together with float level `l` on this CPU.
     fn best_for(l: Level) -> Int8Isa {
         let ok = |i: Int8Isa| i.is_available() && i.fits(l);
-        [Int8Isa::Avx512Vnni, Int8Isa::AvxVnni, Int8Isa::Avx2]
-            .into_iter()
-            .find(|i| ok(*i))
-            .unwrap_or(Int8Isa::Scalar)
+        [Int8Isa::Avx512Vnni, Int8Isa::AvxVnni, Int8Isa::Avx2].into_iter().find(|i| ok(*i)).unwrap_or(Int8Isa::Scalar)
     }
 
     /// Whether a `Kernels` of float level `l` may use this set (x86 sets need an x86 level at
     /// least as wide as their own).
     fn fits(self, l: Level) -> bool {
-        matches!(
-            (self.min_level(), l),
-            (Level::Scalar, _)
-                | (Level::Avx2, Level::Avx2 | Level::Avx512)
-                | (Level::Avx512, Level::Avx512)
-        )
+        matches!((self.min_level(), l), (Level::Scalar, _) | (Level::Avx2, Level::Avx2 | Level::Avx512) | (Level::Avx512, Level::Avx512))
     }
 }
 
@@ -539,10 +476,7 @@ impl Kernels {
     pub fn detect() -> Kernels {
         for l in [Level::Avx512, Level::Avx2, Level::Neon] {
             if l.is_available() {
-                return Kernels {
-                    level: l,
-                    int8: Int8Isa::best_for(l),
-                };
+                return Kernels { level: l, int8: Int8Isa::best_for(l) };
             }
         }
         Kernels::scalar()
@@ -550,10 +484,7 @@ impl Kernels {
 
     /// The portable scalar reference tier.
     pub fn scalar() -> Kernels {
-        Kernels {
-            level: Level::Scalar,
-            int8: Int8Isa::Scalar,
-        }
+        Kernels { level: Level::Scalar, int8: Int8Isa::Scalar }
     }
 
     /// The same float level with another int8 instruction set, or `None` if the CPU lacks it
@@ -567,10 +498,7 @@ impl Kernels {
     /// assert!(Kernels::scalar().with_int8(Int8Isa::Avx512Vnni).is_none());
     /// ```
     pub fn with_int8(self, isa: Int8Isa) -> Option<Kernels> {
-        (isa.is_available() && isa.fits(self.level)).then_some(Kernels {
-            level: self.level,
-            int8: isa,
-        })
+        (isa.is_available() && isa.fits(self.level)).then_some(Kernels { level: self.level, int8: isa })
     }
 
     /// The int8 instruction set this handle dispatches [`Kernels::matmul_q8`] to.
@@ -585,10 +513,7 @@ impl Kernels {
     /// assert!(Kernels::for_level(Level::Scalar).is_some());
     /// ```
     pub fn for_level(l: Level) -> Option<Kernels> {
-        l.is_available().then(|| Kernels {
-            level: l,
-            int8: Int8Isa::best_for(l),
-        })
+        l.is_available().then(|| Kernels { level: l, int8: Int8Isa::best_for(l) })
     }
 
     /// The level this handle dispatches to.
@@ -633,13 +558,7 @@ impl Kernels {
             debug_assert_eq!(b.len(), w.rows, "matmul: bias length is not rows");
             &b[..w.rows]
         });
-        let a = MatArgs {
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            rb,
-            data,
-        };
+        let a = MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data };
         dispatch!(self, matmul(&a, x, n_pos, bias, y))
     }
 
@@ -662,13 +581,7 @@ impl Kernels {
     /// assert_eq!((q[1].qs()[0], q[1].qs()[8]), (64, -127)); // 0.5 / (1/127) rounds to even
     /// ```
     pub fn quantize_act(&self, x: &[f32], out: &mut [ActBlock]) {
-        assert_eq!(
-            x.len(),
-            out.len() * QK,
-            "quantize_act: {} values do not fill {} blocks of {QK}",
-            x.len(),
-            out.len()
-        );
+        assert_eq!(x.len(), out.len() * QK, "quantize_act: {} values do not fill {} blocks of {QK}", x.len(), out.len());
         match self.int8 {
             #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
             Int8Isa::Avx512Vnni => {
@@ -714,19 +627,8 @@ impl Kernels {
     /// k.matmul_q8(&m, &xq, 1, Some(&[0.5]), &mut y);
     /// assert!((y[0] - 496.5).abs() < 1e-3);
     /// ```
-    pub fn matmul_q8(
-        &self,
-        w: &Matrix,
-        xq: &[ActBlock],
-        n_pos: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
-        assert!(
-            matches!(w.ty, WType::Q8_0 | WType::Q4_0 | WType::Q4_1),
-            "matmul_q8 needs Q8_0, Q4_0 or Q4_1 weights, got {}",
-            w.ty
-        );
+    pub fn matmul_q8(&self, w: &Matrix, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        assert!(matches!(w.ty, WType::Q8_0 | WType::Q4_0 | WType::Q4_1), "matmul_q8 needs Q8_0, Q4_0 or Q4_1 weights, got {}", w.ty);
         let (rb, data) = w.checked();
         let nb = w.cols / QK;
         debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q8: xq is not n_pos x cols/32");
@@ -737,13 +639,7 @@ impl Kernels {
             debug_assert_eq!(b.len(), w.rows, "matmul_q8: bias length is not rows");
             &b[..w.rows]
         });
-        let a = MatArgs {
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            rb,
-            data,
-        };
+        let a = MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data };
         if w.ty != WType::Q8_0 {
             // 4-bit weights: only the scalar reference reads them row-major (the SIMD path for
             // them is `matmul_q4_packed`).
@@ -782,14 +678,7 @@ impl Kernels {
     /// integer dot product exact and the f32 results differing from `matmul_q8`'s only by
     /// summation order (the scalar twins of the two agree bit for bit). Panics if a slice is
     /// shorter than the shape needs. Example at [`PackedQ8`].
-    pub fn matmul_q8_packed(
-        &self,
-        w: &PackedQ8,
-        xq: &[ActBlock],
-        n_pos: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
+    pub fn matmul_q8_packed(&self, w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
         let nb = w.cols() / QK;
         debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q8_packed: xq is not n_pos x cols/32");
         debug_assert_eq!(y.len(), n_pos * w.rows(), "matmul_q8_packed: y is not n_pos x rows");
@@ -824,14 +713,7 @@ impl Kernels {
     /// dot products, f32 results equal to the scalar reference's up to summation order (the
     /// scalar twins agree bit for bit). Runs the scalar twin where [`Kernels::packs_q4`] is
     /// false. Panics if a slice is shorter than the shape needs. Example at [`PackedQ4`].
-    pub fn matmul_q4_packed(
-        &self,
-        w: &PackedQ4,
-        xq: &[ActBlock],
-        n_pos: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
+    pub fn matmul_q4_packed(&self, w: &PackedQ4, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
         let nb = w.cols() / QK;
         debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q4_packed: xq is not n_pos x cols/32");
         debug_assert_eq!(y.len(), n_pos * w.rows(), "matmul_q4_packed: y is not n_pos x rows");
@@ -899,10 +781,7 @@ impl Kernels {
     /// ```
     pub fn layer_norm(&self, x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
         let n = x.len();
-        debug_assert!(
-            w.len() == n && b.len() == n && out.len() == n,
-            "layer_norm: lengths differ"
-        );
+        debug_assert!(w.len() == n && b.len() == n && out.len() == n, "layer_norm: lengths differ");
         let (w, b, out) = (&w[..n], &b[..n], &mut out[..n]);
         dispatch!(self, layer_norm(x, w, b, eps, out))
     }
@@ -1022,10 +901,7 @@ impl Kernels {
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        assert!(
-            heads > 0 && d.is_multiple_of(heads),
-            "attention: {heads} heads do not divide d = {d}"
-        );
+        assert!(heads > 0 && d.is_multiple_of(heads), "attention: {heads} heads do not divide d = {d}");
         let (q, k, v) = (&q[..n_q * d], &k[..n_kv * d], &v[..n_kv * d]);
         let out = &mut out[..n_q * d];
         let scores = &mut scores[..n_kv];

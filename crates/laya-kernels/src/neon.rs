@@ -79,10 +79,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
         i += 16;
     }
-    let mut s = vaddvq_f32(vaddq_f32(
-        vaddq_f32(acc[0], acc[1]),
-        vaddq_f32(acc[2], acc[3]),
-    ));
+    let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
     for j in i..n {
         s += a[j] * b[j];
     }
@@ -150,8 +147,7 @@ pub(crate) fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f
         let d = vsubq_f32(ld(&x[i..]), mv);
         q = vfmaq_f32(q, d, d);
     }
-    let var =
-        (vaddvq_f32(q) + x[n4..].iter().map(|v| (v - mean) * (v - mean)).sum::<f32>()) / n as f32;
+    let var = (vaddvq_f32(q) + x[n4..].iter().map(|v| (v - mean) * (v - mean)).sum::<f32>()) / n as f32;
     let r = 1.0 / (var + eps).sqrt();
     let rv = vdupq_n_f32(r);
     for i in (0..n4).step_by(4) {

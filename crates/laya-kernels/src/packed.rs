@@ -131,9 +131,7 @@ impl PackedQ8 {
         let groups = w.rows.div_ceil(PACK_ROWS);
         let scales = (32 * nb).div_ceil(64) * 64;
         let stride = scales + 512 * nb;
-        let lines = groups
-            .checked_mul(stride / 64)
-            .ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
+        let lines = groups.checked_mul(stride / 64).ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
         let mut buf = vec![Line([0x80; 64]); lines];
         // Written one output line at a time, so each line's 16 × 4 bytes are plain copies the
         // compiler vectorises (a byte-by-byte scatter took ~4 ms for a 20,000-word head).
@@ -301,9 +299,7 @@ impl PackedQ4 {
         let qs0 = bb - QK / 2;
         let groups = w.rows.div_ceil(PACK_ROWS);
         let stride = 320 * nb;
-        let lines = groups
-            .checked_mul(stride / 64)
-            .ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
+        let lines = groups.checked_mul(stride / 64).ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
         // Zero everywhere: padding rows have scale and offset 0 and add exactly 0. Written one
         // output line at a time, as for PackedQ8.
         let mut buf = vec![Line([0; 64]); lines];

@@ -31,7 +31,17 @@ fn x4(xb: &ActBlock, k: usize) -> i32 {
 /// Checks once per call what the tiles rely on for memory safety: the packed buffer holds
 /// `groups` groups of `stride` bytes covering every row, and the slices fit the shape.
 #[allow(clippy::too_many_arguments)]
-fn check(len: usize, groups: usize, stride: usize, rows: usize, cols: usize, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &[f32]) {
+fn check(
+    len: usize,
+    groups: usize,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    xq: &[ActBlock],
+    n_pos: usize,
+    bias: Option<&[f32]>,
+    y: &[f32],
+) {
     assert!(len == groups * stride && groups * PACK_ROWS >= rows);
     assert!(xq.len() >= n_pos * (cols / QK) && y.len() >= n_pos * rows);
     assert!(bias.is_none_or(|b| b.len() >= rows));
@@ -145,14 +155,7 @@ pub(crate) mod avx512vnni {
 
     #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
     #[inline]
-    fn tile<const G: usize, const P: usize>(
-        w: &PackedQ8,
-        xq: &[ActBlock],
-        g0: usize,
-        p0: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
+    fn tile<const G: usize, const P: usize>(w: &PackedQ8, xq: &[ActBlock], g0: usize, p0: usize, bias: Option<&[f32]>, y: &mut [f32]) {
         let (rows, nb, stride, sc) = (w.rows(), w.cols() / QK, w.stride(), w.scales());
         let data = &w.bytes()[g0 * stride..(g0 + G) * stride];
         let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
@@ -180,9 +183,7 @@ pub(crate) mod avx512vnni {
             }
             for g in 0..G {
                 // SAFETY: the 16 f16 scales of block b sit at g·stride + 32b .. + 32 < sc.
-                let dw = unsafe {
-                    _mm512_cvtph_ps(_mm256_loadu_si256(data.as_ptr().add(g * stride + 32 * b) as *const __m256i))
-                };
+                let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(data.as_ptr().add(g * stride + 32 * b) as *const __m256i)) };
                 for p in 0..P {
                     let s = _mm512_mul_ps(dw, _mm512_set1_ps(xr[p][b].d));
                     acc[g][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][p]), s, acc[g][p]);
@@ -210,14 +211,7 @@ pub(crate) mod avx512vnni_q4 {
 
     #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
     #[inline]
-    fn tile<const G: usize, const P: usize>(
-        w: &PackedQ4,
-        xq: &[ActBlock],
-        g0: usize,
-        p0: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
+    fn tile<const G: usize, const P: usize>(w: &PackedQ4, xq: &[ActBlock], g0: usize, p0: usize, bias: Option<&[f32]>, y: &mut [f32]) {
         let (rows, nb, stride) = (w.rows(), w.cols() / QK, w.stride());
         let data = &w.bytes()[g0 * stride..(g0 + G) * stride];
         let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
@@ -358,9 +352,7 @@ macro_rules! q8_256 {
                     for h in 0..H {
                         let (g, half) = at(h);
                         // SAFETY: 8 f16 scales at g + 32b + half/2 .. + 16 <= g + sc.
-                        let dw = unsafe {
-                            _mm256_cvtph_ps(_mm_loadu_si128(data.as_ptr().add(g + 32 * b + half / 2) as *const __m128i))
-                        };
+                        let dw = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(data.as_ptr().add(g + 32 * b + half / 2) as *const __m128i)) };
                         for p in 0..P {
                             let s = _mm256_mul_ps(dw, _mm256_set1_ps(xr[p][b].d));
                             acc[h][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][p]), s, acc[h][p]);
@@ -470,9 +462,8 @@ macro_rules! q4_256 {
                         for t in 0..4 {
                             // SAFETY: the caller keeps (h0+H)/2 <= groups, so g + 64·nb +
                             // 256·b + 64·t + half + 32 <= groups·stride = data.len() (check).
-                            let v = unsafe {
-                                _mm256_loadu_si256(data.as_ptr().add(g + 64 * nb + 256 * b + 64 * t + half) as *const __m256i)
-                            };
+                            let v =
+                                unsafe { _mm256_loadu_si256(data.as_ptr().add(g + 64 * nb + 256 * b + 64 * t + half) as *const __m256i) };
                             q[2 * t] = _mm256_and_si256(v, nib);
                             q[2 * t + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib);
                         }

@@ -98,16 +98,24 @@ pub(crate) fn measure(k: &crate::Kernels) -> Peak {
         use crate::{Int8Isa, Level};
         let f32_gflops = match k.level() {
             // SAFETY: a `Kernels` holds only levels the CPU has (struct invariant).
-            Level::Avx512 => Some(rate(16, || { std::hint::black_box(unsafe { fma512() }); })),
+            Level::Avx512 => Some(rate(16, || {
+                std::hint::black_box(unsafe { fma512() });
+            })),
             // SAFETY: as above; the AVX2 level includes FMA.
-            Level::Avx2 => Some(rate(8, || { std::hint::black_box(unsafe { fma256() }); })),
+            Level::Avx2 => Some(rate(8, || {
+                std::hint::black_box(unsafe { fma256() });
+            })),
             _ => None,
         };
         let int8_gops = match k.int8_isa() {
             // SAFETY: a `Kernels` holds only int8 sets the CPU has (struct invariant).
-            Int8Isa::Avx512Vnni => Some(rate(64, || { std::hint::black_box(unsafe { vnni512() }); })),
+            Int8Isa::Avx512Vnni => Some(rate(64, || {
+                std::hint::black_box(unsafe { vnni512() });
+            })),
             // SAFETY: as above.
-            Int8Isa::AvxVnni => Some(rate(32, || { std::hint::black_box(unsafe { vnni256() }); })),
+            Int8Isa::AvxVnni => Some(rate(32, || {
+                std::hint::black_box(unsafe { vnni256() });
+            })),
             _ => None,
         };
         Peak { f32_gflops, int8_gops }

@@ -53,11 +53,7 @@ pub(crate) const Q8_BYTES: usize = core::mem::size_of::<BlockQ8_0>();
 
 impl ActBlock {
     /// An all-zero block (scale 0), for initialising scratch buffers.
-    pub const ZERO: ActBlock = ActBlock {
-        d: 0.0,
-        sum: 0,
-        qs: [0; QK],
-    };
+    pub const ZERO: ActBlock = ActBlock { d: 0.0, sum: 0, qs: [0; QK] };
 
     /// The block scale `d` (`max|x| / 127`).
     pub fn d(&self) -> f32 {
@@ -113,21 +109,12 @@ pub(crate) fn quantize(x: &[f32], out: &mut [ActBlock]) {
 #[inline]
 pub(crate) fn block_dot(w: &[u8], x: &ActBlock) -> i32 {
     let wq = &w[2..Q8_BYTES];
-    wq.iter()
-        .zip(&x.qs)
-        .map(|(&w, &q)| (w as i8 as i32) * (q as i32))
-        .sum()
+    wq.iter().zip(&x.qs).map(|(&w, &q)| (w as i8 as i32) * (q as i32)).sum()
 }
 
 /// Scalar twin of `Kernels::matmul_q8`:
 /// `y[p, o] = Σ_b (d_w[o,b] · d_x[p,b]) · isum(o, p, b) + bias[o]`, blocks in order.
-pub(crate) fn matmul(
-    a: &MatArgs,
-    xq: &[ActBlock],
-    n_pos: usize,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
+pub(crate) fn matmul(a: &MatArgs, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let (rows, nb) = (a.rows, a.cols / QK);
     for o in 0..rows {
         let row = a.row(o);

@@ -74,8 +74,7 @@ pub(crate) fn quantize(x: &[f32], out: &mut [ActBlock]) {
     let ones16 = _mm256_set1_epi16(1);
     for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
         // SAFETY: xb has exactly 32 elements, so 8i + 8 <= 32.
-        let v: [__m256; 4] =
-            core::array::from_fn(|i| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * i)) });
+        let v: [__m256; 4] = core::array::from_fn(|i| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * i)) });
         let a = v.map(|v| _mm256_andnot_ps(sign, v));
         let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
@@ -84,10 +83,7 @@ pub(crate) fn quantize(x: &[f32], out: &mut [ActBlock]) {
         let (d, id) = block_scale(_mm_cvtss_f32(m));
         let idv = _mm256_set1_ps(id);
         let i = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, idv)));
-        let p = _mm256_packs_epi16(
-            _mm256_packs_epi32(i[0], i[1]),
-            _mm256_packs_epi32(i[2], i[3]),
-        );
+        let p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
         let q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(p, perm), m127);
         // SAFETY: ob.qs is exactly 32 bytes.
         unsafe { _mm256_storeu_si256(ob.qs.as_mut_ptr() as *mut __m256i, q) };
@@ -245,20 +241,13 @@ macro_rules! q8_256 {
                 }
                 for p in 0..P {
                     for r in 0..R {
-                        y[(p0 + p) * rows + o0 + r] =
-                            hsum_ps(acc[r][p]) + bias.map_or(0.0, |b| b[o0 + r]);
+                        y[(p0 + p) * rows + o0 + r] = hsum_ps(acc[r][p]) + bias.map_or(0.0, |b| b[o0 + r]);
                     }
                 }
             }
 
             #[target_feature(enable = $feat)]
-            pub(crate) fn matmul(
-                a: &MatArgs,
-                xq: &[ActBlock],
-                n_pos: usize,
-                bias: Option<&[f32]>,
-                y: &mut [f32],
-            ) {
+            pub(crate) fn matmul(a: &MatArgs, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
                 let rows = a.rows;
                 let mut o = 0;
                 if n_pos == 1 {
@@ -340,14 +329,7 @@ pub(crate) mod avx512vnni {
 
     #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
     #[inline]
-    fn tile<const R: usize, const P: usize>(
-        a: &MatArgs,
-        xq: &[ActBlock],
-        o0: usize,
-        p0: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
+    fn tile<const R: usize, const P: usize>(a: &MatArgs, xq: &[ActBlock], o0: usize, p0: usize, bias: Option<&[f32]>, y: &mut [f32]) {
         let (rows, nb) = (a.rows, a.cols / QK);
         let wr: [&[u8]; R] = core::array::from_fn(|r| &a.row(o0 + r)[..nb * Q8_BYTES]);
         let xr: [&[ActBlock]; P] = core::array::from_fn(|p| &xq[(p0 + p) * nb..][..nb]);
@@ -375,18 +357,10 @@ pub(crate) mod avx512vnni {
                 let x0 = &xr[p][b];
                 let x1 = if two { Some(&xr[p][b + 1]) } else { None };
                 // SAFETY: each `qs` is exactly 32 bytes.
-                let xv = unsafe {
-                    load2(
-                        x0.qs.as_ptr() as *const u8,
-                        x1.map(|x| x.qs.as_ptr() as *const u8),
-                    )
-                };
+                let xv = unsafe { load2(x0.qs.as_ptr() as *const u8, x1.map(|x| x.qs.as_ptr() as *const u8)) };
                 let d1 = x1.map_or(0.0, |x| x.d);
                 // −128·Σx per lane (module docs); zero lanes stay zero.
-                let init = _mm512_sub_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, xv),
-                );
+                let init = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, xv));
                 let dx = halves(x0.d, d1);
                 for r in 0..R {
                     let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, wu[r], xv));
@@ -397,20 +371,13 @@ pub(crate) mod avx512vnni {
         }
         for p in 0..P {
             for r in 0..R {
-                y[(p0 + p) * rows + o0 + r] =
-                    _mm512_reduce_add_ps(acc[r][p]) + bias.map_or(0.0, |b| b[o0 + r]);
+                y[(p0 + p) * rows + o0 + r] = _mm512_reduce_add_ps(acc[r][p]) + bias.map_or(0.0, |b| b[o0 + r]);
             }
         }
     }
 
     #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
-    pub(crate) fn matmul(
-        a: &MatArgs,
-        xq: &[ActBlock],
-        n_pos: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) {
+    pub(crate) fn matmul(a: &MatArgs, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
         let rows = a.rows;
         let mut o = 0;
         if n_pos == 1 {

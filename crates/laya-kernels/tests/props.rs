@@ -20,17 +20,11 @@ fn simd_levels() -> Vec<Kernels> {
     NOTE.call_once(|| {
         for l in Level::ALL {
             if !l.is_available() {
-                eprintln!(
-                    "note: level {l} not available on this CPU/target; its tests are skipped"
-                );
+                eprintln!("note: level {l} not available on this CPU/target; its tests are skipped");
             }
         }
     });
-    Level::ALL
-        .into_iter()
-        .filter(|l| *l != Level::Scalar)
-        .filter_map(Kernels::for_level)
-        .collect()
+    Level::ALL.into_iter().filter(|l| *l != Level::Scalar).filter_map(Kernels::for_level).collect()
 }
 
 fn all_levels() -> Vec<Kernels> {
@@ -86,12 +80,8 @@ fn make_weights(ty: WType, rows: usize, cols: usize, offset: usize, rng: &mut Rn
     for _ in 0..rows {
         match ty {
             WType::F32 => (0..cols).for_each(|_| v.extend_from_slice(&rng.f().to_le_bytes())),
-            WType::F16 => {
-                (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits()))
-            }
-            WType::BF16 => {
-                (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits()))
-            }
+            WType::F16 => (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits())),
+            WType::BF16 => (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits())),
             WType::Q8_0 | WType::Q4_0 | WType::Q4_1 => {
                 for _ in 0..cols / 32 {
                     push16(&mut v, rng.scale_f16());
@@ -122,9 +112,7 @@ fn ref_dequant(ty: WType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
     for r in 0..rows {
         let row = &data[r * rb..(r + 1) * rb];
         match ty {
-            WType::F32 => (0..cols).for_each(|j| {
-                out.push(f32::from_le_bytes(row[4 * j..4 * j + 4].try_into().unwrap()) as f64)
-            }),
+            WType::F32 => (0..cols).for_each(|j| out.push(f32::from_le_bytes(row[4 * j..4 * j + 4].try_into().unwrap()) as f64)),
             WType::F16 => (0..cols).for_each(|j| out.push(f16(row, 2 * j))),
             WType::BF16 => (0..cols).for_each(|j| {
                 let bits = u16::from_le_bytes([row[2 * j], row[2 * j + 1]]);
@@ -156,14 +144,7 @@ fn ref_dequant(ty: WType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
 }
 
 /// Reference product in f64, and per output the error scale `|b| + sum |w||x|`.
-fn ref_matmul(
-    w: &[f64],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    n_pos: usize,
-    bias: Option<&[f32]>,
-) -> (Vec<f64>, Vec<f64>) {
+fn ref_matmul(w: &[f64], rows: usize, cols: usize, x: &[f32], n_pos: usize, bias: Option<&[f32]>) -> (Vec<f64>, Vec<f64>) {
     let mut y = vec![0.0; n_pos * rows];
     let mut s = vec![0.0; n_pos * rows];
     for p in 0..n_pos {
@@ -201,15 +182,7 @@ fn wtype_strategy() -> impl Strategy<Value = WType> {
 }
 
 /// Runs matmul on every level and checks scalar vs f64 and SIMD vs scalar.
-fn check_matmul(
-    ty: WType,
-    rows: usize,
-    cols: usize,
-    n_pos: usize,
-    with_bias: bool,
-    offset: usize,
-    seed: u64,
-) -> Result<(), String> {
+fn check_matmul(ty: WType, rows: usize, cols: usize, n_pos: usize, with_bias: bool, offset: usize, seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let buf = make_weights(ty, rows, cols, offset, &mut rng);
     let data = &buf[offset..];
@@ -224,7 +197,10 @@ fn check_matmul(
     for i in 0..ys.len() {
         let e = (ys[i] as f64 - yref[i]).abs();
         if !(e <= tol(cols, mag[i])) {
-            return Err(format!("scalar vs f64 {ty} {rows}x{cols} n_pos={n_pos} at {i}: {} vs {} (err {e:e}, mag {:e})", ys[i], yref[i], mag[i]));
+            return Err(format!(
+                "scalar vs f64 {ty} {rows}x{cols} n_pos={n_pos} at {i}: {} vs {} (err {e:e}, mag {:e})",
+                ys[i], yref[i], mag[i]
+            ));
         }
     }
     for k in simd_levels() {
@@ -233,7 +209,13 @@ fn check_matmul(
         for i in 0..ys.len() {
             let e = (yk[i] as f64 - ys[i] as f64).abs();
             if !(e <= tol(cols, mag[i])) {
-                return Err(format!("{} vs scalar {ty} {rows}x{cols} n_pos={n_pos} at {i}: {} vs {} (err {e:e}, mag {:e})", k.level(), yk[i], ys[i], mag[i]));
+                return Err(format!(
+                    "{} vs scalar {ty} {rows}x{cols} n_pos={n_pos} at {i}: {} vs {} (err {e:e}, mag {:e})",
+                    k.level(),
+                    yk[i],
+                    ys[i],
+                    mag[i]
+                ));
             }
         }
     }
@@ -313,16 +295,7 @@ fn matmul_shape_grid() {
             for n_pos in [1, 2, 3, 4, 5, 16, 17] {
                 for rows in [1, 3, 4, 5, 8, 9, 13, 70] {
                     seed += 1;
-                    check_matmul(
-                        ty,
-                        rows,
-                        cols,
-                        n_pos,
-                        seed % 2 == 0,
-                        (seed % 4) as usize,
-                        seed,
-                    )
-                    .unwrap();
+                    check_matmul(ty, rows, cols, n_pos, seed % 2 == 0, (seed % 4) as usize, seed).unwrap();
                 }
             }
         }
@@ -398,36 +371,16 @@ fn known_blocks_decode() {
 
 #[test]
 fn matrix_new_validates() {
-    assert_eq!(
-        Matrix::new(WType::Q8_0, 2, 40, &[0; 68]).unwrap_err(),
-        KernelError::ColsNotBlockMultiple {
-            ty: WType::Q8_0,
-            cols: 40
-        }
-    );
-    assert!(matches!(
-        Matrix::new(WType::Q4_1, 2, 64, &[0; 79]),
-        Err(KernelError::DataLength {
-            expected: 80,
-            actual: 79,
-            ..
-        })
-    ));
-    assert!(matches!(
-        Matrix::new(WType::F32, usize::MAX, 8, &[]),
-        Err(KernelError::SizeOverflow { .. })
-    ));
+    assert_eq!(Matrix::new(WType::Q8_0, 2, 40, &[0; 68]).unwrap_err(), KernelError::ColsNotBlockMultiple { ty: WType::Q8_0, cols: 40 });
+    assert!(matches!(Matrix::new(WType::Q4_1, 2, 64, &[0; 79]), Err(KernelError::DataLength { expected: 80, actual: 79, .. })));
+    assert!(matches!(Matrix::new(WType::F32, usize::MAX, 8, &[]), Err(KernelError::SizeOverflow { .. })));
     assert!(Matrix::new(WType::BF16, 3, 5, &[0; 30]).is_ok());
     for ty in WType::ALL {
         assert_eq!(WType::from_ggml(ty.ggml_id()), Some(ty));
         assert!(!ty.name().is_empty());
     }
     assert_eq!(WType::from_ggml(6), None);
-    let msg = KernelError::ColsNotBlockMultiple {
-        ty: WType::Q4_0,
-        cols: 40,
-    }
-    .to_string();
+    let msg = KernelError::ColsNotBlockMultiple { ty: WType::Q4_0, cols: 40 }.to_string();
     assert!(msg.contains("multiple of 32"), "{msg}");
 }
 
@@ -436,23 +389,13 @@ fn matrix_new_validates() {
 fn inconsistent_matrix_panics_on_every_level() {
     for k in all_levels() {
         let data = [0u8; 64];
-        let bad = Matrix {
-            ty: WType::F32,
-            rows: 5,
-            cols: 4,
-            data: &data,
-        }; // needs 80 bytes
+        let bad = Matrix { ty: WType::F32, rows: 5, cols: 4, data: &data }; // needs 80 bytes
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 5];
             k.matmul(&bad, &[0.0; 4], 1, None, &mut y);
         });
         assert!(r.is_err(), "{}: short data accepted", k.level());
-        let bad_q = Matrix {
-            ty: WType::Q8_0,
-            rows: 1,
-            cols: 40,
-            data: &data,
-        };
+        let bad_q = Matrix { ty: WType::Q8_0, rows: 1, cols: 40, data: &data };
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 1];
             k.matmul(&bad_q, &[0.0; 40], 1, None, &mut y);
@@ -657,11 +600,7 @@ fn softmax_extremes() {
         let mut v = [1000.0f32, 1000.0, -1000.0, 0.0];
         k.softmax(&mut v);
         assert_eq!(v[2], 0.0);
-        assert!(
-            (v[0] - 0.5).abs() < 1e-6 && (v[1] - 0.5).abs() < 1e-6,
-            "{} {v:?}",
-            k.level()
-        );
+        assert!((v[0] - 0.5).abs() < 1e-6 && (v[1] - 0.5).abs() < 1e-6, "{} {v:?}", k.level());
         let mut one = [f32::MIN];
         k.softmax(&mut one);
         assert_eq!(one, [1.0]);
@@ -689,29 +628,14 @@ fn detect_is_the_best_available() {
 /// f64 reference of `Kernels::attention`, and per output the bound `sum_j a_j |v_j|` that scales
 /// its error.
 #[allow(clippy::too_many_arguments)]
-fn ref_attention(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    n_q: usize,
-    n_kv: usize,
-    d: usize,
-    heads: usize,
-    scale: f32,
-) -> (Vec<f64>, Vec<f64>) {
+fn ref_attention(q: &[f32], k: &[f32], v: &[f32], n_q: usize, n_kv: usize, d: usize, heads: usize, scale: f32) -> (Vec<f64>, Vec<f64>) {
     let dh = d / heads;
     let (mut out, mut mag) = (vec![0.0; n_q * d], vec![0.0; n_q * d]);
     for p in 0..n_q {
         for h in 0..heads {
             let c = h * dh;
-            let s: Vec<f64> = (0..n_kv)
-                .map(|j| {
-                    scale as f64
-                        * (0..dh)
-                            .map(|i| q[p * d + c + i] as f64 * k[j * d + c + i] as f64)
-                            .sum::<f64>()
-                })
-                .collect();
+            let s: Vec<f64> =
+                (0..n_kv).map(|j| scale as f64 * (0..dh).map(|i| q[p * d + c + i] as f64 * k[j * d + c + i] as f64).sum::<f64>()).collect();
             let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
             for j in 0..n_kv {
@@ -762,7 +686,5 @@ proptest! {
 fn attention_rejects_bad_heads() {
     let mut s = [0.0f32; 1];
     let mut out = [0.0f32; 3];
-    Kernels::detect().attention(
-        &[0.0; 3], &[0.0; 3], &[0.0; 3], 1, 1, 3, 2, 1.0, &mut s, &mut out,
-    );
+    Kernels::detect().attention(&[0.0; 3], &[0.0; 3], &[0.0; 3], 1, 1, 3, 2, 1.0, &mut s, &mut out);
 }

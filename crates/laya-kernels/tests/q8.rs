@@ -18,16 +18,11 @@ fn isas() -> Vec<Kernels> {
     NOTE.call_once(|| {
         for i in Int8Isa::ALL {
             if !i.is_available() {
-                eprintln!(
-                    "note: int8 set {i} not available on this CPU/target; its tests are skipped"
-                );
+                eprintln!("note: int8 set {i} not available on this CPU/target; its tests are skipped");
             }
         }
     });
-    Int8Isa::ALL
-        .into_iter()
-        .filter_map(|i| Kernels::detect().with_int8(i))
-        .collect()
+    Int8Isa::ALL.into_iter().filter_map(|i| Kernels::detect().with_int8(i)).collect()
 }
 
 struct Rng(u64);
@@ -115,7 +110,12 @@ fn q4_weights(ty: WType, rows: usize, cols: usize, unit: bool, rng: &mut Rng) ->
             v.extend_from_slice(&f16(if unit { 0.0 } else { rng.f() * 0.2 }));
         }
         (0..QK / 2).for_each(|_| {
-            let b = match rng.next() % 4 { 0 => 0x00, 1 => 0xFF, 2 => 0x0F, _ => (rng.next() >> 56) as u8 };
+            let b = match rng.next() % 4 {
+                0 => 0x00,
+                1 => 0xFF,
+                2 => 0x0F,
+                _ => (rng.next() >> 56) as u8,
+            };
             v.push(b);
         });
     }
@@ -427,13 +427,7 @@ fn zero_activations_give_the_bias_exactly() {
 #[test]
 fn model_shapes() {
     let mut rng = Rng::new(11);
-    for (rows, cols, n_pos) in [
-        (128, 128, 16),
-        (512, 128, 16),
-        (128, 512, 16),
-        (128, 128, 1),
-        (20000, 128, 1),
-    ] {
+    for (rows, cols, n_pos) in [(128, 128, 16), (512, 128, 16), (128, 512, 16), (128, 128, 1), (20000, 128, 1)] {
         let buf = weights(rows, cols, 0, false, &mut rng);
         let m = Matrix::new(WType::Q8_0, rows, cols, &buf).unwrap();
         let x = activations(n_pos * cols, &mut rng);
@@ -453,19 +447,9 @@ fn model_shapes() {
                 k.matmul_q8(&m, &xq, n_pos, Some(&bias), &mut y);
             }
             for i in 0..y.len() {
-                assert!(
-                    (y[i] - want[i]).abs() <= 1e-5 * (1.0 + scale),
-                    "{} {rows}x{cols}: {} vs {}",
-                    k.int8_isa(),
-                    y[i],
-                    want[i]
-                );
+                assert!((y[i] - want[i]).abs() <= 1e-5 * (1.0 + scale), "{} {rows}x{cols}: {} vs {}", k.int8_isa(), y[i], want[i]);
                 // Against the f32 path: activation rounding only (a loose sanity bound).
-                assert!(
-                    (y[i] - exact[i]).abs() <= 0.02 * (1.0 + scale),
-                    "{} vs f32 path",
-                    k.int8_isa()
-                );
+                assert!((y[i] - exact[i]).abs() <= 0.02 * (1.0 + scale), "{} vs f32 path", k.int8_isa());
             }
         }
     }
@@ -476,17 +460,12 @@ fn detection_prefers_the_widest_int8_set() {
     let k = Kernels::detect();
     eprintln!("detected: level {}, int8 {}", k.level(), k.int8_isa());
     assert!(k.int8_isa().is_available());
-    let best = [Int8Isa::Avx512Vnni, Int8Isa::AvxVnni, Int8Isa::Avx2]
-        .into_iter()
-        .find(|i| k.with_int8(*i).is_some())
-        .unwrap_or(Int8Isa::Scalar);
+    let best =
+        [Int8Isa::Avx512Vnni, Int8Isa::AvxVnni, Int8Isa::Avx2].into_iter().find(|i| k.with_int8(*i).is_some()).unwrap_or(Int8Isa::Scalar);
     assert_eq!(k.int8_isa(), best);
     assert_eq!(Kernels::scalar().int8_isa(), Int8Isa::Scalar);
     if let Some(a2) = Kernels::for_level(Level::Avx2) {
-        assert!(
-            a2.with_int8(Int8Isa::Avx512Vnni).is_none(),
-            "AVX-512 VNNI needs the AVX-512 level"
-        );
+        assert!(a2.with_int8(Int8Isa::Avx512Vnni).is_none(), "AVX-512 VNNI needs the AVX-512 level");
     }
 }
 

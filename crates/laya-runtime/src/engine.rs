@@ -92,13 +92,7 @@ impl Engine {
 
     /// Serves a model that is already loaded (embedded, from memory, or shared with others).
     pub fn from_model(model: Arc<Model>) -> Engine {
-        Engine {
-            shared: Arc::new(Shared {
-                current: ArcSwap::new(model),
-                generation: AtomicU64::new(0),
-                swapping: Mutex::new(()),
-            }),
-        }
+        Engine { shared: Arc::new(Shared { current: ArcSwap::new(model), generation: AtomicU64::new(0), swapping: Mutex::new(()) }) }
     }
 
     /// Loads and fully validates `path`, then makes it the current model. On error nothing

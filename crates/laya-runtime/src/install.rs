@@ -174,13 +174,10 @@ pub fn install_with(
 ) -> Result<PathBuf, InstallError> {
     check_name(name)?;
     let src_name = src.display().to_string();
-    let bytes =
-        fs::read(src).map_err(|source| InstallError::Io { step: "read the model", path: src_name.clone(), source })?;
+    let bytes = fs::read(src).map_err(|source| InstallError::Io { step: "read the model", path: src_name.clone(), source })?;
     // Validate the bytes we are about to write, not the file (which could change meanwhile).
-    let checksum = Model::from_bytes(bytes.clone())
-        .map_err(|source| InstallError::InvalidSource { path: src_name, source })?
-        .info()
-        .checksum;
+    let checksum =
+        Model::from_bytes(bytes.clone()).map_err(|source| InstallError::InvalidSource { path: src_name, source })?.info().checksum;
 
     let io = |step: &'static str, path: &Path| {
         let path = path.display().to_string();
@@ -196,12 +193,8 @@ pub fn install_with(
     }
 
     let lock_path = into_dir.join(format!(".{name}.lock"));
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(io("create the lock file", &lock_path))?;
+    let lock =
+        OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io("create the lock file", &lock_path))?;
     match lock.lock() {
         Ok(()) => {}
         // Some file systems have no advisory locks; the install is still atomic, only
@@ -220,11 +213,7 @@ pub fn install_with(
         Err(InstallError::Interrupted(at))
     };
 
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp_path)
-        .map_err(io("create the temporary file", &tmp_path))?;
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp_path).map_err(io("create the temporary file", &tmp_path))?;
     if hook(InstallPoint::TempCreated).is_break() {
         return crash(&mut temp, InstallPoint::TempCreated);
     }
@@ -252,9 +241,7 @@ pub fn install_with(
                 reason: format!("checksum {:016x}, expected {checksum:016x}", m.info().checksum),
             })
         }
-        Err(e) => {
-            return Err(InstallError::WriteVerification { path: tmp_path.display().to_string(), reason: e.to_string() })
-        }
+        Err(e) => return Err(InstallError::WriteVerification { path: tmp_path.display().to_string(), reason: e.to_string() }),
     }
 
     fs::rename(&tmp_path, &target).map_err(io("rename the temporary file onto", &target))?;

@@ -150,8 +150,10 @@ mod tests {
 
     #[test]
     fn prefix_ranges_sorted_and_unsorted() {
-        for l in [lex(&["a", "he", "hel", "hello", "help", "明", "明天", "明白"]),
-                  lex(&["明白", "hello", "a", "明天", "help", "he", "明", "hel"])] {
+        for l in [
+            lex(&["a", "he", "hel", "hello", "help", "明", "明天", "明白"]),
+            lex(&["明白", "hello", "a", "明天", "help", "he", "明", "hel"]),
+        ] {
             assert_eq!(words_in(&l, "hel"), ["hel", "hello", "help"]);
             assert_eq!(words_in(&l, "明"), ["明", "明天", "明白"]);
             assert_eq!(words_in(&l, "x"), Vec::<String>::new());
@@ -172,7 +174,8 @@ mod tests {
         }
         let refs: Vec<&str> = words.iter().map(String::as_str).collect();
         let l = lex(&refs);
-        let mut prefixes: Vec<String> = words.iter().flat_map(|w| (0..=w.len()).filter(|&e| w.is_char_boundary(e)).map(move |e| w[..e].to_string())).collect();
+        let mut prefixes: Vec<String> =
+            words.iter().flat_map(|w| (0..=w.len()).filter(|&e| w.is_char_boundary(e)).map(move |e| w[..e].to_string())).collect();
         prefixes.extend(["c", "明9", "zz", "~", "😁", "\u{10FFFF}"].map(String::from));
         for p in prefixes {
             let mut want: Vec<String> = words.iter().filter(|w| w.starts_with(p.as_str())).cloned().collect();

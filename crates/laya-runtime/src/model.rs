@@ -271,11 +271,7 @@ impl Model {
     /// Validates a model compiled into the program (`include_bytes!`). The bytes must be
     /// 64-byte aligned for in-place use; if they are not, they are copied once.
     pub fn from_static(bytes: &'static [u8]) -> Result<Arc<Model>, LoadError> {
-        let storage = if (bytes.as_ptr() as usize).is_multiple_of(64) {
-            Storage::Static(bytes)
-        } else {
-            Storage::Owned(bytes.to_vec())
-        };
+        let storage = if (bytes.as_ptr() as usize).is_multiple_of(64) { Storage::Static(bytes) } else { Storage::Owned(bytes.to_vec()) };
         Self::from_storage(storage, Kernels::detect()).map(Arc::new)
     }
 
@@ -294,8 +290,7 @@ impl Model {
             let (cols, rows) = (t.ne[0] as usize, t.ne.get(1).copied().unwrap_or(1) as usize);
             // Re-check through the kernel crate's own constructor so a disagreement between
             // the two crates is an error at load, never an out-of-bounds read later.
-            Matrix::new(ty, rows, cols, t.data)
-                .map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
+            Matrix::new(ty, rows, cols, t.data).map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
             Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packed: None })
         };
         // A linear layer: its Q8_0, Q4_0 or Q4_1 weights on x86 with AVX2 also get the interleaved copy the packed int8 kernels read (a few percent more

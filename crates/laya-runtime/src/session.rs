@@ -183,7 +183,16 @@ struct KvCache {
 impl KvCache {
     fn new(c: &Config) -> KvCache {
         if c.position_scheme != PositionScheme::RelativeCausal {
-            return KvCache { cap: 0, k: Vec::new(), v: Vec::new(), len: Vec::new(), toks: Vec::new(), valid: false, reused: false, cur: Vec::new() };
+            return KvCache {
+                cap: 0,
+                k: Vec::new(),
+                v: Vec::new(),
+                len: Vec::new(),
+                toks: Vec::new(),
+                valid: false,
+                reused: false,
+                cur: Vec::new(),
+            };
         }
         let r = c.receptive_field;
         let cap = r + 4 * MAX_INCREMENTAL_CHARS;
@@ -304,11 +313,7 @@ impl<'a> Predictions<'a> {
     }
     /// Candidate `i`, best first.
     pub fn get(&self, i: usize) -> Option<Candidate<'a>> {
-        self.hits.get(i).map(|h| Candidate {
-            word: self.model.lexicon.word(h.id as usize),
-            replace: h.replace as usize,
-            p: h.score,
-        })
+        self.hits.get(i).map(|h| Candidate { word: self.model.lexicon.word(h.id as usize), replace: h.replace as usize, p: h.score })
     }
     /// All candidates, best first.
     pub fn iter(&self) -> impl Iterator<Item = Candidate<'a>> + '_ {
@@ -530,7 +535,8 @@ impl Session {
             self.s.kv.valid = false;
             self.refresh_prior();
         } else {
-            let (profiling, act, beta, rule, lambda) = (self.profiling, self.act, self.completion_exponent, self.rule, self.completion_prior);
+            let (profiling, act, beta, rule, lambda) =
+                (self.profiling, self.act, self.completion_exponent, self.rule, self.completion_prior);
             *self = Session::with_max_k(model, self.max_k);
             self.profiling = profiling;
             self.act = act;
@@ -719,18 +725,7 @@ impl Session {
             linear(kern, &wq, l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&l.q));
             clock.lap(Stage::Qkv);
 
-            kern.attention(
-                &s.q[first * d..],
-                &s.k,
-                &s.v,
-                np,
-                t,
-                d,
-                heads,
-                scale,
-                &mut s.scores,
-                &mut s.att[first * d..],
-            );
+            kern.attention(&s.q[first * d..], &s.k, &s.v, np, t, d, heads, scale, &mut s.scores, &mut s.att[first * d..]);
             clock.lap(Stage::Attention);
 
             out_and_ffn(m, l, s, first, np, first, &q8, false, clock);
@@ -797,9 +792,7 @@ impl Session {
         let mut step = 0;
         if kv.valid {
             let old = kv.toks.len();
-            step = (1..=MAX_INCREMENTAL_CHARS)
-                .find(|&k| nt >= old + k && kv.cur[nt - k - old..nt - k] == kv.toks[..])
-                .unwrap_or(0);
+            step = (1..=MAX_INCREMENTAL_CHARS).find(|&k| nt >= old + k && kv.cur[nt - k - old..nt - k] == kv.toks[..]).unwrap_or(0);
         }
         kv.reused = step > 0;
         clock.lap(Stage::Normalize);
@@ -856,7 +849,9 @@ impl Session {
         let (beta, rule) = (*completion_exponent, *rule);
         let m: &Model = model;
         let t = m.cfg.context_length;
-        let Scratch { logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, .. } = s;
+        let Scratch {
+            logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, ..
+        } = s;
         let Scratch { clogits: pc, class_state, class_tmp, touched, order, top, z, xq, rows_int8, word_rows, .. } = s;
         let classes = m.classes.as_ref();
         hits.clear();
@@ -1098,7 +1093,17 @@ fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool,
 /// (docs/format.md §3 step 5): their logits from the class's gathered rows, a softmax within
 /// the class, times `P(c)` (a class of one word needs no row). Returns the rows computed.
 #[allow(clippy::too_many_arguments)]
-fn expand_class(m: &Model, wc: &WordClasses, c: usize, z: &[f32], xq: &[ActBlock], int8: bool, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
+fn expand_class(
+    m: &Model,
+    wc: &WordClasses,
+    c: usize,
+    z: &[f32],
+    xq: &[ActBlock],
+    int8: bool,
+    pc: f32,
+    tmp: &mut [f32],
+    pw: &mut [f32],
+) -> usize {
     if wc.rows[c].mat.rows == 1 {
         // A word alone in its class has its class's probability: no row to compute.
         pw[wc.ids[wc.start[c]] as usize] = pc;
@@ -1151,7 +1156,17 @@ fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
 /// relative bias) and the FFN. Those `n_q` rows end at the front of `s.x`, the next block's
 /// input.
 #[allow(clippy::too_many_arguments)]
-fn causal_block(m: &Model, l: &Layer, li: usize, s: &mut Scratch, pos0: usize, n_in: usize, n_q: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
+fn causal_block(
+    m: &Model,
+    l: &Layer,
+    li: usize,
+    s: &mut Scratch,
+    pos0: usize,
+    n_in: usize,
+    n_q: usize,
+    q8: &dyn Fn(&Mat) -> bool,
+    clock: &mut Clock,
+) {
     let (kern, cfg) = (m.kernels, &m.cfg);
     let (t, d, heads) = (cfg.context_length, cfg.d_model, cfg.heads);
     let (dh, nbd) = (d / heads, d / QK);
@@ -1209,7 +1224,17 @@ fn causal_block(m: &Model, l: &Layer, li: usize, s: &mut Scratch, pos0: usize, n
 /// time ([`linear_rows`]: relative_causal models, whose positions must not depend on how many
 /// are computed together).
 #[allow(clippy::too_many_arguments)]
-fn out_and_ffn(m: &Model, l: &Layer, s: &mut Scratch, first: usize, n: usize, att0: usize, q8: &dyn Fn(&Mat) -> bool, per_row: bool, clock: &mut Clock) {
+fn out_and_ffn(
+    m: &Model,
+    l: &Layer,
+    s: &mut Scratch,
+    first: usize,
+    n: usize,
+    att0: usize,
+    q8: &dyn Fn(&Mat) -> bool,
+    per_row: bool,
+    clock: &mut Clock,
+) {
     let (kern, cfg) = (m.kernels, &m.cfg);
     let (d, f) = (cfg.d_model, l.up.rows);
     let lin = if per_row { linear_rows } else { linear };
@@ -1246,7 +1271,17 @@ fn out_and_ffn(m: &Model, l: &Layer, s: &mut Scratch, first: usize, n: usize, at
 /// give the same bits.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn linear_rows(kern: Kernels, w: &Matrix, packed: Option<&Packed>, x: &[f32], xq: &[ActBlock], n_pos: usize, b: &[f32], y: &mut [f32], int8: bool) {
+fn linear_rows(
+    kern: Kernels,
+    w: &Matrix,
+    packed: Option<&Packed>,
+    x: &[f32],
+    xq: &[ActBlock],
+    n_pos: usize,
+    b: &[f32],
+    y: &mut [f32],
+    int8: bool,
+) {
     if int8 && packed.is_some() {
         return linear(kern, w, packed, x, xq, n_pos, b, y, int8);
     }

@@ -56,11 +56,7 @@ fn bad_files(good: &[u8]) -> Vec<(&'static str, Option<Vec<u8>>, &'static str)> 
     let t = tensors_q.iter_mut().find(|t| t.name == "output_norm.weight").unwrap();
     let n = t.ne.iter().product::<u64>() as usize;
     *t = TensorData::from_f32("output_norm.weight", GgmlType::F16, &t.ne.clone(), &vec![0.5; n]).unwrap();
-    v.push((
-        "a norm stored as F16 (unsupported type for that tensor)",
-        Some(rebuild(model_keys(&meta), &tensors_q)),
-        "output_norm.weight",
-    ));
+    v.push(("a norm stored as F16 (unsupported type for that tensor)", Some(rebuild(model_keys(&meta), &tensors_q)), "output_norm.weight"));
 
     let mut unknown_type = good.to_vec();
     let name = b"blk.0.attn_q.weight";

@@ -36,7 +36,8 @@ fn keystrokes() -> Vec<String> {
     out.push(text.clone()); // backspace
     out.push(text.clone()); // the same context again
     push(&mut out, &mut text, "这是一段粘贴进来的很长的文字超过了上限"); // a paste
-    for c in "typing on and on so that the window slides well past the cache capacity, 然后继续输入中文字符直到缓存回绕好几次为止。".chars() {
+    for c in "typing on and on so that the window slides well past the cache capacity, 然后继续输入中文字符直到缓存回绕好几次为止。".chars()
+    {
         push(&mut out, &mut text, &c.to_string());
     }
     out
@@ -80,8 +81,10 @@ fn typing_incrementally_equals_computing_from_scratch() {
                 let same = w.iter().chain(&r).zip(fw.iter().chain(&fr)).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{label}, {act:?}: context {ctx:?} differs when typed");
                 // And the ranked candidates, through predict.
-                let a: Vec<(String, usize, u32)> = typing.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
-                let b: Vec<(String, usize, u32)> = fresh.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let a: Vec<(String, usize, u32)> =
+                    typing.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let b: Vec<(String, usize, u32)> =
+                    fresh.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
                 assert_eq!(a, b, "{label}, {act:?}: {ctx:?}");
             }
             // Guard against a test that passes because nothing was ever reused: predict sees

@@ -43,7 +43,12 @@ type Top = Vec<(String, usize, u32)>;
 fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
     let causal = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::small() };
     let factorised = TinyConfig { word_classes: 6, ..causal.clone() };
-    for (cfg, ty) in [(TinyConfig::small(), GgmlType::F32), (TinyConfig::small(), GgmlType::Q4_0), (causal, GgmlType::Q8_0), (factorised, GgmlType::Q8_0)] {
+    for (cfg, ty) in [
+        (TinyConfig::small(), GgmlType::F32),
+        (TinyConfig::small(), GgmlType::Q4_0),
+        (causal, GgmlType::Q8_0),
+        (factorised, GgmlType::Q8_0),
+    ] {
         let m = model(&cfg, 9, ty);
         let pairs = m.lexicon_len() * m.config().replace_classes;
         let session = RefCell::new(Session::new(m.clone()));
@@ -54,8 +59,7 @@ fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
             .run(&(any_context(), 0usize..20), |(ctx, k)| {
                 cases.set(cases.get() + 1);
                 let mut s = session.borrow_mut();
-                let first: Top =
-                    s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let first: Top = s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
                 prop_assert_eq!(first.len(), k.min(pairs));
                 let n_chars = ctx.chars().count();
                 let mut last = f32::INFINITY;
@@ -67,12 +71,10 @@ fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
                     prop_assert!(*replace < word.chars().count());
                     prop_assert!(*replace <= n_chars.min(16));
                 }
-                let again: Top =
-                    s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let again: Top = s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
                 prop_assert_eq!(&again, &first, "deterministic");
                 let mut e = engine_session.borrow_mut();
-                let via_engine: Top =
-                    e.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let via_engine: Top = e.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
                 prop_assert_eq!(&via_engine, &first, "engine session = session");
                 // One more character: a relative_causal session computes only it, and must
                 // agree with a session that computes the context whole.

@@ -7,9 +7,9 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use laya_format::testing::TinyConfig;
 use laya_format::quantize::QuantizeOptions;
 use laya_format::testing::random_quantized_model;
+use laya_format::testing::TinyConfig;
 use laya_format::{write_model, GgmlType};
 use laya_runtime::{ActPrecision, Kernels, Session};
 
@@ -33,10 +33,7 @@ pub fn python() -> PathBuf {
         return p.into();
     }
     let venv = workspace().join(".venv/bin/python");
-    assert!(
-        venv.exists(),
-        "the Python reference needs the repo's venv: run scripts/setup-python.sh (or set LAYA_PYTHON)"
-    );
+    assert!(venv.exists(), "the Python reference needs the repo's venv: run scripts/setup-python.sh (or set LAYA_PYTHON)");
     venv
 }
 
@@ -61,10 +58,11 @@ fn engine_matches_numpy_reference_for_every_type_and_tier() {
         TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, word_classes: 12, ..TinyConfig::default() },
     ];
     for (ci, cfg) in cfgs.iter().enumerate() {
-        let mut models: Vec<(String, GgmlType, Vec<u8>)> = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]
-            .into_iter()
-            .map(|ty| (format!("{ty:?}"), ty, common::model_bytes(cfg, 42, ty)))
-            .collect();
+        let mut models: Vec<(String, GgmlType, Vec<u8>)> =
+            [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1]
+                .into_iter()
+                .map(|ty| (format!("{ty:?}"), ty, common::model_bytes(cfg, 42, ty)))
+                .collect();
         // `laya quantize`'s output: Q4_1 embedding with token_embd_comp.weight, Q8_0 matrices.
         let (meta, tensors) = random_quantized_model(cfg, 42, &QuantizeOptions::default());
         assert!(tensors.iter().any(|t| t.name == laya_format::TOKEN_EMBD_COMP));

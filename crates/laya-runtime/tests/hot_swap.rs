@@ -275,8 +275,7 @@ fn install_over_the_served_path_then_swap_under_load() {
         stop.store(true, Ordering::Release);
     });
 
-    let names: HashSet<String> =
-        std::fs::read_dir(&live_dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: HashSet<String> = std::fs::read_dir(&live_dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(names, HashSet::from(["current.laya".to_string(), ".current.laya.lock".to_string()]));
     let mismatches = counts.mismatches.load(Ordering::Relaxed);
     println!(

@@ -67,8 +67,7 @@ fn a_crash_at_any_step_leaves_the_old_or_the_new_model() {
         })
         .unwrap_err();
         assert!(matches!(err, InstallError::Interrupted(p) if p == crash_at), "{err}");
-        let expected_points: Vec<_> =
-            InstallPoint::ALL.iter().copied().take_while(|&p| p != crash_at).chain([crash_at]).collect();
+        let expected_points: Vec<_> = InstallPoint::ALL.iter().copied().take_while(|&p| p != crash_at).chain([crash_at]).collect();
         assert_eq!(reached, expected_points);
 
         // What a restarted process finds: the target loads, as old or new, never torn.
@@ -90,11 +89,7 @@ fn a_crash_at_any_step_leaves_the_old_or_the_new_model() {
         // The next install succeeds and removes the stray.
         install(&s.new, &live, "default.laya").unwrap();
         assert_eq!(checksum(&target), s.new_sum);
-        assert_eq!(
-            names(&live),
-            BTreeSet::from(["default.laya".to_string(), ".default.laya.lock".to_string()]),
-            "crash {crash_at}"
-        );
+        assert_eq!(names(&live), BTreeSet::from(["default.laya".to_string(), ".default.laya.lock".to_string()]), "crash {crash_at}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

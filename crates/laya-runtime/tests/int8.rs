@@ -21,58 +21,36 @@ use laya_runtime::{ActPrecision, Int8Isa, Kernels, Session};
 /// Deterministic contexts: the fixed set plus random strings of Latin letters, CJK and spaces.
 fn contexts(n: usize, seed: u64) -> Vec<String> {
     let mut s = seed | 1;
-    let alphabet: Vec<char> = "abcdefghijklmnopqrstuvwxyz 今天明天气很好的我是"
-        .chars()
-        .collect();
+    let alphabet: Vec<char> = "abcdefghijklmnopqrstuvwxyz 今天明天气很好的我是".chars().collect();
     let mut out: Vec<String> = CONTEXTS.iter().map(|c| c.to_string()).collect();
     for _ in 0..n {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
         let len = (s % 20) as usize;
-        out.push(
-            (0..len)
-                .map(|i| alphabet[((s >> (i % 48)) as usize + i * 7) % alphabet.len()])
-                .collect(),
-        );
+        out.push((0..len).map(|i| alphabet[((s >> (i % 48)) as usize + i * 7) % alphabet.len()]).collect());
     }
     out
 }
 
 fn top5(s: &mut Session, ctx: &str) -> Vec<(String, usize)> {
-    s.predict(ctx, 5)
-        .iter()
-        .map(|c| (c.word.to_string(), c.replace))
-        .collect()
+    s.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect()
 }
 
 fn seed_shape(vocab: usize) -> TinyConfig {
-    TinyConfig {
-        embedding_length: 128,
-        feed_forward_length: vec![512, 512, 512],
-        table_rows: Some(300),
-        vocab,
-        ..TinyConfig::default()
-    }
+    TinyConfig { embedding_length: 128, feed_forward_length: vec![512, 512, 512], table_rows: Some(300), vocab, ..TinyConfig::default() }
 }
 
 #[test]
 fn int8_path_stays_close_to_the_f32_path() {
     let k = Kernels::detect();
-    for (name, cfg) in [
-        ("tiny", TinyConfig::default()),
-        ("seed-shape", seed_shape(512)),
-    ] {
+    for (name, cfg) in [("tiny", TinyConfig::default()), ("seed-shape", seed_shape(512))] {
         for seed in [1u64, 42] {
             let m = model_with(&cfg, seed, GgmlType::Q8_0, k);
             let mut exact = Session::new(m.clone());
             exact.set_act_precision(ActPrecision::F32);
             let mut int8 = Session::new(m);
-            assert_eq!(
-                int8.act_precision(),
-                ActPrecision::Int8,
-                "int8 is the default"
-            );
+            assert_eq!(int8.act_precision(), ActPrecision::Int8, "int8 is the default");
             let ctxs = contexts(150, seed);
             let (mut worst, mut sum, mut n, mut same_top5) = (0f32, 0f64, 0usize, 0usize);
             let (mut same_top1, mut overlap) = (0usize, 0usize);
@@ -81,10 +59,7 @@ fn int8_path_stays_close_to_the_f32_path() {
                 let (b, br) = int8.logits(ctx);
                 for (x, y) in a.iter().chain(&ar).zip(b.iter().chain(&br)) {
                     let e = (x - y).abs();
-                    assert!(
-                        e <= 0.05 + 0.02 * x.abs(),
-                        "{name} seed {seed} {ctx:?}: {x} vs {y}"
-                    );
+                    assert!(e <= 0.05 + 0.02 * x.abs(), "{name} seed {seed} {ctx:?}: {x} vs {y}");
                     worst = worst.max(e);
                     sum += e as f64;
                     n += 1;
@@ -98,20 +73,18 @@ fn int8_path_stays_close_to_the_f32_path() {
             let frac = same_top5 as f64 / ctxs.len() as f64;
             let top1 = same_top1 as f64 / ctxs.len() as f64;
             let set5 = overlap as f64 / (5 * ctxs.len()) as f64;
-            eprintln!("{name} seed {seed} ({}): max |Δlogit| {worst:.5}, mean {mean:.6}, identical top-1 {:.1}%, \
+            eprintln!(
+                "{name} seed {seed} ({}): max |Δlogit| {worst:.5}, mean {mean:.6}, identical top-1 {:.1}%, \
                 identical top-5 lists {:.1}%, top-5 overlap {:.1}% ({} contexts)",
-                k.int8_isa(), 100.0 * top1, 100.0 * frac, 100.0 * set5, ctxs.len());
+                k.int8_isa(),
+                100.0 * top1,
+                100.0 * frac,
+                100.0 * set5,
+                ctxs.len()
+            );
             assert!(mean < 0.01, "{name} seed {seed}: mean |Δlogit| {mean}");
-            assert!(
-                top1 >= 0.93,
-                "{name} seed {seed}: identical top-1 on only {:.1}%",
-                100.0 * top1
-            );
-            assert!(
-                set5 >= 0.96,
-                "{name} seed {seed}: top-5 overlap only {:.1}%",
-                100.0 * set5
-            );
+            assert!(top1 >= 0.93, "{name} seed {seed}: identical top-1 on only {:.1}%", 100.0 * top1);
+            assert!(set5 >= 0.96, "{name} seed {seed}: top-5 overlap only {:.1}%", 100.0 * set5);
         }
     }
 }

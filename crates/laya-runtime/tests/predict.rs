@@ -64,10 +64,8 @@ fn probabilities_of_all_admissible_pairs_sum_to_one() {
 fn same_context_same_answer_across_sessions_and_threads() {
     let m = model(&TinyConfig::default(), 11, GgmlType::Q8_0);
     let mut s = Session::new(m.clone());
-    let want: Vec<Vec<(String, usize)>> = CONTEXTS
-        .iter()
-        .map(|c| s.predict(c, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect())
-        .collect();
+    let want: Vec<Vec<(String, usize)>> =
+        CONTEXTS.iter().map(|c| s.predict(c, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect()).collect();
     std::thread::scope(|sc| {
         for _ in 0..4 {
             let (m, want) = (m.clone(), &want);
@@ -75,8 +73,7 @@ fn same_context_same_answer_across_sessions_and_threads() {
                 let mut s = Session::new(m);
                 for _ in 0..20 {
                     for (ctx, w) in CONTEXTS.iter().zip(want) {
-                        let got: Vec<(String, usize)> =
-                            s.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect();
+                        let got: Vec<(String, usize)> = s.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace)).collect();
                         assert_eq!(&got, w);
                     }
                 }
@@ -142,7 +139,14 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
     let own = TinyConfig { word_classes: 12, own_class_words: 30, ..TinyConfig::default() };
     assert!(common::model(&many, 7, GgmlType::F32).config().word_classes > 5 + 3);
     let mut cases = Vec::new();
-    for (cfg, seed, ty) in [(&cfg, 3, GgmlType::F32), (&cfg, 11, GgmlType::F32), (&factorised, 3, GgmlType::F32), (&factorised, 5, GgmlType::Q8_0), (&many, 7, GgmlType::F32), (&own, 9, GgmlType::Q8_0)] {
+    for (cfg, seed, ty) in [
+        (&cfg, 3, GgmlType::F32),
+        (&cfg, 11, GgmlType::F32),
+        (&factorised, 3, GgmlType::F32),
+        (&factorised, 5, GgmlType::Q8_0),
+        (&many, 7, GgmlType::F32),
+        (&own, 9, GgmlType::Q8_0),
+    ] {
         cases.push((model(cfg, seed, ty), None, laya_runtime::DEFAULT_COMPLETION_PRIOR));
         let (m, meta) = common::model_with_dict(cfg, seed, ty);
         let d = meta.dict_frequencies.clone().unwrap();
@@ -247,7 +251,10 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                 for c in got.iter() {
                     let r = pairs.iter().find(|p| p.1 == c.word && p.2 == c.replace).expect("admissible");
                     let want = r.0 / total;
-                    assert!((c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want, "{rule:?} β {beta} λ {lambda} {ctx:?} {c:?}: reference p {want}");
+                    assert!(
+                        (c.p as f64 - want).abs() <= 1e-5 + 1e-4 * want,
+                        "{rule:?} β {beta} λ {lambda} {ctx:?} {c:?}: reference p {want}"
+                    );
                     assert!(c.p as f64 >= fifth - 1e-5, "{rule:?} β {beta} λ {lambda} {ctx:?}: {c:?} is not among the reference top 5");
                 }
             }
@@ -297,7 +304,9 @@ fn the_completion_prior_moves_completions_only() {
     b.set_completion_prior(0.0);
     let mut changed = 0;
     for ctx in CONTEXTS {
-        let list = |s: &mut Session| -> Vec<(String, usize, f32)> { s.predict(ctx, 64).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect() };
+        let list = |s: &mut Session| -> Vec<(String, usize, f32)> {
+            s.predict(ctx, 64).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect()
+        };
         assert_eq!(list(&mut a), list(&mut b), "λ = 0 on {ctx:?}");
         b.set_completion_prior(1.0);
         let (before, after) = (list(&mut a), list(&mut b));

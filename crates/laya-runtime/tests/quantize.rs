@@ -16,9 +16,7 @@ fn contexts(cfg: &TinyConfig, seed: u64) -> Vec<String> {
         Mapping::Table(cps) => cps.iter().filter_map(|&c| char::from_u32(c)).collect(),
         Mapping::Direct => (0x4E00..0x5E00).chain(0x21..0x7F).filter_map(char::from_u32).collect(),
     };
-    (0..400)
-        .map(|_| (0..16).map(|_| pool[rng.below(pool.len() as u64) as usize]).collect())
-        .collect()
+    (0..400).map(|_| (0..16).map(|_| pool[rng.below(pool.len() as u64) as usize]).collect()).collect()
 }
 
 /// Mean |Δlogit| (word and replace logits) against the float model.
@@ -38,10 +36,8 @@ fn mean_abs_delta(contexts: &[String], float: &mut Session, other: &mut Session)
 
 #[test]
 fn compensation_brings_logits_closer_to_the_float_model() {
-    let cfgs = [
-        ("direct 65536 rows", TinyConfig::default()),
-        ("table 300 rows", TinyConfig { table_rows: Some(300), ..TinyConfig::default() }),
-    ];
+    let cfgs =
+        [("direct 65536 rows", TinyConfig::default()), ("table 300 rows", TinyConfig { table_rows: Some(300), ..TinyConfig::default() })];
     for (what, cfg) in cfgs {
         for seed in [1, 42] {
             let (meta, tensors) = random_model(&cfg, seed, GgmlType::F32);
@@ -49,12 +45,7 @@ fn compensation_brings_logits_closer_to_the_float_model() {
             let mut float = Session::new(Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap());
             let mut measure = |compensation: bool| {
                 // Only the embedding is quantised, so the comparison isolates its error.
-                let opts = QuantizeOptions {
-                    embedding: GgmlType::Q4_1,
-                    linear: GgmlType::F32,
-                    head: GgmlType::F32,
-                    compensation,
-                };
+                let opts = QuantizeOptions { embedding: GgmlType::Q4_1, linear: GgmlType::F32, head: GgmlType::F32, compensation };
                 let (meta, tensors) = random_quantized_model(&cfg, seed, &opts);
                 let model = Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap();
                 mean_abs_delta(&ctx, &mut float, &mut Session::new(model))

@@ -77,8 +77,7 @@ fn is_date_id(tok: &str) -> bool {
     // 19980101-01-001-001/m: the paragraph id of the PKU release.
     let word = tok.rsplit_once('/').map_or(tok, |(w, _)| w);
     let b = word.as_bytes();
-    b.len() >= 15 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'-'
-        && b.iter().all(|c| c.is_ascii_digit() || *c == b'-')
+    b.len() >= 15 && b[..8].iter().all(u8::is_ascii_digit) && b[8] == b'-' && b.iter().all(|c| c.is_ascii_digit() || *c == b'-')
 }
 
 /// Words of one line of the People's Daily 1998 corpus (`word/TAG` tokens): tags and the leading
@@ -206,13 +205,7 @@ pub struct ZhReport {
 /// review files (`pos`, `neg`). Every `heldout_every`-th non-empty paragraph (the 20th, 40th, …)
 /// goes to `heldout.txt` instead of `train.txt`; reviews are trimmed, de-duplicated (first
 /// occurrence kept, pos before neg) and normalised.
-pub fn prepare_zh(
-    tag: &Path,
-    pos: &Path,
-    neg: &Path,
-    out_dir: &Path,
-    heldout_every: usize,
-) -> Result<ZhReport, PrepareError> {
+pub fn prepare_zh(tag: &Path, pos: &Path, neg: &Path, out_dir: &Path, heldout_every: usize) -> Result<ZhReport, PrepareError> {
     let mut train = Out::create(out_dir.join("zh/train.txt"))?;
     let mut heldout = Out::create(out_dir.join("zh/heldout.txt"))?;
     let mut n = 0usize;

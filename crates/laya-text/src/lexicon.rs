@@ -18,9 +18,7 @@ pub const MAX_WORD_CHARS: usize = 64;
 /// assert!(!laya_text::is_valid_word(""));
 /// ```
 pub fn is_valid_word(w: &str) -> bool {
-    !w.is_empty()
-        && w.chars().count() <= MAX_WORD_CHARS
-        && !w.chars().any(|c| c.is_whitespace() || c.is_control())
+    !w.is_empty() && w.chars().count() <= MAX_WORD_CHARS && !w.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// Word → count.
@@ -36,12 +34,7 @@ pub type Counts = HashMap<String, u64>;
 /// count_words("a b a\nb a\n".as_bytes(), &seg, &mut c, &mut |_| {}).unwrap();
 /// assert_eq!(c["a"], 3);
 /// ```
-pub fn count_words<R: BufRead>(
-    reader: R,
-    seg: &Segmenter,
-    counts: &mut Counts,
-    progress: &mut dyn FnMut(u64),
-) -> io::Result<usize> {
+pub fn count_words<R: BufRead>(reader: R, seg: &Segmenter, counts: &mut Counts, progress: &mut dyn FnMut(u64)) -> io::Result<usize> {
     let mut n = 0;
     let mut ranges = Vec::new();
     for line in reader.lines() {
@@ -81,10 +74,7 @@ impl fmt::Display for DictError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DictError::Io(e) => write!(f, "reading the dictionary: {e}"),
-            DictError::BadLine { line, text } => write!(
-                f,
-                "dictionary line {line}: expected `word frequency [tag]`, found {text:?}"
-            ),
+            DictError::BadLine { line, text } => write!(f, "dictionary line {line}: expected `word frequency [tag]`, found {text:?}"),
         }
     }
 }
@@ -209,7 +199,9 @@ impl Lexicon {
                 None => (line, 1),
             };
             if !is_valid_word(word) {
-                return Err(bad(format!("{word:?} is not a valid word (empty, whitespace, control characters or over {MAX_WORD_CHARS} characters)")));
+                return Err(bad(format!(
+                    "{word:?} is not a valid word (empty, whitespace, control characters or over {MAX_WORD_CHARS} characters)"
+                )));
             }
             if !seen.insert(word.to_string()) {
                 return Err(bad(format!("duplicate word {word:?}")));

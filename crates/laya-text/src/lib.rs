@@ -30,13 +30,12 @@ mod normalize;
 mod segment;
 
 pub use corpus::{
-    brown_genre, parse_brown_line, parse_peoples_daily_line, prepare_en, prepare_zh, EnReport, FileStats,
-    PrepareError, ZhReport,
+    brown_genre, parse_brown_line, parse_peoples_daily_line, prepare_en, prepare_zh, EnReport, FileStats, PrepareError, ZhReport,
 };
 pub use eval::{evaluate, evaluate_parallel, Breakdown, Candidate, EvalReport, MissBreakdown, PredictError, Predictor, BAR, DEEP};
 pub use lexicon::{
-    build_lexicon, count_words, coverage, is_valid_word, read_dict, Counts, Coverage, DictError, Lexicon,
-    LexiconError, LexiconOptions, MAX_WORD_CHARS,
+    build_lexicon, count_words, coverage, is_valid_word, read_dict, Counts, Coverage, DictError, Lexicon, LexiconError, LexiconOptions,
+    MAX_WORD_CHARS,
 };
 pub use logs::{
     parse_event, read_events, simulate_events, simulate_events_parallel, write_event, Event, EventErrorKind, LogError, OnError, ReadStats,

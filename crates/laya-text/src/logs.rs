@@ -99,7 +99,10 @@ impl fmt::Display for EventErrorKind {
             EventErrorKind::Json(m) => write!(f, "not a valid event: {m}"),
             EventErrorKind::Version(v) => write!(f, "event version {v} is newer than this reader (version {LOG_VERSION}); update laya"),
             EventErrorKind::BadWord(i) => write!(f, "shown[{i}].word is empty or contains whitespace or control characters"),
-            EventErrorKind::BadReplace(i) => write!(f, "shown[{i}].replace must be below the word's length and the context must end with that many of its first characters"),
+            EventErrorKind::BadReplace(i) => write!(
+                f,
+                "shown[{i}].replace must be below the word's length and the context must end with that many of its first characters"
+            ),
             EventErrorKind::BadClicked(i) => write!(f, "clicked = {i} is not an index into shown"),
             EventErrorKind::BadWeight => write!(f, "weight must be a finite number >= 0"),
         }
@@ -507,10 +510,14 @@ mod tests {
         assert_eq!(ev.len(), 2);
         assert_eq!(ev[1].clicked, None, "a missing clicked reads as null");
         assert_eq!(st.skipped, 5);
-        let kinds: Vec<_> = st.errors.iter().map(|e| match e {
-            LogError::Event { line, kind } => (*line, kind.clone()),
-            LogError::Io { .. } => unreachable!(),
-        }).collect();
+        let kinds: Vec<_> = st
+            .errors
+            .iter()
+            .map(|e| match e {
+                LogError::Event { line, kind } => (*line, kind.clone()),
+                LogError::Io { .. } => unreachable!(),
+            })
+            .collect();
         assert_eq!(kinds[0], (2, EventErrorKind::BadClicked(1)));
         assert_eq!(kinds[1], (3, EventErrorKind::Version(2)));
         assert_eq!(kinds[2], (4, EventErrorKind::BadWord(0)));

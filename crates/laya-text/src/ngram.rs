@@ -141,10 +141,7 @@ pub struct NgramPredictor {
 
 impl fmt::Debug for NgramPredictor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NgramPredictor")
-            .field("words", &self.words.len())
-            .field("trigrams", &self.trigrams.len())
-            .finish()
+        f.debug_struct("NgramPredictor").field("words", &self.words.len()).field("trigrams", &self.trigrams.len()).finish()
     }
 }
 
@@ -276,12 +273,7 @@ impl NgramPredictor {
         let c1_total = c1.iter().map(|&c| c as f64).sum::<f64>().max(1.0);
         let mut by_c1: Vec<u32> = (0..n).filter(|&w| c1[w as usize] > 0).collect();
         by_c1.sort_by(|&a, &b| c1[b as usize].cmp(&c1[a as usize]).then(a.cmp(&b)));
-        let d = [
-            0.0,
-            0.0,
-            discount(f2.iter().map(|e| e.1 as u64)),
-            discount(trigrams.iter().map(|t| t[3] as u64)),
-        ];
+        let d = [0.0, 0.0, discount(f2.iter().map(|e| e.1 as u64)), discount(trigrams.iter().map(|t| t[3] as u64))];
         let mut p_i = [[0.0; MAX_I + 1]; CLASSES];
         for c in 0..CLASSES {
             let tot: f64 = prefix_counts[c].iter().map(|&x| x as f64 + 0.5).sum();

@@ -157,11 +157,7 @@ impl Segmenter {
                     let d = chars[j].1;
                     if d.is_alphanumeric() && !is_han(d) {
                         j += 1;
-                    } else if is_joiner(d)
-                        && j + 1 < chars.len()
-                        && chars[j + 1].1.is_alphanumeric()
-                        && !is_han(chars[j + 1].1)
-                    {
+                    } else if is_joiner(d) && j + 1 < chars.len() && chars[j + 1].1.is_alphanumeric() && !is_han(chars[j + 1].1) {
                         j += 2;
                     } else {
                         break;

@@ -40,10 +40,17 @@ fn lines() -> Vec<String> {
 fn serial(lines: &[String]) -> (Vec<Event>, laya_text::SimulateStats) {
     let seg = Segmenter::new(SegmentMode::Segmented);
     let mut events = Vec::new();
-    let stats = simulate_events(lines.iter().cloned(), &seg, &mut Echo, 4, &mut |e| {
-        events.push(e);
-        Ok(())
-    }, &mut |_| {})
+    let stats = simulate_events(
+        lines.iter().cloned(),
+        &seg,
+        &mut Echo,
+        4,
+        &mut |e| {
+            events.push(e);
+            Ok(())
+        },
+        &mut |_| {},
+    )
     .unwrap();
     (events, stats)
 }
@@ -56,10 +63,18 @@ fn parallel_log_equals_the_serial_one() {
     let seg = Segmenter::new(SegmentMode::Segmented);
     for threads in [1, 2, 5] {
         let mut got = Vec::new();
-        let stats = simulate_events_parallel(threads, &|| Ok(Echo), lines.clone(), &seg, 4, &mut |e| {
-            got.push(e);
-            Ok(())
-        }, &|_| {})
+        let stats = simulate_events_parallel(
+            threads,
+            &|| Ok(Echo),
+            lines.clone(),
+            &seg,
+            4,
+            &mut |e| {
+                got.push(e);
+                Ok(())
+            },
+            &|_| {},
+        )
         .unwrap();
         assert_eq!(stats, want_stats, "{threads} threads");
         assert!(got == want, "{threads} threads: the events differ or are out of order");
@@ -75,18 +90,27 @@ fn ranker_sink_and_setup_errors_stop_the_run() {
     assert!(matches!(e, SimulateError::Predict(_)), "{e}");
 
     let mut written = 0;
-    let e = simulate_events_parallel(3, &|| Ok(Echo), self::lines(), &seg, 4, &mut |_| {
-        written += 1;
-        if written > 100 {
-            Err(std::io::Error::other("disk full"))
-        } else {
-            Ok(())
-        }
-    }, &|_| {})
+    let e = simulate_events_parallel(
+        3,
+        &|| Ok(Echo),
+        self::lines(),
+        &seg,
+        4,
+        &mut |_| {
+            written += 1;
+            if written > 100 {
+                Err(std::io::Error::other("disk full"))
+            } else {
+                Ok(())
+            }
+        },
+        &|_| {},
+    )
     .unwrap_err();
     assert!(matches!(e, SimulateError::Io(_)) && written == 101, "{e} after {written}");
 
-    let e = simulate_events_parallel(2, &|| Err::<Echo, _>(PredictError("no ranker".into())), self::lines(), &seg, 4, &mut |_| Ok(()), &|_| {})
-        .unwrap_err();
+    let e =
+        simulate_events_parallel(2, &|| Err::<Echo, _>(PredictError("no ranker".into())), self::lines(), &seg, 4, &mut |_| Ok(()), &|_| {})
+            .unwrap_err();
     assert!(e.to_string().contains("no ranker"), "{e}");
 }

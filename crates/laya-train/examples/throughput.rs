@@ -26,7 +26,8 @@ fn synthetic_events(n: usize, vocab: usize, seed: u64) -> Vec<Event> {
             let len = 1 + rng.below(30);
             // CJK-ish context over ~3,000 distinct codepoints, like Chinese text.
             let context: String = (0..len).map(|_| char::from_u32(0x4E00 + rng.below(3000) as u32).unwrap()).collect();
-            let shown: Vec<Shown> = (0..5).map(|_| Shown { word: format!("w{}", rng.below(vocab)), replace: rng.below(3) as u32 }).collect();
+            let shown: Vec<Shown> =
+                (0..5).map(|_| Shown { word: format!("w{}", rng.below(vocab)), replace: rng.below(3) as u32 }).collect();
             Event { context, shown, clicked: Some(rng.below(5)), weight: 1.0 }
         })
         .collect()
@@ -114,7 +115,8 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     let pool = training_pool().unwrap();
     let on_pool = std::env::var_os("LAYA_NO_POOL").is_none();
     let run = |f: &mut (dyn FnMut() + Send)| if on_pool { pool.install(f) } else { f() };
-    let mut b = Breakdown { samples: 0, forward: Duration::ZERO, backward: Duration::ZERO, optimizer: Duration::ZERO, total: Duration::ZERO };
+    let mut b =
+        Breakdown { samples: 0, forward: Duration::ZERO, backward: Duration::ZERO, optimizer: Duration::ZERO, total: Duration::ZERO };
     run(&mut || {
         for batch in &batches[..4] {
             timed_step(&net, &mut opt, batch, &tc, &mut b); // warm-up

@@ -96,7 +96,13 @@ impl CustomOp2 for SoftCe {
         Ok((CpuStorage::F32(out), Shape::from(b)))
     }
 
-    fn bwd(&self, logits: &Tensor, targets: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let g = logits.apply_op2_no_bwd(targets, &SoftCeGrad)?;
         Ok((Some(g.broadcast_mul(&grad.unsqueeze(1)?)?), None))
     }
@@ -235,7 +241,10 @@ impl candle_core::CustomOp3 for WithinClassCe {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, v, x, b, t) = head_inputs(s1, l1, s2, l2, s3, l3)?;
         if self.classes.class_of.len() != v {
-            return Err(candle_core::Error::Msg(format!("within-class cross-entropy: {v} logits, {} classed words", self.classes.class_of.len())));
+            return Err(candle_core::Error::Msg(format!(
+                "within-class cross-entropy: {v} logits, {} classed words",
+                self.classes.class_of.len()
+            )));
         }
         head_rows(x, t, v, &self.saved, |xr, tr| {
             let act: Vec<(u32, f32, f32)> =
@@ -321,7 +330,12 @@ impl candle_core::CustomOp3 for WithinClassCeGrad {
 /// let s = |v: f32| 1.0 / (1.0 + (-v).exp());
 /// assert!((got[0] - (-0.5 * s(-2.0).ln() - 0.5 * s(2.0).ln())).abs() < 1e-5);
 /// ```
-pub fn within_class_soft_cross_entropy(x: &Tensor, b: &Tensor, t: &Tensor, classes: &std::sync::Arc<WordClasses>) -> candle_core::Result<Tensor> {
+pub fn within_class_soft_cross_entropy(
+    x: &Tensor,
+    b: &Tensor,
+    t: &Tensor,
+    classes: &std::sync::Arc<WordClasses>,
+) -> candle_core::Result<Tensor> {
     let op = WithinClassCe { classes: classes.clone(), saved: Default::default() };
     x.contiguous()?.apply_op3(&b.contiguous()?, &t.contiguous()?, op)
 }
@@ -443,9 +457,7 @@ impl candle_core::CustomOp1 for GeluTanh {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (start, end) = l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg("gelu: input must be contiguous".into()))?;
+        let (start, end) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("gelu: input must be contiguous".into()))?;
         let x = match s {
             CpuStorage::F32(x) => &x[start..end],
             _ => return Err(candle_core::Error::Msg("gelu: input must be f32".into())),
@@ -525,9 +537,7 @@ struct BiasSoftCe {
 }
 
 fn cpu_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
-    let (start, end) = l
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("laya op: {what} must be contiguous")))?;
+    let (start, end) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg(format!("laya op: {what} must be contiguous")))?;
     match s {
         CpuStorage::F32(x) => Ok(&x[start..end]),
         _ => Err(candle_core::Error::Msg(format!("laya op: {what} must be f32"))),
@@ -920,11 +930,8 @@ impl candle_core::CustomOp3 for NormalizeRowsGrad {
             return Err(candle_core::Error::Msg("normalize rows: gradient of the wrong size".into()));
         }
         let mut dx = vec![0f32; x.len()];
-        dx.par_chunks_exact_mut(d)
-            .zip(x.par_chunks_exact(d))
-            .zip(y.par_chunks_exact(d))
-            .zip(g.par_chunks_exact(d))
-            .for_each(|(((dr, xr), yr), gr)| {
+        dx.par_chunks_exact_mut(d).zip(x.par_chunks_exact(d)).zip(y.par_chunks_exact(d)).zip(g.par_chunks_exact(d)).for_each(
+            |(((dr, xr), yr), gr)| {
                 let (_, inv) = row_stats(xr, self.eps);
                 let n = d as f32;
                 let gm = gr.iter().sum::<f32>() / n;
@@ -932,7 +939,8 @@ impl candle_core::CustomOp3 for NormalizeRowsGrad {
                 for ((o, &g), &y) in dr.iter_mut().zip(gr).zip(yr) {
                     *o = inv * (g - gm - y * gym);
                 }
-            });
+            },
+        );
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
     }
 }
@@ -1062,10 +1070,8 @@ mod tests {
             let x = Var::from_vec(vals, (rows, d), &dev).unwrap();
             let w = Tensor::from_vec(w, (rows, d), &dev).unwrap();
             type Pair = (fn(&Tensor) -> candle_core::Result<Tensor>, fn(&Tensor) -> candle_core::Result<Tensor>, &'static str);
-            let pairs: [Pair; 2] = [
-                (|x| normalize_rows(x, 1e-5), |x| composed_normalize(x, 1e-5), "normalize"),
-                (softmax_rows, composed_softmax, "softmax"),
-            ];
+            let pairs: [Pair; 2] =
+                [(|x| normalize_rows(x, 1e-5), |x| composed_normalize(x, 1e-5), "normalize"), (softmax_rows, composed_softmax, "softmax")];
             for (fused, composed, what) in pairs {
                 let (yf, yc) = (fused(x.as_tensor()).unwrap(), composed(x.as_tensor()).unwrap());
                 assert_close(&yf, &yc, 1e-5, what);

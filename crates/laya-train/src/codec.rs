@@ -43,9 +43,7 @@ impl NormRule {
 /// assert_eq!(normalize("１２月ＡＢ", &[NormRule::FullwidthAscii, NormRule::LowercaseAscii]), "12月ab");
 /// ```
 pub fn normalize(text: &str, rules: &[NormRule]) -> String {
-    text.chars()
-        .map(|c| rules.iter().fold(c, |c, r| r.apply(c)))
-        .collect()
+    text.chars().map(|c| rules.iter().fold(c, |c, r| r.apply(c))).collect()
 }
 
 /// Codepoint → embedding-row mapping (format.md §4).
@@ -106,12 +104,7 @@ impl Mapping {
     /// let m = Mapping::table_from_texts(["aab", "ab", "c"], 4, 1, &[]);
     /// assert_eq!(m, Mapping::Table(vec!['a' as u32, 'b' as u32]));
     /// ```
-    pub fn table_from_texts<'a>(
-        texts: impl IntoIterator<Item = &'a str>,
-        max_rows: usize,
-        min_count: u64,
-        rules: &[NormRule],
-    ) -> Mapping {
+    pub fn table_from_texts<'a>(texts: impl IntoIterator<Item = &'a str>, max_rows: usize, min_count: u64, rules: &[NormRule]) -> Mapping {
         let mut counts: HashMap<u32, u64> = HashMap::new();
         for t in texts {
             for c in t.chars() {
@@ -197,7 +190,15 @@ mod tests {
     #[test]
     fn direct_mapping_cases() {
         // (codepoint, row) as data
-        let cases = [(0u32, 0u32), (0x41, 0x41), (0xFFFF, 0xFFFF), (0x10000, 0xD800), (0x107FF, 0xDFFF), (0x10800, 0xD800), (0x1F600, 0xD800 + 0x600)];
+        let cases = [
+            (0u32, 0u32),
+            (0x41, 0x41),
+            (0xFFFF, 0xFFFF),
+            (0x10000, 0xD800),
+            (0x107FF, 0xDFFF),
+            (0x10800, 0xD800),
+            (0x1F600, 0xD800 + 0x600),
+        ];
         for (c, r) in cases {
             assert_eq!(Mapping::Direct.row(c), r, "codepoint {c:#x}");
         }
@@ -208,7 +209,10 @@ mod tests {
         let rows = encode_context("abcdefghijklmnopqrstuvwxyz", 4, &[], &Mapping::Direct);
         assert_eq!(rows, vec!['w' as u32, 'x' as u32, 'y' as u32, 'z' as u32]);
         assert_eq!(encode_context("", 3, &[], &Mapping::Direct), vec![0, 0, 0]);
-        assert_eq!(encode_context("\u{3000}Ａ", 2, &[NormRule::FullwidthAscii, NormRule::LowercaseAscii], &Mapping::Direct), vec![32, 'a' as u32]);
+        assert_eq!(
+            encode_context("\u{3000}Ａ", 2, &[NormRule::FullwidthAscii, NormRule::LowercaseAscii], &Mapping::Direct),
+            vec![32, 'a' as u32]
+        );
     }
 
     proptest! {

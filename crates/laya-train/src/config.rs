@@ -68,8 +68,7 @@ mod scheme_name {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<PositionScheme, D::Error> {
         let name = String::deserialize(de)?;
-        PositionScheme::from_name(&name)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown position scheme '{name}'")))
+        PositionScheme::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown position scheme '{name}'")))
     }
 }
 
@@ -154,10 +153,7 @@ impl ModelConfig {
             return bad(format!("context {} must be in 1..=256", self.context));
         }
         if self.heads == 0 || self.d_model < 32 || !self.d_model.is_multiple_of(32) || !self.d_model.is_multiple_of(self.heads) {
-            return bad(format!(
-                "d_model {} must be a multiple of 32 (≥ 32) and of heads {}",
-                self.d_model, self.heads
-            ));
+            return bad(format!("d_model {} must be a multiple of 32 (≥ 32) and of heads {}", self.d_model, self.heads));
         }
         if self.ffn.is_empty() || self.ffn.len() > 64 || self.ffn.iter().any(|&f| f == 0 || f % 32 != 0) {
             return bad(format!("ffn widths {:?}: 1..=64 blocks, each a positive multiple of 32", self.ffn));
@@ -172,11 +168,7 @@ impl ModelConfig {
             return bad("the lexicon is empty".into());
         }
         if self.frequencies.len() != self.words.len() {
-            return bad(format!(
-                "{} frequencies for {} words",
-                self.frequencies.len(),
-                self.words.len()
-            ));
+            return bad(format!("{} frequencies for {} words", self.frequencies.len(), self.words.len()));
         }
         let mut seen = std::collections::HashSet::new();
         for w in &self.words {

@@ -169,7 +169,11 @@ impl LayaNet {
         let adding = match (&cfg.word_class, word_class) {
             (_, None) => false,
             (Some(have), Some(want)) if *have == want => false,
-            (Some(_), Some(_)) => return Err(TrainError::Config("the model already has a different factorised word head; a model's classes cannot change".into())),
+            (Some(_), Some(_)) => {
+                return Err(TrainError::Config(
+                    "the model already has a different factorised word head; a model's classes cannot change".into(),
+                ))
+            }
             (None, Some(want)) => {
                 laya_format::check_word_class(&want, cfg.vocab()).map_err(|e| TrainError::Config(format!("word classes: {e}")))?;
                 cfg.word_class = Some(want);
@@ -179,7 +183,8 @@ impl LayaNet {
         let net = LayaNet::new(cfg, 0)?;
         if adding {
             let (u, b) = (file.output_w.to_f32().map_err(fmt_err)?, file.output_b.to_f32().map_err(fmt_err)?);
-            let (w_cls, b_cls) = class_head_from_words(net.config().word_class.as_deref().unwrap_or_default(), &u, &b, net.config().d_model);
+            let (w_cls, b_cls) =
+                class_head_from_words(net.config().word_class.as_deref().unwrap_or_default(), &u, &b, net.config().d_model);
             for p in net.params() {
                 let values = match p.name.as_str() {
                     laya_format::OUTPUT_CLASS_W => &w_cls,
@@ -202,9 +207,7 @@ impl LayaNet {
             if adding && (p.name == laya_format::OUTPUT_CLASS_W || p.name == laya_format::OUTPUT_CLASS_B) {
                 continue;
             }
-            let t = by_name
-                .get(p.name.as_str())
-                .ok_or_else(|| TrainError::Export(format!("model file lacks tensor {}", p.name)))?;
+            let t = by_name.get(p.name.as_str()).ok_or_else(|| TrainError::Export(format!("model file lacks tensor {}", p.name)))?;
             let mut values = t.to_f32().map_err(fmt_err)?;
             if p.name == file.token_embd.name {
                 if let Some(comp) = &file.token_embd_comp {

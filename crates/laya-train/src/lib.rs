@@ -14,10 +14,10 @@ mod optim;
 mod rng;
 
 pub use codec::{encode_causal_into, encode_context, encode_context_into, normalize, Mapping, NormRule, PAD_ROW};
-pub use laya_format::PositionScheme;
 pub use config::{Activation, Decay, ModelConfig, Objective, ShownScope, TrainConfig};
 pub use error::{Result, TrainError};
-pub use model::{class_log_prior, layer_norm, log_prior, recency_prior, log_softmax_last, softmax_last, LayaNet, Param, ParamKind};
+pub use laya_format::PositionScheme;
+pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recency_prior, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
 pub use rng::Rng;
 
@@ -26,21 +26,20 @@ mod export;
 mod prune;
 mod train;
 
-pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
-pub use train::{
-    evaluate, fused_loss_tensors, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, summary_table, train, train_from,
-    configure_candle_threads, shard_count, train_step, training_pool, training_threads, EpochReport,
-    LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason, TrainHooks, TrainOutcome, TrainState,
-    ValidReport,
+pub use ce::{
+    add_columns, biased_soft_cross_entropy, class_log_softmax, class_sums, gelu_tanh, normalize_rows, scale_shift_columns,
+    soft_cross_entropy, softmax_rows, within_class_soft_cross_entropy, WordClasses,
 };
+pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
 pub use export::{ExportInfo, Precision};
 pub use prune::{
-    check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError, PruneReport, Saliency,
-    PRUNE_GROUP, WIDTH_MULTIPLE,
+    check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError,
+    PruneReport, Saliency, PRUNE_GROUP, WIDTH_MULTIPLE,
 };
-pub use ce::{
-    add_columns, biased_soft_cross_entropy, class_log_softmax, class_sums, gelu_tanh, normalize_rows, scale_shift_columns, soft_cross_entropy, softmax_rows,
-    within_class_soft_cross_entropy, WordClasses,
+pub use train::{
+    configure_candle_threads, evaluate, fused_loss_tensors, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, shard_count,
+    summary_table, train, train_from, train_step, training_pool, training_threads, EpochReport, LossParts, NoHooks, PrintHooks, RunOptions,
+    StepReport, StopReason, TrainHooks, TrainOutcome, TrainState, ValidReport,
 };
 
 /// The README's example runs as a doctest.

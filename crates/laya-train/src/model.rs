@@ -139,11 +139,7 @@ impl LayaNet {
             let t = Tensor::from_vec(data, shape, &device)?;
             let var = Var::from_tensor(&t)?;
             let tensor = var.as_tensor().clone();
-            varmap
-                .data()
-                .lock()
-                .map_err(|_| TrainError::Config("variable map lock poisoned".into()))?
-                .insert(name.clone(), var.clone());
+            varmap.data().lock().map_err(|_| TrainError::Config("variable map lock poisoned".into()))?.insert(name.clone(), var.clone());
             params.push(Param { name, var, kind });
             Ok(tensor)
         };
@@ -326,11 +322,7 @@ impl LayaNet {
     pub fn forward_hidden(&self, tok: &Tensor, rows: &[u32]) -> Result<Tensor> {
         let s = self.cfg.seq_len();
         if !rows.len().is_multiple_of(s) || tok.dim(0)? != rows.len() {
-            return Err(TrainError::Config(format!(
-                "{} rows and {} embeddings for samples of {s} positions",
-                rows.len(),
-                tok.dim(0)?
-            )));
+            return Err(TrainError::Config(format!("{} rows and {} embeddings for samples of {s} positions", rows.len(), tok.dim(0)?)));
         }
         match self.cfg.position_scheme {
             PositionScheme::LearnedAbsolute => self.forward_hidden_learned(tok, rows.len() / s),
@@ -419,13 +411,12 @@ impl LayaNet {
                 (x.index_select(&idx, 0)?, hn.index_select(&idx, 0)?)
             };
             let q = linear(&hq, &blk.q)?;
-            let heads = |y: &Tensor, len: usize| -> candle_core::Result<Tensor> { y.reshape((b, len, h, dh))?.transpose(1, 2)?.contiguous() };
+            let heads =
+                |y: &Tensor, len: usize| -> candle_core::Result<Tensor> { y.reshape((b, len, h, dh))?.transpose(1, 2)?.contiguous() };
             let (q4, k4, v4) = (heads(&q, m)?, heads(&k, n)?, heads(&v, n)?);
             // The bias of (query i, key j) is column δ = T−1+i−j of row l·H+h; outside the
             // window any column will do (the mask drowns it, and its gradient is ~0).
-            let dist: Vec<u32> = (0..m)
-                .flat_map(|i| (0..n).map(move |j| (t - 1 + i).saturating_sub(j).min(t - 1) as u32))
-                .collect();
+            let dist: Vec<u32> = (0..m).flat_map(|i| (0..n).map(move |j| (t - 1 + i).saturating_sub(j).min(t - 1) as u32)).collect();
             let dist = Tensor::from_vec(dist, m * n, &self.device)?;
             let bias = self.pos_embd.narrow(0, l * h, h)?.index_select(&dist, 1)?.reshape((1, h, m, n))?;
             let mask = self.causal_mask(rows, r, m, n, any_pad)?;

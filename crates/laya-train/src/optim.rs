@@ -215,9 +215,7 @@ impl Hyper {
 }
 
 fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout) -> candle_core::Result<&'a mut [f32]> {
-    let (a, b) = l
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg("adamw: parameter is not contiguous".into()))?;
+    let (a, b) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("adamw: parameter is not contiguous".into()))?;
     match s {
         CpuStorage::F32(v) => Ok(&mut v[a..b]),
         _ => Err(candle_core::Error::Msg("adamw: parameters must be f32".into())),
@@ -236,9 +234,7 @@ impl InplaceOp2 for Dense<'_> {
 
     fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
         let w = f32_slice_mut(s1, l1)?;
-        let (a, b) = l2
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg("adamw: gradient is not contiguous".into()))?;
+        let (a, b) = l2.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("adamw: gradient is not contiguous".into()))?;
         let g = match s2 {
             CpuStorage::F32(v) => &v[a..b],
             _ => return Err(candle_core::Error::Msg("adamw: gradients must be f32".into())),
@@ -250,15 +246,13 @@ impl InplaceOp2 for Dense<'_> {
         }
         // Chunks big enough that a one-thread pool pays nothing for the split.
         const CHUNK: usize = 1 << 14;
-        w.par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK))
-            .zip(m.par_chunks_mut(CHUNK))
-            .zip(v.par_chunks_mut(CHUNK))
-            .for_each(|(((w, g), m), v)| {
+        w.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)).zip(m.par_chunks_mut(CHUNK)).zip(v.par_chunks_mut(CHUNK)).for_each(
+            |(((w, g), m), v)| {
                 for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
                     self.hyper.update(w, g, m, v);
                 }
-            });
+            },
+        );
         Ok(())
     }
 }

@@ -202,9 +202,7 @@ pub fn float_precision(file: &LayaFile<'_>) -> Result<Precision> {
         match t.ty {
             GgmlType::F32 | GgmlType::BF16 => {}
             GgmlType::F16 => f16 = true,
-            ty @ (GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) => {
-                return Err(PruneError::Quantized { tensor: t.name.clone(), ty })
-            }
+            ty @ (GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) => return Err(PruneError::Quantized { tensor: t.name.clone(), ty }),
         }
     }
     Ok(if f16 { Precision::F16 } else { Precision::F32 })

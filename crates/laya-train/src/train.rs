@@ -1,10 +1,10 @@
 //! The training loop: batching, loss, AdamW steps, validation, checkpoints, resume, early
 //! stopping, the loss-curve SVG and the summary table.
 
+use crate::ce::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy, within_class_soft_cross_entropy};
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
-use crate::ce::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy, within_class_soft_cross_entropy};
 use crate::model::{LayaNet, ParamKind};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
@@ -57,7 +57,8 @@ pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32)
         Some(((cw, cb), classes)) => {
             let class_logits = add_columns(&z.matmul(&cw.t()?)?, cb)?;
             let class_target = class_sums(&batch.word_target, classes)?;
-            (soft_cross_entropy(&class_logits, &class_target)? + within_class_soft_cross_entropy(&logits, ob, &batch.word_target, classes)?)?
+            (soft_cross_entropy(&class_logits, &class_target)?
+                + within_class_soft_cross_entropy(&logits, ob, &batch.word_target, classes)?)?
         }
     };
     let word = (word.sum_all()? * (1.0 / wdiv))?;
@@ -117,8 +118,7 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
     let (parts, grads) = if shards == 1 {
         shard_grads(net, batch, cfg)?
     } else {
-        let ranges: Vec<std::ops::Range<usize>> =
-            (0..shards).map(|k| (k * batch.size / shards)..((k + 1) * batch.size / shards)).collect();
+        let ranges: Vec<std::ops::Range<usize>> = (0..shards).map(|k| (k * batch.size / shards)..((k + 1) * batch.size / shards)).collect();
         let results: Vec<Result<(LossParts, ShardGrads)>> =
             ranges.par_iter().map(|r| shard_grads(net, &batch.shard(r.clone())?, cfg)).collect();
         let mut parts = LossParts::default();
@@ -200,21 +200,14 @@ fn shard_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossP
     let z = net.forward_hidden(leaf.as_tensor(), &batch.rows)?;
     let (total, word, rep) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight)?;
     let mut store = total.backward()?;
-    let dense = net
-        .params()
-        .iter()
-        .map(|p| if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) })
-        .collect();
+    let dense =
+        net.params().iter().map(|p| if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) }).collect();
     // The loss always depends on the gathered rows; zeros keep the shards' rows aligned if not.
     let leaf = match store.remove(leaf.as_tensor()) {
         Some(g) => g.flatten_all()?.to_vec1()?,
         None => vec![0.0; batch.rows.len() * net.config().d_model],
     };
-    let parts = LossParts {
-        total: total.to_scalar::<f32>()?,
-        word: word.to_scalar::<f32>()?,
-        replace: rep.to_scalar::<f32>()?,
-    };
+    let parts = LossParts { total: total.to_scalar::<f32>()?, word: word.to_scalar::<f32>()?, replace: rep.to_scalar::<f32>()? };
     Ok((parts, ShardGrads { dense, leaf }))
 }
 
@@ -564,10 +557,7 @@ pub fn train_from(
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     }
     if opts.resume {
-        let dir = opts
-            .checkpoint_dir
-            .as_deref()
-            .ok_or_else(|| TrainError::Checkpoint("resume needs a checkpoint directory".into()))?;
+        let dir = opts.checkpoint_dir.as_deref().ok_or_else(|| TrainError::Checkpoint("resume needs a checkpoint directory".into()))?;
         state = load_checkpoint(dir, &net, &mut opt, &model_cfg, &cfg)?;
     }
     let trainset = encode_events(train_events, &model_cfg, &cfg);
@@ -661,11 +651,7 @@ pub fn train_from(
         }
         let _ = (last_norm, lr);
         let train_secs = t_epoch.elapsed().as_secs_f64();
-        let valid = if validset.is_empty() {
-            ValidReport::default()
-        } else {
-            pool.install(|| evaluate(&net, &validset, &cfg, 256))?
-        };
+        let valid = if validset.is_empty() { ValidReport::default() } else { pool.install(|| evaluate(&net, &validset, &cfg, 256))? };
         let is_best = !validset.is_empty() && state.best_valid.is_none_or(|b| valid.loss.total < b);
         if is_best {
             state.best_valid = Some(valid.loss.total);
@@ -742,14 +728,7 @@ fn save_tensors(path: &Path, net: &LayaNet, opt: Option<&AdamW>) -> Result<()> {
 
 /// Writes `model.safetensors` (weights under their model-file names), `optimizer.safetensors`
 /// (AdamW moments `m.<name>`, `v.<name>`) and `state.json` into `dir`.
-pub fn save_checkpoint(
-    dir: &Path,
-    net: &LayaNet,
-    opt: &AdamW,
-    model: &ModelConfig,
-    train: &TrainConfig,
-    state: &TrainState,
-) -> Result<()> {
+pub fn save_checkpoint(dir: &Path, net: &LayaNet, opt: &AdamW, model: &ModelConfig, train: &TrainConfig, state: &TrainState) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     save_tensors(&dir.join("model.safetensors"), net, None)?;
     save_tensors(&dir.join("optimizer.safetensors"), net, Some(opt))?;
@@ -770,8 +749,7 @@ pub fn save_checkpoint(
 pub fn load_checkpoint(dir: &Path, net: &LayaNet, opt: &mut AdamW, model: &ModelConfig, train: &TrainConfig) -> Result<TrainState> {
     let sp = dir.join("state.json");
     let bytes = std::fs::read(&sp).map_err(io_err(&sp))?;
-    let meta: CheckpointMeta = serde_json::from_slice(&bytes)
-        .map_err(|e| TrainError::Checkpoint(format!("{}: {e}", sp.display())))?;
+    let meta: CheckpointMeta = serde_json::from_slice(&bytes).map_err(|e| TrainError::Checkpoint(format!("{}: {e}", sp.display())))?;
     if &meta.model != model {
         return Err(TrainError::Checkpoint(format!(
             "{} was written for a different model configuration (sizes, lexicon or mapping)",
@@ -862,10 +840,8 @@ pub fn loss_svg(state: &TrainState) -> String {
             return String::new();
         }
         let p: Vec<String> = pts.iter().map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
-        let dots: String = pts
-            .iter()
-            .map(|&(x, y)| format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{color}\"/>", px(x), py(y)))
-            .collect();
+        let dots: String =
+            pts.iter().map(|&(x, y)| format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{color}\"/>", px(x), py(y))).collect();
         format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>\n{dots}\n", p.join(" "))
     };
     s += &line(&train, "#1f77b4");

@@ -69,7 +69,10 @@ fn reference(net: &LayaNet, context: &str) -> (Vec<f64>, Vec<f64>) {
     };
     // y = W·v + b with W stored (out, in)
     let lin = |v: &[f64], w: &[f64], b: &[f64]| -> Vec<f64> {
-        b.iter().enumerate().map(|(o, &bo)| bo + v.iter().zip(&w[o * v.len()..(o + 1) * v.len()]).map(|(a, b)| a * b).sum::<f64>()).collect()
+        b.iter()
+            .enumerate()
+            .map(|(o, &bo)| bo + v.iter().zip(&w[o * v.len()..(o + 1) * v.len()]).map(|(a, b)| a * b).sum::<f64>())
+            .collect()
     };
     for l in 0..cfg.layers() {
         let g = |s: &str| p(&format!("blk.{l}.{s}"));
@@ -179,7 +182,11 @@ fn only_the_last_r_tokens_matter() {
     let long: Vec<char> = format!("丁{tail}").chars().collect();
     let mut changed = long.clone();
     changed[0] = 'q';
-    let diff = logits(&changed.iter().collect::<String>()).iter().zip(&logits(&long.iter().collect::<String>())).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let diff = logits(&changed.iter().collect::<String>())
+        .iter()
+        .zip(&logits(&long.iter().collect::<String>()))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     assert!(diff <= 1e-5, "{diff}");
     // Changing any character within the last R tokens does (for these weights).
     let tail_chars: Vec<char> = tail.chars().collect();

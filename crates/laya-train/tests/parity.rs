@@ -8,7 +8,8 @@ use laya_train::*;
 const TOL_F32: f32 = 1e-4;
 const TOL_F16: f32 = 2e-2;
 
-const CONTEXTS: &[&str] = &["", "今天天气", "明", "hello wor", "😀 emoji", "\u{0}nul\u{1}", "ａｂｃ１２３", "一二三四五六七八九十一二三四五六七八九十"];
+const CONTEXTS: &[&str] =
+    &["", "今天天气", "明", "hello wor", "😀 emoji", "\u{0}nul\u{1}", "ａｂｃ１２３", "一二三四五六七八九十一二三四五六七八九十"];
 
 fn config() -> ModelConfig {
     let words: Vec<String> = ["今天", "天气", "明天", "明白", "hello", "world", "的", "好"].iter().map(|s| s.to_string()).collect();
@@ -28,12 +29,8 @@ fn runtime_matches_candle_on_the_exported_file() {
 /// The runtime's `Session::logits` on `net`'s F32 and F16 exports against `predict_logits`.
 fn assert_runtime_matches(net: &LayaNet, what: &str) {
     let (want_w, want_r) = net.predict_logits(CONTEXTS).unwrap();
-    let info = ExportInfo {
-        name: "parity".into(),
-        language: "zh".into(),
-        training_data: "random init".into(),
-        created: "2026-11-29".into(),
-    };
+    let info =
+        ExportInfo { name: "parity".into(), language: "zh".into(), training_data: "random init".into(), created: "2026-11-29".into() };
     for (precision, tol) in [(Precision::F32, TOL_F32), (Precision::F16, TOL_F16)] {
         let bytes = net.export_bytes(&info, precision).unwrap();
         let model = laya_runtime::Model::from_bytes(bytes).unwrap();
@@ -106,7 +103,8 @@ fn runtime_matches_candle_on_a_causal_model_typed_or_whole() {
     let mut contexts: Vec<&str> = CONTEXTS.to_vec();
     contexts.extend(&prefixes);
     let (want_w, want_r) = net.predict_logits(&contexts).unwrap();
-    let info = ExportInfo { name: "causal".into(), language: "zh".into(), training_data: "random init".into(), created: "2026-11-30".into() };
+    let info =
+        ExportInfo { name: "causal".into(), language: "zh".into(), training_data: "random init".into(), created: "2026-11-30".into() };
     let model = laya_runtime::Model::from_bytes(net.export_bytes(&info, Precision::F32).unwrap()).unwrap();
     let mut typing = laya_runtime::Session::new(model.clone());
     typing.set_profiling(true);

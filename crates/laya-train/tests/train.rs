@@ -15,12 +15,7 @@ fn tiny_cfg(words: usize, layers: usize) -> ModelConfig {
 }
 
 fn ev(ctx: &str, shown: &[(&str, u32)], clicked: Option<usize>) -> Event {
-    Event {
-        context: ctx.into(),
-        shown: shown.iter().map(|&(w, r)| Shown { word: w.into(), replace: r }).collect(),
-        clicked,
-        weight: 1.0,
-    }
+    Event { context: ctx.into(), shown: shown.iter().map(|&(w, r)| Shown { word: w.into(), replace: r }).collect(), clicked, weight: 1.0 }
 }
 
 /// Twenty distinct contexts, each with one clicked word and two distractors.
@@ -33,11 +28,7 @@ fn memorise_events() -> Vec<Event> {
             let d2 = format!("w{}", (i + 7) % 20);
             Event {
                 context: ctx,
-                shown: vec![
-                    Shown { word: d1, replace: 0 },
-                    Shown { word: w, replace: (i % 3) as u32 },
-                    Shown { word: d2, replace: 0 },
-                ],
+                shown: vec![Shown { word: d1, replace: 0 }, Shown { word: w, replace: (i % 3) as u32 }, Shown { word: d2, replace: 0 }],
                 clicked: Some(1),
                 weight: 1.0,
             }
@@ -323,8 +314,9 @@ fn resume_continues_exactly() {
     // A different model config is refused.
     let mut other = mc.clone();
     other.ffn = vec![32];
-    let err = train(other, tc, &events, &events, &RunOptions { resume: true, checkpoint_dir: Some(da), ..RunOptions::default() }, &mut NoHooks)
-        .unwrap_err();
+    let err =
+        train(other, tc, &events, &events, &RunOptions { resume: true, checkpoint_dir: Some(da), ..RunOptions::default() }, &mut NoHooks)
+            .unwrap_err();
     assert!(matches!(err, TrainError::Checkpoint(_)), "{err}");
     let _ = std::fs::remove_dir_all(&base);
 }
@@ -475,7 +467,14 @@ fn fused_gelu_matches_candle_gelu_and_its_gradient() {
     assert!(d < 1e-5, "values differ by {d}");
     let go = ours.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
     let gt = theirs.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
-    let d = (go.get(x.as_tensor()).unwrap() - gt.get(x.as_tensor()).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let d = (go.get(x.as_tensor()).unwrap() - gt.get(x.as_tensor()).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
     assert!(d < 1e-4, "gradients differ by {d}");
 }
 
@@ -491,7 +490,8 @@ fn column_affine_ops_match_candle_broadcasting_in_value_and_gradient() {
     let b = Var::from_vec(rand(f), f, &dev).unwrap();
     let up = Tensor::from_vec(rand(n * f), (n, f), &dev).unwrap();
     let ours = scale_shift_columns(&add_columns(x.as_tensor(), b.as_tensor()).unwrap(), w.as_tensor(), b.as_tensor()).unwrap();
-    let theirs = x.as_tensor().broadcast_add(b.as_tensor()).unwrap().broadcast_mul(w.as_tensor()).unwrap().broadcast_add(b.as_tensor()).unwrap();
+    let theirs =
+        x.as_tensor().broadcast_add(b.as_tensor()).unwrap().broadcast_mul(w.as_tensor()).unwrap().broadcast_add(b.as_tensor()).unwrap();
     let diff = (&ours - &theirs).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     assert!(diff < 1e-5, "values differ by {diff}");
     let g1 = ours.mul(&up).unwrap().sum_all().unwrap().backward().unwrap();
@@ -556,7 +556,8 @@ mod factorised {
         assert_eq!(fac.params().len(), flat.params().len() + 2);
         for (a, b) in flat.params().iter().zip(fac.params()) {
             assert_eq!(a.name, b.name);
-            let (x, y): (Vec<f32>, Vec<f32>) = (a.var.flatten_all().unwrap().to_vec1().unwrap(), b.var.flatten_all().unwrap().to_vec1().unwrap());
+            let (x, y): (Vec<f32>, Vec<f32>) =
+                (a.var.flatten_all().unwrap().to_vec1().unwrap(), b.var.flatten_all().unwrap().to_vec1().unwrap());
             assert_eq!(x, y, "{}", a.name);
         }
         let names: Vec<&str> = fac.params()[flat.params().len()..].iter().map(|p| p.name.as_str()).collect();
@@ -675,7 +676,11 @@ fn a_flat_model_gains_a_class_head_close_to_its_distribution() {
         }
         let (blind, _) = f.predict_logits(&ctxs).unwrap();
         let gap = |a: &[Vec<f32>]| -> f64 {
-            a.iter().zip(&flat).map(|(x, f)| x.iter().zip(log_softmax(f)).map(|(&x, f)| (x as f64 - f).abs()).sum::<f64>() / f.len() as f64).sum::<f64>() / ctxs.len() as f64
+            a.iter()
+                .zip(&flat)
+                .map(|(x, f)| x.iter().zip(log_softmax(f)).map(|(&x, f)| (x as f64 - f).abs()).sum::<f64>() / f.len() as f64)
+                .sum::<f64>()
+                / ctxs.len() as f64
         };
         let (g, b) = (gap(&got), gap(&blind));
         assert!(g < b, "seed {seed}: mean |ln P − ln P_flat| started at {g}, class biases only {b}");

@@ -45,8 +45,7 @@ impl Heads {
                     lists[c as usize].push(word as u32);
                 }
                 let s = lists.iter().map(Vec::len).max().unwrap_or(0);
-                let members: Vec<u32> =
-                    lists.iter().flat_map(|l| l.iter().copied().chain(std::iter::repeat(v as u32)).take(s)).collect();
+                let members: Vec<u32> = lists.iter().flat_map(|l| l.iter().copied().chain(std::iter::repeat(v as u32)).take(s)).collect();
                 Some(ClassHead {
                     head: matrix(w, b)?,
                     class: Tensor::from_slice(class, v, &Device::Cpu)?,

@@ -13,9 +13,9 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod causal;
 #[path = "../../common.rs"]
 mod common;
-mod causal;
 mod heads;
 
 use common::{Args, PeerError};

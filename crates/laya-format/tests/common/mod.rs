@@ -19,8 +19,7 @@ pub fn build(kv: &[(String, Value)], tensors: &[TensorData]) -> Vec<u8> {
         w.add_kv(k.clone(), v.clone());
     }
     for t in tensors {
-        w.push_tensor(t.clone())
-            .expect("tensor data matches its shape");
+        w.push_tensor(t.clone()).expect("tensor data matches its shape");
     }
     let mut bytes = w.to_bytes();
     let _ = patch_checksum(&mut bytes);
@@ -43,19 +42,8 @@ pub fn keys_with(meta: &ModelMeta, key: &str, value: Option<Value>) -> Vec<(Stri
 
 /// Position of the only occurrence of `pattern` in `bytes`.
 pub fn find_unique(bytes: &[u8], pattern: &[u8]) -> usize {
-    let hits: Vec<usize> = bytes
-        .windows(pattern.len())
-        .enumerate()
-        .filter(|(_, w)| *w == pattern)
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(
-        hits.len(),
-        1,
-        "pattern {:?} found {} times",
-        String::from_utf8_lossy(pattern),
-        hits.len()
-    );
+    let hits: Vec<usize> = bytes.windows(pattern.len()).enumerate().filter(|(_, w)| *w == pattern).map(|(i, _)| i).collect();
+    assert_eq!(hits.len(), 1, "pattern {:?} found {} times", String::from_utf8_lossy(pattern), hits.len());
     hits[0]
 }
 
