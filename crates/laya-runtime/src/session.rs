@@ -115,7 +115,8 @@ struct Scratch {
     /// Per word: the share of its `P(w)` already given to completions (1 under the split rule
     /// for a word that continues the typed characters; zero between predictions).
     share: Vec<f32>,
-    /// Next-word scores of every word (vocab), and the maximum of each run of 16 of them.
+    /// Next-word scores of every word (vocab), and the maximum of each run of 16 of them (with a
+    /// factorised head: of its class probabilities).
     word_scores: Vec<f32>,
     chunk_max: Vec<f32>,
     /// Int8 blocks of whichever activation a Q8_0 layer consumes next (at most T x max(d, F)).
@@ -136,8 +137,8 @@ struct Scratch {
     class_state: Vec<u8>,
     class_tmp: Vec<f32>,
     touched: Vec<u32>,
-    /// Classes in the order ranking visits them (a factorised head's K at most), and the best
-    /// few with their probabilities while the first pass picks them.
+    /// The classes ranking's second pass may still visit (a factorised head's K at most), and the
+    /// best few with their probabilities that the first pass visits.
     order: Vec<u32>,
     top: Vec<(f32, u32)>,
     rows_int8: bool,
