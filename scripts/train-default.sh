@@ -5,7 +5,7 @@
 # `--init` and `laya quantize` start from, is written next to it as models/default-f16.laya),
 # attach jieba's word frequencies as the completion prior (`laya prior`), quantise it (INT4 embedding with compensation, INT8 linears and head), evaluate model and
 # baseline.
-# The committed files were written by this script on the 2-core Zen 5 development VM: 9 min 55 s
+# The committed files were written by this script on the 2-core Zen 5 development VM: 13 min 01 s
 # with the data and crates already present, the three stages at ~3,900 samples/s on both cores
 # (README "The default model, measured") — LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
 #
