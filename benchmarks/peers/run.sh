@@ -53,7 +53,7 @@ mkdir -p "$models"
 target/release/examples/random_model "$models/seed-512-f32.laya" 512 f32 128 512 3
 # (b') lexicon 20,000 in F32 with the default model's block shape (2 blocks, FFN 256), random
 # weights: an F32 counterpart of (b); its embedding is the 65,536-row direct table, not the
-# default's 4,628-row one.
+# default's 4,641-row one.
 target/release/examples/random_model "$models/rand-20000-f32.laya" 20000 f32 128 256 2
 # (c) and (d): (a) and the committed default through `laya quantize` (Q4_1 embedding with its
 # compensation bias, Q8_0 linears and head). Laya multiplies the Q8_0 layers with int8
@@ -83,7 +83,7 @@ target/release/laya quantize "$models/rand-20000-causal-cls-f32.laya" "$models/r
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
-    "lexicon 20000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, 4,628-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
+    "lexicon 20000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, 4,641-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
     "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere." \
     "lexicon 512, seed shape, quantised=$models/seed-512-q.laya=the seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
     "lexicon 20000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
