@@ -97,6 +97,35 @@ pub fn assign_word_classes_own<'a>(words: impl IntoIterator<Item = &'a str>, fre
     firsts.iter().zip(class).map(|(c, own)| own.unwrap_or_else(|| class_of[c])).collect()
 }
 
+/// The words of each class, as a class map's inverse: class `c`'s word ids are
+/// `words[offsets[c]..offsets[c + 1]]`, ascending. `classes` is `K`; a class with no word has an
+/// empty range.
+///
+/// # Panics
+/// If a class is `>= classes` (a validated file's map never is).
+///
+/// ```
+/// let (offsets, words) = laya_format::class_members(&[1, 0, 1, 0], 3);
+/// assert_eq!(offsets, [0, 2, 4, 4]);
+/// assert_eq!(words, [1, 3, 0, 2]);
+/// ```
+pub fn class_members(class_of: &[u32], classes: usize) -> (Vec<usize>, Vec<u32>) {
+    let mut offsets = vec![0usize; classes + 1];
+    for &c in class_of {
+        offsets[c as usize + 1] += 1;
+    }
+    for c in 0..classes {
+        offsets[c + 1] += offsets[c];
+    }
+    let mut next = offsets.clone();
+    let mut words = vec![0u32; class_of.len()];
+    for (w, &c) in class_of.iter().enumerate() {
+        words[next[c as usize]] = w as u32;
+        next[c as usize] += 1;
+    }
+    (offsets, words)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

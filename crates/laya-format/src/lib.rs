@@ -35,7 +35,7 @@ pub mod strings;
 pub mod testing;
 pub mod writer;
 
-pub use classes::{assign_word_classes, assign_word_classes_own};
+pub use classes::{assign_word_classes, assign_word_classes_own, class_members};
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
 pub use schema::{

@@ -202,19 +202,8 @@ impl WordClasses {
             return Err(LoadError::Kernel("output_class: a factorised head without its class map".into()));
         };
         let k = b.ne[0] as usize;
-        let mut start = vec![0usize; k + 1];
-        for &c in class_of {
-            start[c as usize + 1] += 1;
-        }
-        for c in 0..k {
-            start[c + 1] += start[c];
-        }
-        let mut fill = start.clone();
-        let mut ids = vec![0u32; class_of.len()];
-        for (id, &c) in class_of.iter().enumerate() {
-            ids[fill[c as usize]] = id as u32;
-            fill[c as usize] += 1;
-        }
+        // Validation checked that every class is below K.
+        let (start, ids) = laya_format::class_members(class_of, k);
         let rb = out_w.row_bytes();
         let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("output.weight (one class's rows): {e}"));
         let mut rows = Vec::with_capacity(k);

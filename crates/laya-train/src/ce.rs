@@ -159,19 +159,7 @@ impl WordClasses {
     /// From the class of each word (classes `0..K`; an empty class simply has no members).
     pub fn new(class_of: &[u32]) -> Self {
         let k = class_of.iter().max().map_or(0, |&m| m as usize + 1);
-        let mut offsets = vec![0usize; k + 1];
-        for &c in class_of {
-            offsets[c as usize + 1] += 1;
-        }
-        for c in 0..k {
-            offsets[c + 1] += offsets[c];
-        }
-        let mut next = offsets.clone();
-        let mut words = vec![0u32; class_of.len()];
-        for (w, &c) in class_of.iter().enumerate() {
-            words[next[c as usize]] = w as u32;
-            next[c as usize] += 1;
-        }
+        let (offsets, words) = laya_format::class_members(class_of, k);
         WordClasses { class_of: class_of.to_vec(), offsets, words }
     }
 
