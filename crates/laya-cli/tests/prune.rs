@@ -42,15 +42,21 @@ fn pruned_file_loads_in_the_runtime_with_the_new_widths() {
     assert!(!predict.trim().is_empty());
 }
 
+/// Writes a random model of `cfg`, runs `laya prune --ffn 64,32` on it and returns the bytes of
+/// the input and of the output (`name` keeps each test's files apart).
+fn pruned_64_32(cfg: &TinyConfig, seed: u64, ty: GgmlType, name: &str) -> (Vec<u8>, Vec<u8>) {
+    let (meta, tensors) = random_model(cfg, seed, ty);
+    let input = tmp(&format!("{name}-in.laya"));
+    std::fs::write(&input, write_model(&meta, &tensors).unwrap()).unwrap();
+    let output = tmp(&format!("{name}-out.laya"));
+    ok(&laya().args(["prune", "--ffn", "64,32", "--model"]).arg(&input).arg("--out").arg(&output).output().unwrap());
+    (std::fs::read(&input).unwrap(), std::fs::read(&output).unwrap())
+}
+
 /// A factorised word head comes through `laya prune` unchanged (map and class head).
 #[test]
 fn a_factorised_head_is_carried_through() {
-    let (meta, tensors) = random_model(&TinyConfig { word_classes: 6, ..tiny() }, 7, GgmlType::F32);
-    let input = tmp("factorised-in.laya");
-    std::fs::write(&input, write_model(&meta, &tensors).unwrap()).unwrap();
-    let output = tmp("factorised-out.laya");
-    ok(&laya().args(["prune", "--ffn", "64,32", "--model"]).arg(&input).arg("--out").arg(&output).output().unwrap());
-    let (a, b) = (std::fs::read(&input).unwrap(), std::fs::read(&output).unwrap());
+    let (a, b) = pruned_64_32(&TinyConfig { word_classes: 6, ..tiny() }, 7, GgmlType::F32, "factorised");
     let (a, b) = (LayaFile::parse(&a).unwrap(), LayaFile::parse(&b).unwrap());
     assert!(a.meta.word_classes() > 1);
     assert_eq!(b.meta.word_class, a.meta.word_class);
@@ -147,12 +153,7 @@ fn nonsense_is_refused_with_one_clear_line() {
 #[test]
 fn causal_model_keeps_its_bias_table() {
     let cfg = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..tiny() };
-    let (meta, tensors) = random_model(&cfg, 9, GgmlType::F16);
-    let input = tmp("causal-in.laya");
-    std::fs::write(&input, write_model(&meta, &tensors).unwrap()).unwrap();
-    let output = tmp("causal-out.laya");
-    ok(&laya().args(["prune", "--ffn", "64,32", "--model"]).arg(&input).arg("--out").arg(&output).output().unwrap());
-    let (a, b) = (std::fs::read(&input).unwrap(), std::fs::read(&output).unwrap());
+    let (a, b) = pruned_64_32(&cfg, 9, GgmlType::F16, "causal");
     let (a, b) = (LayaFile::parse(&a).unwrap(), LayaFile::parse(&b).unwrap());
     assert_eq!(b.meta.hparams.position_scheme, laya_format::PositionScheme::RelativeCausal);
     assert_eq!(b.meta.hparams.feed_forward_length, vec![64, 32]);
