@@ -46,6 +46,8 @@ pub struct Args {
     completion_rule: laya_runtime::CompletionRule,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
+    #[command(flatten)]
+    punct: crate::predictors::PunctuationArg,
     /// The n-gram file for --predictor ngram.
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -83,6 +85,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 session.set_completion_rule(args.completion_rule);
                 session.set_completion_prior(args.completion_prior);
                 session.set_act_precision(args.act.activations);
+                session.set_punctuation_slot(args.punct.punctuation_slot);
                 Ok(ModelPredictor { session })
             };
             evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)

@@ -46,6 +46,8 @@ pub struct Args {
     completion_rule: laya_runtime::CompletionRule,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
+    #[command(flatten)]
+    punct: crate::predictors::PunctuationArg,
     /// The n-gram file for --predictor ngram (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -97,6 +99,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             session.set_completion_rule(args.completion_rule);
             session.set_completion_prior(args.completion_prior);
             session.set_act_precision(args.act.activations);
+            session.set_punctuation_slot(args.punct.punctuation_slot);
             Backend::Model(Box::new(session))
         }
         Kind::Ngram => Backend::Ngram(Box::new(load_ngram(args.ngram.as_deref())?), Vec::new()),

@@ -29,6 +29,15 @@ pub struct ActivationsArg {
     pub activations: laya_runtime::ActPrecision,
 }
 
+/// `--punctuation-slot` of `predict` and `eval`.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct PunctuationArg {
+    /// Allow one punctuation candidate on the bar (by default none: a keyboard types
+    /// punctuation with its own keys); after Chinese text it takes its Chinese form (`，`).
+    #[arg(long)]
+    pub punctuation_slot: bool,
+}
+
 /// The model behind the harness's `Predictor` trait (allocates only for the owned strings the
 /// harness keeps; the engine itself does not).
 pub struct ModelPredictor {

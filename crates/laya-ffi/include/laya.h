@@ -147,6 +147,13 @@ laya_status laya_session_set_completion_exponent(laya_session* session, float be
  * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
 laya_status laya_session_set_completion_prior(laya_session* session, float lambda);
 
+/* Allows one punctuation candidate on the bar when on is non-zero (default 0: a keyboard types
+ * punctuation with its own keys, so no punctuation word is ever a candidate). With the slot,
+ * the most likely punctuation word joins the bar where its probability ranks it, at most one,
+ * in its Chinese form after Chinese text (U+FF0C for ','). Kept across model swaps.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
+laya_status laya_session_set_punctuation_slot(laya_session* session, int32_t on);
+
 /* With a relative_causal model (the default model's scheme) a session keeps each block's keys
  * and values from one prediction to the next, and when the new text is the previous one plus a
  * few characters it computes only those: typing costs one position per keystroke. This drops

@@ -467,6 +467,24 @@ pub unsafe extern "C" fn laya_session_set_completion_prior(session: *mut laya_se
     })
 }
 
+/// Allows one punctuation candidate on the bar when `on` is non-zero (`Session::set_punctuation_slot`;
+/// default 0: a keyboard types punctuation with its own keys, so no punctuation word is a
+/// candidate). With the slot, the most likely punctuation word joins the bar where its
+/// probability ranks it, at most one, in its Chinese form after Chinese text (`，` for `,`).
+/// Kept across model swaps.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_set_punctuation_slot(session: *mut laya_session, on: i32) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        s.inner.session().set_punctuation_slot(on != 0);
+        Ok(())
+    })
+}
+
 /// Drops what the session kept from its previous prediction (a relative_causal model's keys and
 /// values, `Session::forget_context`), so the next prediction is computed whole. Predictions
 /// are the same either way: the session already recomputes whenever a context does not extend

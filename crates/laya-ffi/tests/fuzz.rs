@@ -199,6 +199,7 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
         assert_eq!(laya_session_set_completion_prior(ptr::null_mut(), 0.5), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_set_completion_prior(h.session, f32::NAN), LAYA_OK);
         assert_eq!(laya_session_set_completion_prior(h.session, 0.5), LAYA_OK);
+        assert_eq!(laya_session_set_punctuation_slot(ptr::null_mut(), 1), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_forget_context(ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_forget_context(h.session), LAYA_OK);
         assert_eq!(laya_session_set_completion_rule(ptr::null_mut(), LAYA_COMPLETION_PRODUCT), LAYA_ERR_NULL_ARGUMENT);
@@ -233,10 +234,13 @@ fn completion_rule_exponent_and_prior_through_the_c_abi_match_the_rust_session()
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 0.25),
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 1.0),
     ];
-    for lambda in [0.0, 0.5, 2.0] {
+    for (lambda, punct) in [(0.0, 0), (0.5, 1), (2.0, 0)] {
         // SAFETY: a live session used by this thread only.
         assert_eq!(unsafe { laya_session_set_completion_prior(h.session, lambda) }, LAYA_OK);
         h.reference.set_completion_prior(lambda);
+        // SAFETY: as above.
+        assert_eq!(unsafe { laya_session_set_punctuation_slot(h.session, punct) }, LAYA_OK);
+        h.reference.set_punctuation_slot(punct != 0);
         for (c_rule, rule, beta) in cases {
             // SAFETY: as above.
             assert_eq!(unsafe { laya_session_set_completion_rule(h.session, c_rule) }, LAYA_OK);

@@ -28,6 +28,7 @@
 pub mod classes;
 pub mod error;
 pub mod gguf;
+pub mod punct;
 pub mod quant;
 pub mod quantize;
 pub mod schema;
@@ -38,6 +39,7 @@ pub mod writer;
 pub use classes::{assign_word_classes, assign_word_classes_own, class_members};
 pub use error::FormatError;
 pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
+pub use punct::{cjk_punctuation, is_punctuation_word};
 pub use schema::{
     check_lexicon, check_word_class, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport,
     HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef, COMP_GROUP_ROWS, FORMAT_VERSION,

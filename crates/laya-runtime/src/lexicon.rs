@@ -19,6 +19,9 @@ pub(crate) struct Lexicon {
     char_lens: Vec<u16>,
     /// Word ids in byte order. `None` when the file stores the words sorted.
     order: Option<Vec<u32>>,
+    /// Per word: punctuation or symbols only ([`laya_format::is_punctuation_word`]), never a
+    /// candidate unless the session allows a punctuation slot.
+    punct: Vec<bool>,
 }
 
 impl Lexicon {
@@ -44,10 +47,11 @@ impl Lexicon {
                 word.iter().filter(|&&b| (b as i8) >= -0x40).count().min(u16::MAX as usize) as u16
             })
             .collect();
+        let punct = words.iter().map(laya_format::is_punctuation_word).collect();
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
         let order = (!sorted).then_some(order);
         let (bytes, offsets) = words.into_parts();
-        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order };
+        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order, punct };
         for pos in 0..lex.len() {
             if let Some(c) = lex.word(lex.id_at(pos)).chars().next() {
                 if lex.first_chars.last().is_none_or(|&(last, _)| last != c as u32) {
@@ -70,6 +74,12 @@ impl Lexicon {
     #[inline]
     pub(crate) fn char_len(&self, id: usize) -> usize {
         self.char_lens[id] as usize
+    }
+
+    /// True when word `id` is punctuation ([`laya_format::is_punctuation_word`]).
+    #[inline]
+    pub(crate) fn is_punct(&self, id: usize) -> bool {
+        self.punct[id]
     }
 
     /// The word id at position `pos` of the byte-sorted order.

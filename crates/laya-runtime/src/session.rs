@@ -8,6 +8,7 @@ use std::time::Instant;
 use laya_format::{Activation, PositionScheme};
 use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
+use crate::lexicon::Lexicon;
 use crate::model::{Config, Layer, Mat, Model, Packed, WordClasses};
 use crate::stages::{Stage, StageTimes};
 
@@ -236,6 +237,7 @@ pub struct Session {
     completion_exponent: f32,
     completion_prior: f32,
     rule: CompletionRule,
+    punctuation_slot: bool,
     times: StageTimes,
 }
 
@@ -301,6 +303,8 @@ impl std::str::FromStr for CompletionRule {
 pub struct Predictions<'a> {
     model: &'a Model,
     hits: &'a [Hit],
+    /// The context ends in Chinese text, so a punctuation candidate takes its Chinese form.
+    cjk: bool,
 }
 
 impl<'a> Predictions<'a> {
@@ -314,7 +318,12 @@ impl<'a> Predictions<'a> {
     }
     /// Candidate `i`, best first.
     pub fn get(&self, i: usize) -> Option<Candidate<'a>> {
-        self.hits.get(i).map(|h| Candidate { word: self.model.lexicon.word(h.id as usize), replace: h.replace as usize, p: h.score })
+        self.hits.get(i).map(|h| {
+            let (lex, id) = (&self.model.lexicon, h.id as usize);
+            let word = lex.word(id);
+            let word = if self.cjk && lex.is_punct(id) { laya_format::cjk_punctuation(word).unwrap_or(word) } else { word };
+            Candidate { word, replace: h.replace as usize, p: h.score }
+        })
     }
     /// All candidates, best first.
     pub fn iter(&self) -> impl Iterator<Item = Candidate<'a>> + '_ {
@@ -380,6 +389,7 @@ impl Session {
             completion_exponent: 1.0,
             completion_prior: DEFAULT_COMPLETION_PRIOR,
             rule: CompletionRule::default(),
+            punctuation_slot: false,
             times: StageTimes::default(),
         };
         session.refresh_prior();
@@ -418,6 +428,33 @@ impl Session {
     pub fn set_completion_prior(&mut self, lambda: f32) {
         self.completion_prior = if lambda.is_nan() { 0.0 } else { lambda.clamp(0.0, 2.0) };
         self.refresh_prior();
+    }
+
+    /// Allows one punctuation candidate on the bar (default: none). A keyboard types
+    /// punctuation with its own keys, so by default no punctuation word
+    /// ([`laya_format::is_punctuation_word`]) is ever a candidate and the bar holds words only;
+    /// with the slot on, the most likely punctuation word joins the bar where its probability
+    /// ranks it (after a finished sentence, say), at most one. After Chinese text an ASCII mark
+    /// is offered in its Chinese form (`,` → `，`, [`laya_format::cjk_punctuation`]).
+    /// Probabilities are the network's either way. Allocates nothing.
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// assert!(!s.punctuation_slot());
+    /// assert!(s.predict("今天", 5).iter().all(|c| !laya_format::is_punctuation_word(c.word)));
+    /// s.set_punctuation_slot(true);
+    /// assert!(s.predict("今天", 5).iter().filter(|c| laya_format::is_punctuation_word(c.word)).count() <= 1);
+    /// ```
+    pub fn set_punctuation_slot(&mut self, on: bool) {
+        self.punctuation_slot = on;
+    }
+
+    /// Whether one punctuation candidate may join the bar (see [`Session::set_punctuation_slot`]).
+    pub fn punctuation_slot(&self) -> bool {
+        self.punctuation_slot
     }
 
     /// The completion prior's weight `λ` (see [`Session::set_completion_prior`]).
@@ -536,10 +573,11 @@ impl Session {
             self.s.kv.valid = false;
             self.refresh_prior();
         } else {
-            let (profiling, act, beta, rule, lambda) =
-                (self.profiling, self.act, self.completion_exponent, self.rule, self.completion_prior);
+            let (profiling, act, beta, rule, lambda, punct) =
+                (self.profiling, self.act, self.completion_exponent, self.rule, self.completion_prior, self.punctuation_slot);
             *self = Session::with_max_k(model, self.max_k);
             self.profiling = profiling;
+            self.punctuation_slot = punct;
             self.act = act;
             self.completion_exponent = beta;
             self.rule = rule;
@@ -585,7 +623,8 @@ impl Session {
             self.times.word_rows += self.s.word_rows as u64;
             self.times.add(&clock.acc);
         }
-        Predictions { model: &self.model, hits: &self.s.hits }
+        let cjk = context.chars().rev().find(|c| !c.is_whitespace()).is_some_and(laya_format::punct::is_unspaced_script);
+        Predictions { model: &self.model, hits: &self.s.hits, cjk }
     }
 
     /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class
@@ -846,8 +885,8 @@ impl Session {
     /// Top-k admissible (word, replace) pairs scored by the session's [`CompletionRule`],
     /// normalised over all admissible pairs (docs/format.md §3 step 6).
     fn rank(&mut self, n_chars: usize, k: usize, clock: &mut Clock) {
-        let Session { model, s, completion_exponent, rule, .. } = self;
-        let (beta, rule) = (*completion_exponent, *rule);
+        let Session { model, s, completion_exponent, rule, punctuation_slot, .. } = self;
+        let (beta, rule, punctuation_slot) = (*completion_exponent, *rule, *punctuation_slot);
         let m: &Model = model;
         let t = m.cfg.context_length;
         let Scratch {
@@ -936,6 +975,8 @@ impl Session {
         // i = 0: every word is admissible; it scores P(w)·(c0 − share), share being zero except
         // under the marginal and split rules.
         let c0 = if matches!(rule, CompletionRule::Marginal | CompletionRule::Split) { 1.0 } else { pi[0] };
+        // The best punctuation candidate seen, kept off the bar (see `offer`).
+        let mut best_punct = Hit { id: 0, replace: 0, score: f32::NEG_INFINITY };
         match classes {
             // One kernel pass scores the lexicon, sums the scores and keeps each run of 16's
             // maximum; a run touches the bar only when that maximum could enter it.
@@ -946,7 +987,7 @@ impl Session {
                     if mx > threshold {
                         for (j, &score) in word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
                             if score > threshold {
-                                push_top(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score });
+                                offer(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score }, &m.lexicon, &mut best_punct);
                                 if hits.len() == k {
                                     threshold = hits[k - 1].score;
                                 }
@@ -968,13 +1009,13 @@ impl Session {
                 // enter the bar is skipped whole.
                 let run_max = &mut chunk_max[..pc.len().div_ceil(16)];
                 m.kernels.run_max(pc, run_max);
-                let mut score_class = |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [u8]| {
+                let mut score_class = |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [u8], best_punct: &mut Hit| {
                     expand(c, pw, class_state);
                     class_state[c] = SCORED;
                     for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
                         let score = pw[id as usize] * (c0 - share[id as usize]);
                         if score > *threshold {
-                            push_top(hits, k, Hit { id, replace: 0, score });
+                            offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, best_punct);
                             if hits.len() == k {
                                 *threshold = hits[k - 1].score;
                             }
@@ -1002,7 +1043,7 @@ impl Session {
                     if hits.len() == k && beaten(p, threshold) {
                         break;
                     }
-                    score_class(c as usize, hits, &mut threshold, class_state);
+                    score_class(c as usize, hits, &mut threshold, class_state, &mut best_punct);
                 }
                 top.clear();
                 // Then any other class that could still beat the k-th candidate, best first;
@@ -1025,7 +1066,7 @@ impl Session {
                         break;
                     }
                     order.swap_remove(at);
-                    score_class(c, hits, &mut threshold, class_state);
+                    score_class(c, hits, &mut threshold, class_state, &mut best_punct);
                 }
                 touched.clear();
             }
@@ -1052,8 +1093,12 @@ impl Session {
                 } else {
                     pw_id * fi
                 };
-                push_top(hits, k, Hit { id: id as u32, replace: i as u32, score });
+                offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, &mut best_punct);
             }
+        }
+        // At most one punctuation candidate, and only where the session allows it.
+        if punctuation_slot && best_punct.score > 0.0 {
+            push_top(hits, k, best_punct);
         }
         if total > 0.0 && total.is_finite() {
             for h in hits.iter_mut() {
@@ -1342,6 +1387,19 @@ fn best_class(order: &[u32], p: &[f32]) -> Option<usize> {
             best
         }
     })
+}
+
+/// Offers a candidate to the bar: a word competes for the top `k`; a punctuation word only for
+/// `best_punct`, which ranking adds at the end when the session has a punctuation slot.
+#[inline]
+fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, best_punct: &mut Hit) {
+    if lexicon.is_punct(h.id as usize) {
+        if h.score > best_punct.score {
+            *best_punct = h;
+        }
+    } else {
+        push_top(hits, k, h);
+    }
 }
 
 /// Keeps `hits` sorted best-first with at most `k` entries. Ties keep the earlier hit, so

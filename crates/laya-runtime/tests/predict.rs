@@ -328,3 +328,62 @@ fn the_completion_prior_moves_completions_only() {
     b.set_completion_prior(9.0);
     assert_eq!(b.completion_prior(), 2.0);
 }
+
+/// A tiny model whose lexicon holds punctuation words (`,` `。` `……`) besides its words, with
+/// a flat word head (`word_classes` 0) or a factorised one.
+fn model_with_punctuation(word_classes: u32) -> std::sync::Arc<Model> {
+    let cfg = TinyConfig { word_classes, own_class_words: word_classes / 2, ..TinyConfig::default() };
+    let (mut meta, tensors) = laya_format::testing::random_model(&cfg, 5, GgmlType::F32);
+    let mut words = meta.words.to_vec();
+    for (i, p) in [",", "。", "……"].into_iter().enumerate() {
+        words[10 + i] = p.to_string();
+    }
+    meta.words = words.iter().collect();
+    Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap()
+}
+
+#[test]
+fn punctuation_is_never_a_candidate_unless_the_session_allows_one_slot() {
+    for classes in [0, 16] {
+        let m = model_with_punctuation(classes);
+        let all = m.lexicon_len() * m.config().replace_classes;
+        let mut s = Session::with_max_k(m, all);
+        let is_punct = laya_format::is_punctuation_word;
+        for ctx in ["", "今天", "hello ", "的", "a"] {
+            s.set_punctuation_slot(false);
+            let words: Vec<(String, usize)> = s.predict(ctx, all).iter().map(|c| (c.word.to_string(), c.replace)).collect();
+            assert!(!words.is_empty() && words.iter().all(|(w, _)| !is_punct(w)), "{ctx:?}: {words:?}");
+            s.set_punctuation_slot(true);
+            let with: Vec<(String, usize)> = s.predict(ctx, all).iter().map(|c| (c.word.to_string(), c.replace)).collect();
+            let marks: Vec<&String> = with.iter().map(|(w, _)| w).filter(|w| is_punct(w)).collect();
+            assert_eq!(marks.len(), 1, "{ctx:?}: exactly one punctuation candidate when all are asked for: {with:?}");
+            // The slot adds the mark and leaves the words' order alone.
+            let rest: Vec<(String, usize)> = with.iter().filter(|(w, _)| !is_punct(w)).cloned().collect();
+            assert_eq!(rest, words, "{ctx:?}");
+            // After Chinese text an ASCII mark takes its Chinese form; elsewhere it stays as stored.
+            let mark = marks[0].as_str();
+            if ctx == "今天" || ctx == "的" {
+                assert!(mark == "，" || mark == "。" || mark == "……", "{ctx:?}: {mark}");
+            } else {
+                assert!(mark == "," || mark == "。" || mark == "……", "{ctx:?}: {mark}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_punctuation_slot_takes_a_place_on_a_short_bar_only_by_its_probability() {
+    for classes in [0, 16] {
+        let m = model_with_punctuation(classes);
+        let all = m.lexicon_len() * m.config().replace_classes;
+        let mut s = Session::with_max_k(m, all);
+        s.set_punctuation_slot(true);
+        for ctx in ["", "今天", "hello"] {
+            let full: Vec<(String, f32)> = s.predict(ctx, all).iter().map(|c| (c.word.to_string(), c.p)).collect();
+            for k in 1..6 {
+                let bar: Vec<(String, f32)> = s.predict(ctx, k).iter().map(|c| (c.word.to_string(), c.p)).collect();
+                assert_eq!(bar, full[..k], "{ctx:?} k={k}");
+            }
+        }
+    }
+}

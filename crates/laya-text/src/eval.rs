@@ -152,8 +152,9 @@ fn rank_of(cands: &[Candidate], word: &str, replace: usize) -> Option<usize> {
 /// never reaches into the previous line).
 ///
 /// * `seg` splits each line into words ([`crate::SegmentMode::Segmented`] for gold text); the
-///   typed text is [`Segmenter::typed_line`], whose whitespace is typed (1 keystroke per
-///   character) and never predicted.
+///   typed text is [`Segmenter::typed_line`], whose whitespace and punctuation words
+///   ([`laya_format::is_punctuation_word`]: a keyboard's own keys) are typed (1 keystroke per
+///   character), never predicted and not counted in `words`.
 /// * For each word W the harness asks for predictions at prefix lengths i = 0, 1, … as long as the
 ///   simulated person has not found W yet, and always at i = 0 and (for words of length ≥ 2)
 ///   i = 1, which the top-k rates need. A hit at i costs 1 keystroke (the tap) after the i typed;
@@ -384,6 +385,10 @@ fn type_line<P: Predictor + ?Sized>(
     let mut word_chars = 0;
     for r in &line.words {
         let w = &line.text[r.clone()];
+        // Punctuation is typed with its own keys, like whitespace: never predicted.
+        if laya_format::is_punctuation_word(w) {
+            continue;
+        }
         let wc: Vec<(usize, char)> = w.char_indices().collect();
         let n = wc.len();
         word_chars += n;
@@ -436,7 +441,7 @@ fn type_line<P: Predictor + ?Sized>(
             tally.keystrokes += n;
         }
     }
-    // Everything outside the words is whitespace: typed, one keystroke each.
+    // Everything outside the predicted words (whitespace, punctuation) is typed, one keystroke each.
     tally.keystrokes += total - word_chars;
     Ok(true)
 }

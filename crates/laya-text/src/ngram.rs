@@ -465,7 +465,8 @@ impl NgramPredictor {
         cand.sort_unstable();
         cand.dedup();
         for &w in &cand {
-            if self.wlen[w as usize] as usize > i {
+            // A keyboard types punctuation with its own keys: never a candidate.
+            if self.wlen[w as usize] as usize > i && !laya_format::is_punctuation_word(&self.words[w as usize]) {
                 let s = weight * self.prob(h[0], h[1], w);
                 if s > 0.0 {
                     self.scratch.push((s, w, i));

@@ -1,8 +1,10 @@
 //! Word segmentation.
 //!
 //! A *word* is a non-empty sequence of non-whitespace characters. Punctuation marks are words
-//! too: a keyboard can usefully offer `，` or `.` as a next word, and the lexicon stores them like
-//! any other word. Whitespace is never part of a word; it is typed, never predicted.
+//! too, so the lexicon and the network know where a sentence ends, but a keyboard types them
+//! with its own keys: the runtime does not offer them by default and the evaluation types them
+//! without predicting them (`laya_format::is_punctuation_word`). Whitespace is never part of a
+//! word; it is typed, never predicted.
 //!
 //! Two modes:
 //! * [`SegmentMode::Auto`] — for raw text. Whitespace separates; inside a whitespace-free run,
@@ -68,20 +70,7 @@ impl std::fmt::Debug for Segmenter {
     }
 }
 
-/// Han ideographs (the blocks jieba segments).
-pub fn is_han(c: char) -> bool {
-    matches!(c as u32,
-        0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x323AF)
-}
-
-/// Characters of scripts written without spaces between words (Han, kana, CJK symbols and
-/// punctuation, full-width and half-width forms, CJK compatibility forms).
-pub fn is_unspaced_script(c: char) -> bool {
-    is_han(c)
-        || matches!(c as u32,
-            0x3000..=0x303F | 0x3040..=0x30FF | 0x31F0..=0x31FF | 0xFE30..=0xFE4F
-            | 0xFF00..=0xFFEF | 0x2014 | 0x2018..=0x201F | 0x2026)
-}
+pub use laya_format::punct::{is_han, is_unspaced_script};
 
 fn is_joiner(c: char) -> bool {
     matches!(c, '\'' | '\u{2019}' | '-' | '.')
