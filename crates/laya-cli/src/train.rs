@@ -52,11 +52,11 @@ pub enum PrecisionArg {
 #[value(rename_all = "snake_case")]
 pub enum PositionsArg {
     /// A learned embedding per position of a right-aligned window of --context characters,
-    /// bidirectional attention (the shipped models).
+    /// bidirectional attention (the shipped models before 2026-11-30).
     LearnedAbsolute,
     /// Causal attention over a sliding window of --context tokens with a learned bias per
     /// block, head and distance: a runtime can keep work from one keystroke to the next
-    /// (docs/format.md §3, docs/training.md).
+    /// (docs/format.md §3, docs/training.md). The shipped models' scheme and the default.
     RelativeCausal,
 }
 
@@ -141,17 +141,19 @@ pub struct Args {
     d_model: usize,
     #[arg(long, default_value_t = 2)]
     heads: usize,
-    #[arg(long, default_value_t = 3)]
+    /// Transformer blocks (the shipped models: 2).
+    #[arg(long, default_value_t = 2)]
     layers: usize,
-    /// FFN width of every block.
-    #[arg(long, default_value_t = 512)]
+    /// FFN width of every block (the shipped models: 256).
+    #[arg(long, default_value_t = 256)]
     ffn: usize,
     #[arg(long, default_value_t = 8)]
     replace_classes: usize,
     #[arg(long, value_enum, default_value_t = MappingArg::Table)]
     mapping: MappingArg,
-    /// Position scheme of a new model: learned_absolute (default) or relative_causal. With
-    /// --init the model's own scheme is kept; naming a different one is an error.
+    /// Position scheme of a new model: relative_causal (default, the shipped models) or
+    /// learned_absolute. With --init the model's own scheme is kept; naming a different one is
+    /// an error.
     #[arg(long, value_enum)]
     positions: Option<PositionsArg>,
     /// Factorise the word head of a new model over about N classes of words (words sharing a
@@ -291,6 +293,8 @@ fn load_init(path: &Path) -> Result<LayaNet, CliError> {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     set_training_threads(args.threads);
+    // Before the first step, not after the last: a run must never end with nowhere to go.
+    check_output_path(&args.out)?;
     if args.resume && args.checkpoint_dir.is_none() {
         return Err(CliError("--resume needs --checkpoint-dir (where the interrupted run saved its state)".into()));
     }
@@ -364,7 +368,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let threads = laya_train::training_threads();
     let scheme = init
         .as_ref()
-        .map_or_else(|| args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme), |n| n.config().position_scheme);
+        .map_or_else(|| args.positions.map_or(PositionScheme::RelativeCausal, PositionsArg::scheme), |n| n.config().position_scheme);
     let word_class = match (&init, &lexicon) {
         (Some(n), _) => n.config().word_class.clone(),
         (None, Some(l)) => args
@@ -423,7 +427,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 ffn: vec![args.ffn; args.layers],
                 replace_classes: args.replace_classes,
                 normalization: rules,
-                position_scheme: args.positions.map_or(PositionScheme::LearnedAbsolute, PositionsArg::scheme),
+                position_scheme: scheme,
                 word_class,
                 ..ModelConfig::standard(lexicon.words, lexicon.freqs, mapping)
             };
@@ -466,7 +470,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
             None => {}
         }
     }
-    write_atomically(&args.out, &bytes)?;
+    if let Err(e) = write_atomically(&args.out, &bytes) {
+        // The output went away during the run: the trained weights are kept somewhere.
+        let rescue = std::env::temp_dir().join(format!("laya-train-{}.laya", std::process::id()));
+        return Err(match write_atomically(&rescue, &bytes) {
+            Ok(()) => CliError(format!("{}; the trained model was written to {} instead", e.0, rescue.display())),
+            Err(e2) => CliError(format!("{}; writing it to {} failed too: {}", e.0, rescue.display(), e2.0)),
+        });
+    }
     let svg = args.out.with_extension("loss.svg");
     std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;
     outln!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
@@ -486,17 +497,45 @@ fn head_description(word_class: Option<&[u32]>) -> String {
     }
 }
 
-/// Temp file in the same directory, fsync, rename: an interrupted write never leaves a torn model.
+/// Refuses an output path a finished run could not write: a directory, a missing or
+/// unwritable directory (probed by creating and removing a file in it).
+pub(crate) fn check_output_path(path: &Path) -> Result<(), CliError> {
+    if path.is_dir() {
+        return Err(CliError(format!(
+            "--out {} is a directory; name the model file to write (e.g. {}/model.laya)",
+            path.display(),
+            path.display()
+        )));
+    }
+    if path.file_name().is_none() {
+        return Err(CliError(format!("--out {} names no file", path.display())));
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(CliError(format!("--out {}: the directory {} does not exist; create it first", path.display(), dir.display())));
+    }
+    let probe = dir.join(format!(".laya-write-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(|e| CliError(format!("--out {}: cannot write in {}: {e}", path.display(), dir.display())))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Temp file in the same directory, fsync, rename: an interrupted write never leaves a torn
+/// model, and a failed one leaves no temporary file behind.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     use std::io::Write;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("model"), std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| CliError(format!("cannot write {}: {e}", tmp.display())))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| CliError(format!("cannot move the model to {}: {e}", path.display())))?;
-    Ok(())
+    let write = || -> Result<(), CliError> {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| CliError(format!("cannot write {}: {e}", tmp.display())))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(|e| CliError(format!("cannot move the model to {}: {e}", path.display())))
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// UTC date as ISO 8601 (YYYY-MM-DD).

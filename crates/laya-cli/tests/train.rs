@@ -317,3 +317,53 @@ fn train_new(events: &Path, lexicon: &Path, out: &Path, extra: &[&str]) -> Strin
         .output()
         .unwrap())
 }
+
+/// `--out` is checked before the first step: a missing directory or a directory as the model
+/// path fails at once, with a message naming the problem, and leaves no file behind.
+#[test]
+fn out_is_checked_before_training_starts() {
+    let (events, lexicon) = fixtures();
+    let dir = tmp("out-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [(dir.join("missing").join("m.laya"), "does not exist"), (dir.clone(), "is a directory")];
+    for (out, why) in cases {
+        let run = laya()
+            .args(["train", "--events"])
+            .arg(&events)
+            .arg("--lexicon")
+            .arg(&lexicon)
+            .arg("--out")
+            .arg(&out)
+            .pipe(tiny)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{}: {err}", out.display());
+        assert!(err.contains(why), "{}: {err}", out.display());
+        assert!(!err.contains("epoch 1"), "it must fail before training: {err}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "stray files: {left:?}");
+}
+
+/// A new network without size flags is the shipped kind: causal positions, 2 blocks of FFN 256.
+#[test]
+fn defaults_build_the_shipped_kind_of_network() {
+    let (events, lexicon) = fixtures();
+    let out = tmp("defaults.laya");
+    ok(laya()
+        .args(["train", "--events"])
+        .arg(&events)
+        .arg("--lexicon")
+        .arg(&lexicon)
+        .arg("--out")
+        .arg(&out)
+        .args(["--epochs", "1", "--batch-size", "16", "--warmup-steps", "1"])
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap());
+    let hp = laya_format::LayaFile::parse(&std::fs::read(&out).unwrap()).unwrap().meta.hparams;
+    assert_eq!(hp.position_scheme, laya_format::PositionScheme::RelativeCausal);
+    assert_eq!(hp.feed_forward_length, vec![256, 256]);
+    assert_eq!((hp.embedding_length, hp.head_count), (128, 2));
+}
