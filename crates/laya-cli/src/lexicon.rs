@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use laya_text::{build_lexicon, count_words, coverage, read_dict, Counts, LexiconOptions, SegmentMode, Segmenter};
+use laya_text::{build_lexicon, count_words, coverage, merge_dicts, read_dict, Counts, LexiconOptions, SegmentMode, Segmenter};
 
 use crate::CliError;
 
@@ -17,9 +17,10 @@ pub struct Args {
     /// The training text is gold-segmented (words separated by spaces).
     #[arg(long)]
     segmented: bool,
-    /// A dictionary with frequencies (jieba's dict.txt format: `word freq [tag]`), used as a prior.
+    /// A dictionary with frequencies (jieba's dict.txt format: `word freq [tag]`), used as a
+    /// prior; repeat it to average several (each as shares of its own total, equal weight).
     #[arg(long)]
-    dict: Option<PathBuf>,
+    dict: Vec<PathBuf>,
     /// Weight of the dictionary prior (0 ignores it).
     #[arg(long, default_value_t = 0.1)]
     dict_weight: f64,
@@ -32,6 +33,21 @@ pub struct Args {
     /// Where to write the lexicon (TSV: word, score).
     #[arg(long)]
     out: PathBuf,
+}
+
+/// The dictionaries of `--dict`, read and merged (`laya_text::merge_dicts`); none gives an
+/// empty map, one is returned as it is.
+pub(crate) fn read_dicts(paths: &[PathBuf]) -> Result<Counts, CliError> {
+    let mut dicts = Vec::with_capacity(paths.len());
+    for p in paths {
+        let f = std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?;
+        let d = read_dict(BufReader::new(f)).map_err(|e| CliError(format!("{}: {e}", p.display())))?;
+        if d.is_empty() {
+            return Err(CliError(format!("{} has no entries; expected lines of `word freq [tag]`", p.display())));
+        }
+        dicts.push(d);
+    }
+    Ok(if dicts.len() == 1 { dicts.pop().unwrap_or_default() } else { merge_dicts(&dicts) })
 }
 
 fn count(path: &Path, seg: &Segmenter) -> Result<Counts, CliError> {
@@ -50,10 +66,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if corpus.is_empty() {
         return Err(CliError(format!("{} has no usable words", args.train.display())));
     }
-    let dict = match &args.dict {
-        Some(p) => read_dict(BufReader::new(std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?))?,
-        None => Counts::new(),
-    };
+    let dict = read_dicts(&args.dict)?;
     let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: args.size, dict_weight: args.dict_weight });
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     lex.write_tsv(std::io::BufWriter::new(out))?;

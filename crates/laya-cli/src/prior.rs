@@ -2,21 +2,20 @@
 //! dictionary in the model file (`laya.lexicon.dict_frequencies`), the genre-neutral prior the
 //! runtime ranks completions with (docs/format.md §3 step 6, `--completion-prior`).
 
-use std::io::BufReader;
 use std::path::PathBuf;
 
 use std::collections::HashMap;
 
 use laya_format::{write_model, LayaFile, ModelMeta, TensorData};
-use laya_text::read_dict;
 
 use crate::CliError;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A dictionary with frequencies (jieba's dict.txt format: `word freq [tag]` per line).
-    #[arg(long)]
-    dict: PathBuf,
+    /// A dictionary with frequencies (jieba's dict.txt format: `word freq [tag]` per line);
+    /// repeat it to average several (each as shares of its own total, equal weight).
+    #[arg(long, required = true)]
+    dict: Vec<PathBuf>,
     /// The model to read (any type; its tensors are copied unchanged).
     input: PathBuf,
     /// Where to write the model with the dictionary frequencies (may be the input).
@@ -27,12 +26,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let path = args.input.display().to_string();
     let bytes = std::fs::read(&args.input).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
     let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;
-    let dict_path = args.dict.display().to_string();
-    let dict = read_dict(BufReader::new(std::fs::File::open(&args.dict).map_err(|e| CliError(format!("cannot read {dict_path}: {e}")))?))
-        .map_err(|e| CliError(format!("{dict_path}: {e}")))?;
-    if dict.is_empty() {
-        return Err(CliError(format!("{dict_path} has no entries; expected lines of `word freq [tag]`")));
-    }
+    let dict_path = args.dict.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" + ");
+    let dict = crate::lexicon::read_dicts(&args.dict)?;
     let mut meta = file.meta.clone();
     let freqs: Vec<u32> = meta.words.iter().map(|w| dict.get(w).map_or(0, |&f| f.min(u32::MAX as u64) as u32)).collect();
     let found = freqs.iter().filter(|&&f| f > 0).count();

@@ -111,6 +111,38 @@ pub fn read_dict<R: BufRead>(reader: R) -> Result<Counts, DictError> {
     Ok(out)
 }
 
+/// The total count of a dictionary made by [`merge_dicts`].
+pub const MERGED_DICT_TOTAL: f64 = 1e9;
+
+/// One frequency list from several: each dictionary becomes shares of its own total, the
+/// shares are averaged with equal weight (a word missing from a dictionary has share 0 there),
+/// and the result is scaled to [`MERGED_DICT_TOTAL`] and rounded (words that round to 0 are
+/// dropped). So no source dominates by being larger or counting in other units: jieba's
+/// dictionary, wordfreq's subtitles-web-books mix and rime's essay each say how common a word
+/// is today, and the average is broader than any one of them. One dictionary is returned
+/// rescaled; none gives an empty map.
+///
+/// ```
+/// use laya_text::{merge_dicts, Counts};
+/// let a: Counts = [("你好".into(), 3), ("的".into(), 1)].into();
+/// let b: Counts = [("你好".into(), 10), ("光标".into(), 30)].into();
+/// let m = merge_dicts(&[a, b]);
+/// assert_eq!(m["你好"], 500_000_000); // (3/4 + 10/40) / 2
+/// assert_eq!(m["光标"], 375_000_000);
+/// assert_eq!(m["的"], 125_000_000);
+/// ```
+pub fn merge_dicts(dicts: &[Counts]) -> Counts {
+    let mut shares: HashMap<&str, f64> = HashMap::new();
+    let live: Vec<&Counts> = dicts.iter().filter(|d| d.values().any(|&c| c > 0)).collect();
+    for d in &live {
+        let total: u64 = d.values().sum();
+        for (w, &c) in d.iter() {
+            *shares.entry(w).or_insert(0.0) += c as f64 / total as f64 / live.len() as f64;
+        }
+    }
+    shares.into_iter().map(|(w, s)| (w.to_string(), (s * MERGED_DICT_TOTAL).round() as u64)).filter(|&(_, c)| c > 0).collect()
+}
+
 /// A ranked word list: `words[i]` has (smoothed) frequency `freqs[i]`, most useful first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Lexicon {
