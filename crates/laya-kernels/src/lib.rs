@@ -46,6 +46,7 @@ mod avx2;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[allow(clippy::needless_range_loop)]
 mod avx512;
+mod denormals;
 #[cfg(target_arch = "aarch64")]
 #[allow(clippy::needless_range_loop)]
 mod neon;
@@ -60,6 +61,7 @@ mod q8;
 mod q8_x86;
 mod scalar;
 
+pub use denormals::flush_denormals;
 pub use packed::{PackedQ4, PackedQ8, PACK_ROWS};
 pub use peak::Peak;
 pub use q8::ActBlock;

@@ -86,6 +86,10 @@ pub fn training_threads() -> usize {
 /// of this pool the calling thread takes its share of each fork itself; on two cores that was
 /// 1.1–1.2× more samples/s (docs/training.md).
 ///
+/// Its threads flush subnormal floats to zero (`laya_kernels::flush_denormals`): attention
+/// probabilities and gradients that underflow otherwise cost Intel CPUs a microcode assist per
+/// operation (docs/training.md, "Throughput").
+///
 /// ```
 /// let pool = laya_train::training_pool().unwrap();
 /// assert!(pool.current_num_threads() >= 1);
@@ -96,6 +100,7 @@ pub fn training_pool() -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(|i| format!("laya-train-{i}"))
+        .start_handler(|_| laya_kernels::flush_denormals())
         .build()
         .map_err(|e| TrainError::Config(format!("cannot start {n} training threads: {e}")))
 }
