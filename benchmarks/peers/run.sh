@@ -78,19 +78,18 @@ target/release/laya quantize "$models/rand-20000-causal-cls-f32.laya" "$models/r
 "$py" benchmarks/peers/peer_py.py --self-test "$models/seed-512-causal-f32.laya" onnxruntime,torch,mlx --bin target/release
 # ... and on the factorised head (the class head, the within-class logsumexp).
 "$py" benchmarks/peers/peer_py.py --self-test "$models/rand-20000-causal-cls-q.laya" onnxruntime,torch,mlx --bin target/release
-# ... and on the trained one (1,024 of its 1,245 classes are single words).
-"$py" benchmarks/peers/peer_py.py --self-test models/factorised.laya onnxruntime,torch,mlx --bin target/release
+# ... and on the trained default (factorised since 2026-12-01: 1,024 of its classes are single words).
+"$py" benchmarks/peers/peer_py.py --self-test models/default.laya onnxruntime,torch,mlx --bin target/release
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
-    "lexicon 20000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, 4,641-row table embedding, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
+    "lexicon 50000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, table embedding, factorised word head, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
     "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere." \
     "lexicon 512, seed shape, quantised=$models/seed-512-q.laya=the seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
-    "lexicon 20000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
+    "lexicon 50000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize (= models/default.laya): Laya runs Q8_0 with int8 activations and expands only the classes its ranking needs, peers compute the dense log P(w) from the dequantised weights." \
     "lexicon 512, seed shape, causal, F32 (random)=$models/seed-512-causal-f32.laya=relative_causal: 3 blocks, d 128, 2 heads, FFN 512, window 16, the last 46 tokens reach the output; random weights, F32 everywhere." \
     "lexicon 512, seed shape, causal, quantised=$models/seed-512-causal-q.laya=the causal seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
     "lexicon 20000, causal, F32 (random)=$models/rand-20000-causal-f32.laya=relative_causal: 2 blocks, d 128, FFN 256, window 16, the last 31 tokens reach the output; 65,536-row direct embedding, random weights, F32 everywhere." \
     "lexicon 20000, causal, quantised=$models/rand-20000-causal-q.laya=the causal lexicon-20,000 model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
     "lexicon 20000, causal, factorised head, F32 (random)=$models/rand-20000-causal-cls-f32.laya=the causal lexicon-20,000 shape with a factorised word head (172 classes): peers compute the dense log P(w) of all 20,000 words and take its top-5, Laya computes the class head and expands only the classes its ranking needs; F32 everywhere." \
-    "lexicon 20000, causal, factorised head, quantised=$models/rand-20000-causal-cls-q.laya=the factorised model through laya quantize (the class head Q8_0 like the word head): Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
-    "lexicon 20000, factorised, trained=models/factorised.laya=models/factorised.laya as committed: the default's network with a trained factorised word head (1,245 classes, 1,024 of them single frequent words), quantised like the default; peers compute the dense log P(w) from the dequantised weights."
+    "lexicon 20000, causal, factorised head, quantised=$models/rand-20000-causal-cls-q.laya=the factorised model through laya quantize (the class head Q8_0 like the word head): Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32."

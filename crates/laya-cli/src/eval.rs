@@ -51,6 +51,10 @@ pub struct Args {
     /// The n-gram file for --predictor ngram.
     #[arg(long)]
     ngram: Option<PathBuf>,
+    /// The words that can be picked, for `--predictor ngram` without a model of that lexicon
+    /// (a `laya lexicon` TSV; default: the model's lexicon). Words outside it count as OOV.
+    #[arg(long, conflicts_with = "model")]
+    lexicon: Option<PathBuf>,
     /// Lines typed at once, each thread with its own predictor (default: every core). The
     /// figures do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -65,7 +69,16 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = crate::load_model(args.model.as_deref())?;
-    let lexicon = predictors::lexicon_set(&model);
+    let lexicon = match &args.lexicon {
+        Some(path) => {
+            if args.predictor == Kind::Model {
+                return Err(CliError("--lexicon is for --predictor ngram: a model predicts over its own lexicon".into()));
+            }
+            let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+            laya_text::Lexicon::read_tsv(std::io::BufReader::new(f))?.word_set()
+        }
+        None => predictors::lexicon_set(&model),
+    };
     let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let lines: Vec<String> = std::io::BufReader::new(file)

@@ -127,9 +127,11 @@ fn bench_whole_computes_every_prediction_whole() {
     let (typing, whole) = (run(false), run(true));
     assert_eq!(typing["positions"], "relative_causal");
     assert!(typing["reused_fraction"].as_f64().unwrap() > 0.9, "{typing}");
-    assert_eq!(typing["macs_at_p50"], typing["macs_per_keystroke"]);
+    // A factorised head adds the word rows its ranking computed to the fixed count.
+    let macs = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert!(macs(&typing, "macs_at_p50") >= macs(&typing, "macs_per_keystroke"), "{typing}");
     assert_eq!(whole["reused_fraction"].as_f64(), Some(0.0), "{whole}");
-    assert_eq!(whole["macs_at_p50"], whole["macs_per_prediction"]);
+    assert!(macs(&whole, "macs_at_p50") >= macs(&whole, "macs_per_prediction"), "{whole}");
     assert!(whole["macs_per_prediction"].as_u64().unwrap() > typing["macs_per_keystroke"].as_u64().unwrap());
     assert_eq!(whole["allocations_per_prediction"].as_f64(), Some(0.0));
 }
@@ -204,17 +206,17 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_split_the_default() {
         assert!(eval(rule).contains("\"top5_k1\""), "{rule}");
     }
 
-    // On the embedded model, after 非常 the marginal rule offers 非常重视 as a next word (which
-    // would type 非常 twice); the default offers words that start with 非常 or 常 only as
+    // On the embedded model, after 默认 the marginal rule offers 默认值 as a next word (which
+    // would type 默认 twice); the default offers words that start with 默认 or 认 only as
     // completions.
     let embedded = |extra: &[&str]| {
-        let out = laya().args(["predict", "--json", "--top", "8"]).args(extra).arg("这本书非常").output().unwrap();
+        let out = laya().args(["predict", "--json", "--top", "8"]).args(extra).arg("默认").output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["candidates"].as_array().unwrap().clone()
     };
     let continues = |c: &serde_json::Value| {
         let w = c["word"].as_str().unwrap();
-        c["replace"] == 0 && ((w.starts_with("非常") && w != "非常") || (w.starts_with('常') && w != "常"))
+        c["replace"] == 0 && ((w.starts_with("默认") && w != "默认") || (w.starts_with('认') && w != "认"))
     };
     assert!(!embedded(&[]).iter().any(continues), "{:?}", embedded(&[]));
     assert!(embedded(&["--completion-rule", "marginal"]).iter().any(continues));
@@ -241,11 +243,13 @@ fn completion_prior_flag_on_the_embedded_model() {
     assert_ne!(order(&with), order(&without), "the prior changed no completion");
     let completion_share = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 > 0).map(|c| c.2).sum::<f64>();
     assert!(completion_share(&with) > 0.5 && completion_share(&without) > 0.5);
-    // (The first 30: how many next words fit in the 64 depends on the completions.)
-    let next_words = |v: &[(String, u64, f64)]| {
-        v.iter().filter(|c| c.1 == 0).take(30).map(|c| (c.0.clone(), (c.2 * 1e4).round() as i64)).collect::<Vec<_>>()
-    };
-    assert_eq!(next_words(&with), next_words(&without), "next words must not move");
+    // (Those both runs show: how many next words fit in the 64 depends on the completions.)
+    let next_words =
+        |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 == 0).map(|c| (c.0.clone(), (c.2 * 1e4).round() as i64)).collect::<Vec<_>>();
+    let (a, b) = (next_words(&with), next_words(&without));
+    let n = a.len().min(b.len());
+    assert!(n >= 10, "{a:?} {b:?}");
+    assert_eq!(a[..n], b[..n], "next words must not move");
     let text = tmp("prior-eval.txt");
     std::fs::write(&text, "今天天气很好\n这个酒店的服务不错\n").unwrap();
     for w in ["0", "0.5"] {
@@ -424,8 +428,70 @@ fn a_closed_stdout_ends_the_command_quietly() {
     let mut first = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
     assert!(first.starts_with("model"), "{first}");
-    // The reader is dropped here; the 20,000 word lines that follow do not fit a pipe buffer.
+    // The reader is dropped here; the 50,000 word lines that follow do not fit a pipe buffer.
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.is_empty(), "{:?} {err}", out.status);
+}
+
+/// `laya eval --lexicon`: the n-gram is typed with the words of a lexicon file as the pickable
+/// set (no model of that lexicon needed); a word outside it is OOV; the model predictor refuses it.
+/// Punctuation is typed, never predicted: it is not counted as a word.
+#[test]
+fn eval_lexicon_sets_the_pickable_words_of_the_ngram() {
+    let text = tmp("lexflag.txt");
+    let lines: Vec<String> = (0..40).map(|i| ["the cat sat .", "a cat on the mat", "the end , of it"][i % 3].to_string()).collect();
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    let ngram = tmp("lexflag-ngram.json");
+    let out = laya().args(["ngram", "--segmented", "--open-vocabulary", "--train"]).arg(&text).arg("--out").arg(&ngram).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let eval = |lexicon: &str| {
+        let lex = tmp("lexflag.tsv");
+        std::fs::write(&lex, lexicon).unwrap();
+        let out = laya()
+            .args(["eval", "--json", "--segmented", "--predictor", "ngram", "--ngram"])
+            .arg(&ngram)
+            .arg("--lexicon")
+            .arg(&lex)
+            .arg("--text")
+            .arg(&text)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let every = eval("the\t9\ncat\t5\nsat\t3\na\t3\non\t2\nmat\t2\nend\t2\nof\t2\nit\t2\n");
+    // 40 lines: 14 + 13 + 13 of 3, 5 and 4 words once "." and "," are left out.
+    assert_eq!(every["words"], 14 * 3 + 13 * 5 + 13 * 4, "{every}");
+    assert_eq!(every["oov_rate"], 0.0, "{every}");
+    let few = eval("the\t9\ncat\t5\n");
+    assert!(few["oov_rate"].as_f64().unwrap() > 0.5, "{few}");
+    let lex = tmp("lexflag.tsv");
+    let out = laya().args(["eval", "--lexicon"]).arg(&lex).arg("--text").arg(&text).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--predictor ngram"));
+}
+
+/// `--punctuation-slot` of `laya predict`: without it no punctuation word is a candidate; with
+/// it exactly one when every pair is asked for, in its Chinese form after Chinese text.
+#[test]
+fn punctuation_slot_flag_of_predict() {
+    let (mut meta, tensors) = random_model(&TinyConfig::default(), 3, GgmlType::F32);
+    let mut words = meta.words.to_vec();
+    words[10] = ",".into();
+    words[11] = "?".into();
+    meta.words = words.iter().collect();
+    let path = tmp("punct.laya");
+    std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
+    let words_of = |extra: &[&str]| -> Vec<String> {
+        let out = laya().args(["predict", "--json", "--top", "2000", "--model"]).arg(&path).args(extra).arg("今天").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["candidates"].as_array().unwrap().iter().map(|c| c["word"].as_str().unwrap().to_string()).collect()
+    };
+    let plain = words_of(&[]);
+    assert!(!plain.is_empty() && plain.iter().all(|w| !laya_format::is_punctuation_word(w)), "{plain:?}");
+    let with = words_of(&["--punctuation-slot"]);
+    let marks: Vec<&String> = with.iter().filter(|w| laya_format::is_punctuation_word(w)).collect();
+    assert_eq!(marks.len(), 1, "{with:?}");
+    assert!(marks[0] == "，" || marks[0] == "？", "{marks:?}");
 }

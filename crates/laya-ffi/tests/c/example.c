@@ -126,6 +126,14 @@ int main(int argc, char** argv) {
     check_candidates(out, n);
     print_candidates("emoji", out, n);
 
+    /* One punctuation slot (off by default: a keyboard types punctuation with its own keys). */
+    CHECK_STATUS(laya_session_set_punctuation_slot(NULL, 1), LAYA_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(laya_session_set_punctuation_slot(session, 1), LAYA_OK);
+    CHECK_STATUS(laya_session_predict(session, hel, strlen(hel), 5, out, 8, &n), LAYA_OK);
+    CHECK(n == 5);
+    check_candidates(out, n);
+    CHECK_STATUS(laya_session_set_punctuation_slot(session, 0), LAYA_OK);
+
     const char with_nul[] = {'a', '\0', 'b'};
     CHECK_STATUS(laya_session_predict(session, with_nul, sizeof with_nul, 3, out, 8, &n), LAYA_OK);
     CHECK(n == 3);

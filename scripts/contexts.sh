@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The before/after table of docs/contexts.md: twenty everyday contexts (chat, work, technical,
+# mixed script) and the five candidates each model shows, one column per model.
+#
+#   scripts/contexts.sh OLD.laya NEW.laya      (LAYA=path/to/laya, default target/release/laya)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LAYA=${LAYA:-target/release/laya}
+[[ $# -eq 2 ]] || { echo "usage: scripts/contexts.sh OLD.laya NEW.laya" >&2; exit 2; }
+CONTEXTS=(
+    "" "你好" "谢谢你的" "祝你生日" "恭喜" "明天" "不好意思，" "我觉得这个" "今天晚上我们去" "早"
+    "会议改到" "麻烦你帮我" "请把文件" "点击" "默认" "请输入" "打开终端，运行" "用iPhone" "hello" "I want to"
+)
+jsonl() {
+    for c in "${CONTEXTS[@]}"; do
+        python3 -c 'import json,sys; print(json.dumps({"context": sys.argv[1]}, ensure_ascii=False))' "$c"
+    done | "$LAYA" predict --jsonl --model "$1"
+}
+paste -d '\t' <(jsonl "$1") <(jsonl "$2") | python3 -c '
+import json, sys
+contexts = sys.argv[1:]
+def bar(out):
+    cands = json.loads(out)["candidates"]
+    def one(c):
+        word, rep, p = c["word"], c["replace"], c["p"]
+        return word + (f"<sub>{rep}</sub>" if rep else "") + f" ({p:.2f})"
+    return " ".join(one(c) for c in cands)
+print("| context | before | after |")
+print("|---------|--------|-------|")
+for ctx, line in zip(contexts, sys.stdin):
+    old, new = line.rstrip("\n").split("\t")
+    shown = ctx.replace("|", "\\|") if ctx else "(empty)"
+    print(f"| `{shown}` | {bar(old)} | {bar(new)} |")
+' "${CONTEXTS[@]}"
