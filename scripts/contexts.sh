@@ -3,6 +3,8 @@
 # mixed script) and the five candidates each model shows, one column per model.
 #
 #   scripts/contexts.sh OLD.laya NEW.laya      (LAYA=path/to/laya, default target/release/laya)
+#   OLD_FLAGS / NEW_FLAGS: extra `laya predict` flags for each model, e.g. the settings it
+#   shipped with (docs/contexts.md: OLD_FLAGS="--completion-prior 0.5").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAYA=${LAYA:-target/release/laya}
@@ -12,11 +14,15 @@ CONTEXTS=(
     "会议改到" "麻烦你帮我" "请把文件" "点击" "默认" "请输入" "打开终端，运行" "用iPhone" "hello" "I want to"
 )
 jsonl() {
+    local model=$1
+    shift
     for c in "${CONTEXTS[@]}"; do
         python3 -c 'import json,sys; print(json.dumps({"context": sys.argv[1]}, ensure_ascii=False))' "$c"
-    done | "$LAYA" predict --jsonl --model "$1"
+    done | "$LAYA" predict --jsonl --model "$model" "$@"
 }
-paste -d '\t' <(jsonl "$1") <(jsonl "$2") | python3 -c '
+read -r -a OLD_ARGS <<< "${OLD_FLAGS:-}"
+read -r -a NEW_ARGS <<< "${NEW_FLAGS:-}"
+paste -d '\t' <(jsonl "$1" ${OLD_ARGS[@]+"${OLD_ARGS[@]}"}) <(jsonl "$2" ${NEW_ARGS[@]+"${NEW_ARGS[@]}"}) | python3 -c '
 import json, sys
 contexts = sys.argv[1:]
 def bar(out):

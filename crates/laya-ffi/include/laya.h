@@ -139,7 +139,7 @@ laya_status laya_session_set_completion_rule(laya_session* session, laya_complet
  * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
 laya_status laya_session_set_completion_exponent(laya_session* session, float beta);
 
-/* Sets the weight lambda of the completion prior (default 0.5): words that complete the typed
+/* Sets the weight lambda of the completion prior (default 0, the network alone): words that complete the typed
  * characters are re-ranked towards a general-purpose dictionary's frequencies when the model
  * file carries them (made with `laya prior`); 0 turns it off. Values outside [0, 2] are
  * clamped, NaN means 0. Kept across model swaps. Touches one value per lexicon word: call it

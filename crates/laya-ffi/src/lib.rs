@@ -450,7 +450,7 @@ pub unsafe extern "C" fn laya_session_set_completion_exponent(session: *mut laya
 }
 
 /// Sets the weight `lambda` of the completion prior (`Session::set_completion_prior`; default
-/// 0.5): words completing the typed characters are re-ranked towards a general-purpose
+/// 0, the network alone): words completing the typed characters are re-ranked towards a general-purpose
 /// dictionary's frequencies when the model file carries them (`laya prior`); 0 turns it off.
 /// Values outside `0..=2` are clamped, NaN means 0. Kept across model swaps. Recomputes one
 /// factor per lexicon word: call it when settings change, not per keystroke.
