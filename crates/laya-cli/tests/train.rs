@@ -105,17 +105,7 @@ fn trains_then_continues_from_the_model_with_init() {
 fn threads_flag_sets_the_training_pool_and_refuses_zero() {
     let (events, lexicon) = fixtures();
     // --threads wins over the environment (which `tiny` sets to 1).
-    let out = laya()
-        .args(["train", "--events"])
-        .arg(&events)
-        .arg("--lexicon")
-        .arg(&lexicon)
-        .arg("--out")
-        .arg(tmp("threads.laya"))
-        .pipe(tiny)
-        .args(["--threads", "2"])
-        .output()
-        .unwrap();
+    let out = train_cmd(&events, &lexicon, &tmp("threads.laya")).pipe(tiny).args(["--threads", "2"]).output().unwrap();
     let text = ok(out);
     assert!(text.contains("lexicon 3 words, 2 threads"), "{text}");
 
@@ -300,22 +290,17 @@ fn tmp_flat(events: &Path, lexicon: &Path) -> PathBuf {
     out
 }
 
+/// `laya train --events EVENTS --lexicon LEXICON --out OUT`: a new model, no other flag.
+fn train_cmd(events: &Path, lexicon: &Path, out: &Path) -> Command {
+    let mut cmd = laya();
+    cmd.args(["train", "--events"]).arg(events).arg("--lexicon").arg(lexicon).arg("--out").arg(out);
+    cmd
+}
+
 /// `laya train` of a new tiny model on `events` (training and validation), plus `extra` flags;
 /// its output.
 fn train_new(events: &Path, lexicon: &Path, out: &Path, extra: &[&str]) -> String {
-    ok(laya()
-        .args(["train", "--events"])
-        .arg(events)
-        .arg("--valid-events")
-        .arg(events)
-        .arg("--lexicon")
-        .arg(lexicon)
-        .arg("--out")
-        .arg(out)
-        .pipe(tiny)
-        .args(extra)
-        .output()
-        .unwrap())
+    ok(train_cmd(events, lexicon, out).arg("--valid-events").arg(events).pipe(tiny).args(extra).output().unwrap())
 }
 
 /// `--out` is checked before the first step: a missing directory or a directory as the model
@@ -327,16 +312,7 @@ fn out_is_checked_before_training_starts() {
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [(dir.join("missing").join("m.laya"), "does not exist"), (dir.clone(), "is a directory")];
     for (out, why) in cases {
-        let run = laya()
-            .args(["train", "--events"])
-            .arg(&events)
-            .arg("--lexicon")
-            .arg(&lexicon)
-            .arg("--out")
-            .arg(&out)
-            .pipe(tiny)
-            .output()
-            .unwrap();
+        let run = train_cmd(&events, &lexicon, &out).pipe(tiny).output().unwrap();
         let err = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success(), "{}: {err}", out.display());
         assert!(err.contains(why), "{}: {err}", out.display());
@@ -351,13 +327,7 @@ fn out_is_checked_before_training_starts() {
 fn defaults_build_the_shipped_kind_of_network() {
     let (events, lexicon) = fixtures();
     let out = tmp("defaults.laya");
-    ok(laya()
-        .args(["train", "--events"])
-        .arg(&events)
-        .arg("--lexicon")
-        .arg(&lexicon)
-        .arg("--out")
-        .arg(&out)
+    ok(train_cmd(&events, &lexicon, &out)
         .args(["--epochs", "1", "--batch-size", "16", "--warmup-steps", "1"])
         .env("RAYON_NUM_THREADS", "1")
         .output()
