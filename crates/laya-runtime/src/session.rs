@@ -415,7 +415,7 @@ impl Session {
     /// bar that completions get, do not change (docs/format.md §3 step 6). It needs a file with
     /// `laya.lexicon.dict_frequencies` (`laya prior`); without one, or with `λ = 0`, ranking
     /// is the network's alone. Measured on the default model (docs/training.md): `λ = 0.5`
-    /// gains 0.3–1.2 points of `top5_k1` on reviews, news and subtitles and costs 0.8–4.2 on
+    /// gains 0.2–1.2 points of `top5_k1` on reviews, news and subtitles and costs 0.8–4.2 on
     /// formal text, dialogue, manuals and UI strings. Values are clamped to
     /// `0..=2`; NaN means 0. Recomputes one factor per word; call it outside the typing loop.
     ///
