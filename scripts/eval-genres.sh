@@ -6,6 +6,8 @@
 #   scripts/eval-genres.sh [MODEL [NGRAM]] [-- extra laya eval flags]
 #     MODEL: default models/default.laya; NGRAM: default data/zh/ngram.json ("-" skips the n-gram)
 #     LAYA=path/to/laya (default target/release/laya), LAYA_EVAL_LIMIT=N (default 1000 lines a genre)
+#     LAYA_EVAL_LEARN=1: each predictor twice, without and with `--learn` (lines typed in order,
+#     each learned after it was typed; docs/personalisation.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/default.laya}
@@ -14,6 +16,7 @@ shift $(( $# < 2 ? $# : 2 ))
 [[ "${1:-}" == "--" ]] && shift
 LAYA=${LAYA:-target/release/laya}
 LIMIT=${LAYA_EVAL_LIMIT:-1000}
+LEARN=${LAYA_EVAL_LEARN:-0}
 D=data/zh
 [[ -x "$LAYA" ]] || { echo "eval-genres: $LAYA not found; cargo build --release -p laya-cli" >&2; exit 1; }
 [[ -s "$MODEL" ]] || { echo "eval-genres: no model at $MODEL" >&2; exit 1; }
@@ -37,14 +40,21 @@ for g in "${GENRES[@]}"; do
     [[ -s "$file" ]] || { echo "eval-genres: missing $file (scripts/fetch-data.sh, train-default.sh)" >&2; exit 1; }
     preds=(model)
     [[ "$NGRAM" != "-" ]] && preds+=(ngram)
+    runs=()
     for p in "${preds[@]}"; do
-        "$LAYA" eval --model "$MODEL" --predictor "$p" --ngram "$NGRAM" --text "$file" --limit "$LIMIT" --json "$@" |
+        runs+=("$p|")
+        [[ "$LEARN" == 1 ]] && runs+=("$p|--learn")
+    done
+    for run in "${runs[@]}"; do
+        p=${run%%|*} learn=${run#*|}
+        label=$p${learn:+ + learning}
+        "$LAYA" eval --model "$MODEL" --predictor "$p" --ngram "$NGRAM" --text "$file" --limit "$LIMIT" --json $learn "$@" |
             python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 name, p = sys.argv[1], sys.argv[2]
 keys = ("ksr", "top1_k0", "top5_k0", "top1_k1", "top5_k1", "oov_rate")
 print("| " + " | ".join([name, p] + ["%.4f" % r[k] for k in keys] + [str(r["words"])]) + " |")
-' "$name" "$p"
+' "$name" "$label"
     done
 done

@@ -65,6 +65,10 @@ pub struct Args {
     /// character; with learned positions both are the same.
     #[arg(long)]
     whole: bool,
+    /// Predict with the learned history of this user file (read, never written): the cost of
+    /// personalisation (docs/personalisation.md).
+    #[arg(long)]
+    user: Option<PathBuf>,
     /// Internal: load, predict once, report, exit (used to time cold start).
     #[arg(long, hide = true)]
     cold_probe: bool,
@@ -81,6 +85,8 @@ struct StageRow {
 struct Report {
     model: String,
     file_bytes: usize,
+    /// Words in the learned history (`--user`; 0 without).
+    user_words: usize,
     vocab: usize,
     kernel_level: String,
     /// The int8 instruction set, the activation precision asked for, and the heap bytes of
@@ -150,8 +156,20 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let cold = cold_start(&args)?;
 
     // Allocation count over the whole timed loop on this thread, after warm-up.
+    let user = match &args.user {
+        Some(path) if path.is_file() => {
+            let opened = laya_runtime::User::open(path)?;
+            if let Some(aside) = opened.set_aside {
+                return Err(CliError(format!("--user {}: {aside}", path.display())));
+            }
+            opened.user
+        }
+        Some(path) => return Err(CliError(format!("--user {}: no such user file", path.display()))),
+        None => laya_runtime::User::new(),
+    };
     let mut session = Session::new(Arc::clone(&model));
     session.set_act_precision(args.act.activations);
+    session.set_user(user.clone());
     session.warm_up();
     let mut lat = Vec::with_capacity(args.iterations);
     let mut sink = 0.0f32;
@@ -173,7 +191,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let (p50, p99, mean) = percentiles(&mut lat);
         (p50, p99, mean, 1e6 / mean)
     } else {
-        threaded(&model, &contexts, args.iterations, args.threads, args.act.activations, args.whole)
+        threaded(&model, &user, &contexts, args.iterations, args.threads, args.act.activations, args.whole)
     };
 
     session.set_profiling(true);
@@ -204,6 +222,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let report = Report {
         model: model.info().name.clone(),
         file_bytes: model.info().file_len,
+        user_words: user.read().len(),
         vocab: model.lexicon_len(),
         kernel_level: model.kernel_level().to_string(),
         int8_isa: model.int8_isa().to_string(),
@@ -245,6 +264,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
 fn print_report(r: &Report) -> Result<(), CliError> {
     outln!("model        {} ({} words, {:.2} MB, kernels {})", r.model, r.vocab, r.file_bytes as f64 / 1e6, r.kernel_level);
+    if r.user_words > 0 {
+        outln!("user history {} learned words", r.user_words);
+    }
     outln!("int8         {} kernels, {} activations, {:.2} MB packed at load", r.int8_isa, r.activations, r.packed_bytes as f64 / 1e6);
     outln!("predictions  {} on {} thread(s), batch 1", r.predictions, r.threads);
     outln!();
@@ -325,8 +347,10 @@ fn percentiles(lat: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), mean)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn threaded(
     model: &Arc<Model>,
+    user: &laya_runtime::User,
     contexts: &[String],
     iterations: usize,
     threads: usize,
@@ -341,6 +365,7 @@ fn threaded(
                 s.spawn(move || {
                     let mut session = Session::new(model);
                     session.set_act_precision(act);
+                    session.set_user(user.clone());
                     session.warm_up();
                     let mut lat = Vec::with_capacity(iterations);
                     for i in 0..iterations {

@@ -4,9 +4,9 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use laya_runtime::Session;
-use laya_text::{evaluate_parallel, PredictError, SegmentMode, Segmenter};
+use laya_text::{evaluate_learning, evaluate_parallel, PredictError, SegmentMode, Segmenter};
 
-use crate::predictors::{self, Kind, ModelPredictor};
+use crate::predictors::{self, Kind, LearningNgram, ModelPredictor};
 use crate::CliError;
 
 #[derive(clap::Args)]
@@ -65,6 +65,13 @@ pub struct Args {
     /// object to --json.
     #[arg(long)]
     breakdown: bool,
+    /// Learn as the person types (EVAL.md §4): lines are typed in order, one thread, and each
+    /// line is learned after all its words were predicted. The n-gram baseline gets the same
+    /// history and mix. A word outside the lexicon is then a hit when offered.
+    #[arg(long, conflicts_with = "breakdown")]
+    learn: bool,
+    #[command(flatten)]
+    mix: predictors::MixArgs,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
@@ -90,24 +97,39 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let progress = |n: u64| bar.inc(n);
     let in_lex = |w: &str| lexicon.contains(w);
     let threads = predictors::thread_count(args.threads);
-    let report = match args.predictor {
-        Kind::Model => {
-            let make = || -> Result<ModelPredictor, PredictError> {
-                let mut session = Session::new(model.clone());
-                session.set_completion_exponent(args.completion_exponent);
-                session.set_completion_rule(args.completion_rule);
-                session.set_completion_prior(args.completion_prior);
-                session.set_act_precision(args.act.activations);
-                session.set_punctuation_slot(args.punct.punctuation_slot);
-                Ok(ModelPredictor { session })
-            };
-            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
-        }
-        Kind::Ngram => {
-            let make = predictors::ngram_factory(args.ngram.as_deref())?;
-            evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
-        }
-    }?;
+    let mix = args.mix.params()?;
+    let session = || {
+        let mut session = Session::new(model.clone());
+        session.set_completion_exponent(args.completion_exponent);
+        session.set_completion_rule(args.completion_rule);
+        session.set_completion_prior(args.completion_prior);
+        session.set_act_precision(args.act.activations);
+        session.set_punctuation_slot(args.punct.punctuation_slot);
+        session.set_mix(mix);
+        session
+    };
+    let report = if args.learn {
+        let mut progress = progress;
+        let lines = lines.into_iter();
+        match args.predictor {
+            Kind::Model => evaluate_learning(&mut ModelPredictor { session: session() }, lines, &seg, &in_lex, args.limit, &mut progress),
+            Kind::Ngram => {
+                let mut p = LearningNgram::new(predictors::load_ngram(args.ngram.as_deref())?, session());
+                evaluate_learning(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
+            }
+        }?
+    } else {
+        match args.predictor {
+            Kind::Model => {
+                let make = || -> Result<ModelPredictor, PredictError> { Ok(ModelPredictor { session: session() }) };
+                evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
+            }
+            Kind::Ngram => {
+                let make = predictors::ngram_factory(args.ngram.as_deref())?;
+                evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
+            }
+        }?
+    };
     bar.finish_and_clear();
     if report.words == 0 {
         return Err(CliError(format!("{} has no words to type", args.text.display())));

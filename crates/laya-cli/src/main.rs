@@ -38,6 +38,7 @@ mod prune;
 mod quantize;
 mod simulate;
 mod train;
+mod user;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -78,6 +79,8 @@ enum Command {
     Prune(prune::Args),
     /// Store each lexicon word's dictionary frequency in a model: the completion prior.
     Prior(prior::Args),
+    /// Look into, edit and export a user file: the learned history and the blocklist.
+    User(user::Args),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -134,6 +137,7 @@ fn main() -> ExitCode {
         Command::Quantize(a) => quantize::run(a),
         Command::Prune(a) => prune::run(a),
         Command::Prior(a) => prior::run(a),
+        Command::User(a) => user::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,11 +3,11 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use laya_runtime::Session;
-use laya_text::{Candidate, NgramPredictor, Predictor};
+use laya_runtime::{Session, User};
+use laya_text::{Candidate, Predictor};
 use serde::Serialize;
 
-use crate::predictors::{load_ngram, Kind};
+use crate::predictors::{load_ngram, Kind, LearningNgram};
 use crate::CliError;
 
 #[derive(clap::Args)]
@@ -51,20 +51,40 @@ pub struct Args {
     /// The n-gram file for --predictor ngram (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
+    /// The user file (docs/personalisation.md): the learned history is read from it at start
+    /// (an empty one when it is missing; an unreadable one is set aside with a warning) and
+    /// written back atomically at exit. Without it, what `{"learn"}` lines teach lives for the
+    /// process.
+    #[arg(long)]
+    user: Option<PathBuf>,
+    /// Learn nothing: every `{"learn"}` line answers `{"learned": 0}` (what was learned before
+    /// still ranks).
+    #[arg(long)]
+    incognito: bool,
+    #[command(flatten)]
+    mix: crate::predictors::MixArgs,
 }
 
 /// The predictor behind `laya predict`: the engine directly (zero-allocation path), or the
 /// baseline through the harness trait.
 enum Backend {
     Model(Box<Session>),
-    Ngram(Box<NgramPredictor>, Vec<Candidate>),
+    Ngram(Box<LearningNgram>, Vec<Candidate>),
 }
 
 impl Backend {
+    fn session(&mut self) -> &mut Session {
+        match self {
+            Backend::Model(s) => s,
+            Backend::Ngram(p, _) => &mut p.session,
+        }
+    }
+
     fn answer(&mut self, context: &str, k: usize) -> Result<Out<'_>, CliError> {
         match self {
             Backend::Model(s) => Ok(to_out(&s.predict(context, k))),
             Backend::Ngram(p, buf) => {
+                let p = &mut **p;
                 p.predict(context, k, buf).map_err(|e| CliError(e.to_string()))?;
                 Ok(Out { candidates: buf.iter().map(|c| OutCandidate { word: &c.word, replace: c.replace, p: c.p }).collect() })
             }
@@ -91,21 +111,39 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if !args.jsonl && args.context.is_none() {
         return Err(CliError("missing context: `laya predict \"今天天气\"` or `laya predict --jsonl`".into()));
     }
-    let mut backend = match args.predictor {
-        Kind::Model => {
-            let model = crate::load_model(args.model.as_deref())?;
-            let mut session = Session::with_max_k(model, args.top.max(1));
-            session.set_completion_exponent(args.completion_exponent);
-            session.set_completion_rule(args.completion_rule);
-            session.set_completion_prior(args.completion_prior);
-            session.set_act_precision(args.act.activations);
-            session.set_punctuation_slot(args.punct.punctuation_slot);
-            Backend::Model(Box::new(session))
+    let model = crate::load_model(args.model.as_deref())?;
+    let mut session = Session::with_max_k(model, args.top.max(1));
+    session.set_completion_exponent(args.completion_exponent);
+    session.set_completion_rule(args.completion_rule);
+    session.set_completion_prior(args.completion_prior);
+    session.set_act_precision(args.act.activations);
+    session.set_punctuation_slot(args.punct.punctuation_slot);
+    session.set_mix(args.mix.params()?);
+    if let Some(path) = &args.user {
+        // Refused before the first line is read, not at exit when the history would be lost.
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        if path.is_dir() || !dir.is_dir() {
+            return Err(CliError(format!("--user {}: not a file in an existing directory", path.display())));
         }
-        Kind::Ngram => Backend::Ngram(Box::new(load_ngram(args.ngram.as_deref())?), Vec::new()),
+        let opened = User::open(path)?;
+        if let Some(aside) = &opened.set_aside {
+            eprintln!("laya: warning: user file {}: {aside}", path.display());
+        }
+        session.set_user(opened.user);
+    }
+    session.user().write().set_incognito(args.incognito);
+    let mut backend = match args.predictor {
+        Kind::Model => Backend::Model(Box::new(session)),
+        Kind::Ngram => Backend::Ngram(Box::new(LearningNgram::new(load_ngram(args.ngram.as_deref())?, session)), Vec::new()),
     };
     let Some(context) = args.context else {
-        return jsonl(&mut backend, args.top);
+        let streamed = jsonl(&mut backend, args.top);
+        // Saved even when stdout failed: what was learned is the person's, not the pipe's.
+        let saved = match &args.user {
+            Some(path) if !args.incognito => backend.session().user().save(path).map_err(CliError::from),
+            _ => Ok(()),
+        };
+        return streamed.and(saved);
     };
     let out = backend.answer(&context, args.top)?;
     if args.json {
@@ -129,9 +167,12 @@ fn pad(word: &str, width: usize) -> String {
     format!("{word}{}", " ".repeat(width.saturating_sub(w)))
 }
 
+/// One input line: exactly one of the keys (EVAL.md §1 and §4).
 #[derive(serde::Deserialize)]
 struct In {
-    context: String,
+    context: Option<String>,
+    learn: Option<String>,
+    forget: Option<String>,
 }
 
 /// EVAL.md §1: one output line per input line, in order, flushed; a bad line gets
@@ -151,13 +192,67 @@ fn jsonl(backend: &mut Backend, top: usize) -> Result<(), CliError> {
         }
         n += 1;
         let text = trim_newline(&line);
-        let reply = match serde_json::from_slice::<In>(text) {
-            Ok(req) => serde_json::to_string(&backend.answer(&req.context, top)?)?,
+        let parsed = serde_json::from_slice::<In>(text);
+        // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
+        let parsed = match (parsed, lone_surrogates_replaced(text)) {
+            (Err(_), Some(fixed)) => serde_json::from_slice::<In>(&fixed),
+            (parsed, _) => parsed,
+        };
+        let reply = match parsed {
+            Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
+            Ok(In { context: None, learn: Some(t), forget: None }) => {
+                let learned = backend.session().learn(&t);
+                serde_json::json!({ "learned": learned }).to_string()
+            }
+            Ok(In { context: None, learn: None, forget: Some(w) }) => {
+                let forgotten = backend.session().user().write().forget(&w);
+                serde_json::json!({ "forgotten": forgotten }).to_string()
+            }
+            Ok(_) => {
+                serde_json::json!({ "error": format!("line {n}: expected exactly one of \"context\", \"learn\", \"forget\"") }).to_string()
+            }
             Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
         };
         writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(crate::stdout_error)?;
     }
     Ok(())
+}
+
+/// `text` with every `\uD800`–`\uDFFF` escape that is not half of a surrogate pair
+/// written `\uFFFD`; `None` when there is none.
+fn lone_surrogates_replaced(text: &[u8]) -> Option<Vec<u8>> {
+    let hex = |at: usize| -> Option<u32> {
+        let digits = text.get(at..at + 4)?;
+        u32::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    // The code unit of a `\u` escape starting at `at`.
+    let unit = |at: usize| if text.get(at) == Some(&b'\\') && text.get(at + 1) == Some(&b'u') { hex(at + 2) } else { None };
+    let (mut out, mut i, mut changed) = (Vec::with_capacity(text.len()), 0, false);
+    while i < text.len() {
+        if text[i] != b'\\' {
+            out.push(text[i]);
+            i += 1;
+            continue;
+        }
+        match unit(i) {
+            Some(0xD800..=0xDBFF) if matches!(unit(i + 6), Some(0xDC00..=0xDFFF)) => {
+                out.extend_from_slice(&text[i..i + 12]);
+                i += 12;
+            }
+            Some(0xD800..=0xDFFF) => {
+                out.extend_from_slice(b"\\uFFFD");
+                i += 6;
+                changed = true;
+            }
+            _ => {
+                // Any other escape: copy it whole, so an escaped backslash is never read as one.
+                let end = (i + 2).min(text.len());
+                out.extend_from_slice(&text[i..end]);
+                i = end;
+            }
+        }
+    }
+    changed.then_some(out)
 }
 
 fn trim_newline(b: &[u8]) -> &[u8] {
@@ -169,8 +264,8 @@ fn describe(text: &[u8], e: &serde_json::Error) -> String {
     if std::str::from_utf8(text).is_err() {
         "the line is not valid UTF-8".into()
     } else if text.iter().all(|c| c.is_ascii_whitespace()) {
-        "empty line; expected {\"context\": \"...\"}".into()
+        "empty line; expected {\"context\": \"...\"}, {\"learn\": \"...\"} or {\"forget\": \"...\"}".into()
     } else {
-        format!("expected {{\"context\": \"...\"}}: {e}")
+        format!("expected {{\"context\": \"...\"}}, {{\"learn\": \"...\"}} or {{\"forget\": \"...\"}}: {e}")
     }
 }

@@ -52,6 +52,103 @@ impl Predictor for ModelPredictor {
         }
         Ok(())
     }
+
+    fn learn(&mut self, text: &str) -> Result<usize, PredictError> {
+        Ok(self.session.learn(text))
+    }
+}
+
+/// The n-gram baseline given the model's learned history (`laya eval --learn`, `laya predict
+/// --predictor ngram` with learning): the same words learned (cut by the session) and the same
+/// mix (`laya_runtime::mix_candidates`), applied to the n-gram's candidates. The n-gram's mass
+/// on each replace class is estimated from its best [`NGRAM_DEPTH`] candidates.
+pub struct LearningNgram {
+    pub ngram: NgramPredictor,
+    /// Cuts learned text and holds the history; its network is not asked.
+    pub session: Session,
+    buf: Vec<Candidate>,
+}
+
+/// Candidates of the n-gram looked at when mixing in the history.
+pub const NGRAM_DEPTH: usize = 32;
+
+impl LearningNgram {
+    pub fn new(ngram: NgramPredictor, session: Session) -> LearningNgram {
+        LearningNgram { ngram, session, buf: Vec::with_capacity(NGRAM_DEPTH) }
+    }
+}
+
+impl Predictor for LearningNgram {
+    fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+        let user = self.session.user().read();
+        if user.is_empty() {
+            return self.ngram.predict(context, k, out);
+        }
+        self.ngram.predict(context, NGRAM_DEPTH, &mut self.buf)?;
+        let classes = self.session.model().config().replace_classes;
+        let mut mass = vec![0.0f32; classes];
+        for c in &self.buf {
+            if let Some(m) = mass.get_mut(c.replace) {
+                *m += c.p;
+            }
+        }
+        let cands: Vec<(String, usize, f32)> = self.buf.iter().map(|c| (c.word.clone(), c.replace, c.p)).collect();
+        out.clear();
+        for (word, replace, p) in laya_runtime::mix_candidates(&user, &self.session.mix(), context, &cands, &mass, k) {
+            if !user.is_blocked(&word) {
+                out.push(Candidate { word, replace, p });
+            }
+        }
+        Ok(())
+    }
+
+    fn learn(&mut self, text: &str) -> Result<usize, PredictError> {
+        Ok(self.session.learn(text))
+    }
+}
+
+/// `--mix-*` of `predict` and `eval`: how strongly the learned history weighs
+/// (docs/personalisation.md, "How the history is mixed in").
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct MixArgs {
+    /// Pair evidence (committed pairs after the previous word) at which the pair cache gets
+    /// half of a replace class.
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_MIX.pair_evidence)]
+    pub mix_pair_evidence: f64,
+    /// The most the pair cache takes of a replace class (0..1).
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_MIX.pair_share)]
+    pub mix_pair_share: f64,
+    /// The most the word cache takes of what the pair cache leaves, for next words (0..1).
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_MIX.word_share)]
+    pub mix_word_share: f64,
+    /// The same for completions of typed characters (0..1).
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_MIX.completion_share)]
+    pub mix_completion_share: f64,
+    /// Word evidence (committed words that fit the class) at which the word cache gets half its share.
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_MIX.word_evidence)]
+    pub mix_word_evidence: f64,
+}
+
+impl MixArgs {
+    pub fn params(&self) -> Result<laya_runtime::MixParams, CliError> {
+        let ok = |v: f64| v.is_finite() && v >= 0.0;
+        let share = |v: f64| ok(v) && v <= 1.0;
+        if !(ok(self.mix_pair_evidence)
+            && ok(self.mix_word_evidence)
+            && share(self.mix_word_share)
+            && share(self.mix_completion_share)
+            && share(self.mix_pair_share))
+        {
+            return Err(CliError("--mix-* values must be finite and non-negative, the shares at most 1".into()));
+        }
+        Ok(laya_runtime::MixParams {
+            pair_evidence: self.mix_pair_evidence,
+            pair_share: self.mix_pair_share,
+            word_share: self.mix_word_share,
+            completion_share: self.mix_completion_share,
+            word_evidence: self.mix_word_evidence,
+        })
+    }
 }
 
 pub fn load_ngram(path: Option<&Path>) -> Result<NgramPredictor, CliError> {

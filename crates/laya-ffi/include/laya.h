@@ -7,9 +7,12 @@
  * Model:
  *   laya_engine   one served model, hot-swappable; share one engine between all threads.
  *   laya_session  one thread's scratch buffers on an engine; predictions allocate nothing.
+ *   laya_user     one person's learned history (words committed, word pairs, blocklist),
+ *                 shared by the sessions that type for that person, kept in a user file.
  *
  * Errors: every fallible call returns a laya_status (LAYA_OK == 0). On failure,
- * laya_last_error_message() gives a readable reason, per thread.
+ * laya_last_error_message() gives a readable reason, per thread (and after a laya_user_open
+ * that set an unreadable user file aside, the warning to show).
  *
  * Strings: contexts are UTF-8 with an explicit length (NUL bytes allowed inside); paths are
  * NUL-terminated (bytes on POSIX, UTF-8 elsewhere). Words returned are NUL-terminated UTF-8.
@@ -19,6 +22,8 @@
  * Lifetime rules:
  *   - A session keeps the engine's shared state alive: freeing the engine first is allowed;
  *     each handle must still be freed exactly once.
+ *   - A session given a user history (laya_session_set_user) keeps it alive: freeing the
+ *     laya_user handle first is allowed.
  *   - laya_candidate.word points into memory owned by the session and is valid until the next
  *     laya_session_predict on that session or laya_session_free.
  *   - A model file that is being served must never be modified in place (see
@@ -40,9 +45,9 @@ typedef int32_t laya_status;
 #define LAYA_OK 0
 /* A required pointer argument was NULL. */
 #define LAYA_ERR_NULL_ARGUMENT 1
-/* The context (or, off POSIX, a path) is not valid UTF-8. */
+/* A context, committed text, a word (or, off POSIX, a path) is not valid UTF-8. */
 #define LAYA_ERR_INVALID_UTF8 2
-/* A model file could not be opened or read. */
+/* A model file could not be opened or read, or a user file could not be read or written. */
 #define LAYA_ERR_IO 3
 /* A model file failed validation: corrupt, truncated, wrong version, bad checksum... */
 #define LAYA_ERR_INVALID_MODEL 4
@@ -69,6 +74,7 @@ typedef int32_t laya_completion_rule;
 /* Opaque handles. */
 typedef struct laya_engine laya_engine;
 typedef struct laya_session laya_session;
+typedef struct laya_user laya_user;
 
 /* One candidate word of a prediction. */
 typedef struct laya_candidate {
@@ -84,8 +90,10 @@ const char* laya_version(void);
 /* Static name of a status code ("LAYA_ERR_IO", ...). Thread-safe. */
 const char* laya_status_name(laya_status status);
 
-/* Message of the most recent failed Laya call on the calling thread, "" if none.
- * Valid until the next failing Laya call on this thread. Thread-safe (per-thread state). */
+/* Message of the most recent failed Laya call on the calling thread, "" if none; also the
+ * warning of a laya_user_open that set an unreadable user file aside (*out_set_aside == 1).
+ * Valid until the next failing Laya call (or such an open) on this thread. Thread-safe
+ * (per-thread state). */
 const char* laya_last_error_message(void);
 
 /* Opens and fully validates (checksum included) the model file `path`; on success
@@ -162,6 +170,87 @@ laya_status laya_session_set_punctuation_slot(laya_session* session, int32_t on)
  * start clean. Constant time.
  * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
 laya_status laya_session_forget_context(laya_session* session);
+
+/* ---- Personalisation: the learned history (docs/personalisation.md) ----
+ *
+ * A laya_user holds what Laya learned from one person: the words they committed (words the
+ * model does not know included), which word followed which, with a forgetting curve and a size
+ * cap, a blocklist, and an incognito switch. Sessions given it (laya_session_set_user) mix it
+ * into their rankings and learn into it (laya_session_learn); it survives model swaps. The
+ * laya_user_* calls are thread-safe: the history has its own lock, so it may be changed or
+ * saved while sessions on other threads predict with it. Freeing a handle must not race with
+ * other calls on that handle. Words (utf8, len) are UTF-8 with an explicit length, like
+ * contexts; utf8 may be NULL only if len == 0. */
+
+/* Creates an empty in-memory history (laya_user_save can write it to a file later).
+ * Errors: LAYA_ERR_NULL_ARGUMENT. */
+laya_status laya_user_new(laya_user** out_user);
+
+/* Opens the history stored in the user file `path`. A missing file gives an empty history
+ * (the first laya_user_save creates it). A file that is not a readable user file (damaged,
+ * truncated, foreign, written by a newer Laya) is renamed to "<path>.corrupt-<seconds>" and
+ * the history starts empty: the call still returns LAYA_OK, writes 1 to *out_set_aside and
+ * leaves a warning naming the new path in laya_last_error_message(), for the keyboard to show;
+ * otherwise it writes 0 there. out_set_aside may be NULL (not written).
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_IO (no permission, the rename failed, ...);
+ * *out_user is NULL on error. */
+laya_status laya_user_open(const char* path, laya_user** out_user, int32_t* out_set_aside);
+
+/* Writes the history to the user file `path` atomically: a temporary file with mode 0600 in
+ * the same directory, fsynced, renamed over `path`; concurrent saves of one file (threads or
+ * processes) are serialised by "<path>.lock". A reader sees the old file or the new one.
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_IO (the old file is left as it was). */
+laya_status laya_user_save(const laya_user* user, const char* path);
+
+/* Frees a user handle; NULL is ignored. Sessions given the history keep it alive (and keep
+ * learning into it); it is released with the last of them. */
+void laya_user_free(laya_user* user);
+
+/* Makes `user` the history the session ranks with and learns into, from its next call; the
+ * session keeps its own reference. Give one history to every session that types for the same
+ * person. Kept across model swaps.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
+laya_status laya_session_set_user(laya_session* session, const laya_user* user);
+
+/* Learns committed text utf8[0..len) into the session's history: cut into words with the
+ * current model's lexicon and the words already learned; punctuation, numbers, words over 16
+ * characters and blocked words are skipped. Writes the number of words counted to
+ * *out_learned (0 in incognito and on any error; out_learned may be NULL). Call it when text
+ * is committed, not per keystroke (it allocates).
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_INVALID_UTF8 (nothing learned).
+ * Same threading rule as laya_session_predict. */
+laya_status laya_session_learn(laya_session* session, const char* utf8, size_t len, size_t* out_learned);
+
+/* Forgets the word utf8[0..len): its count and every pair it is in. Writes 1 to
+ * *out_forgotten if it was learned, 0 if not (out_forgotten may be NULL).
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_INVALID_UTF8. */
+laya_status laya_user_forget(laya_user* user, const char* utf8, size_t len, int32_t* out_forgotten);
+
+/* Forgets everything learned; the blocklist and the incognito switch stay.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. */
+laya_status laya_user_clear(laya_user* user);
+
+/* Never suggests the word utf8[0..len) again, whatever the network or the history says, and
+ * forgets its history. Blocking a word already blocked changes nothing. The blocklist is saved
+ * in the user file.
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_INVALID_UTF8, LAYA_ERR_INVALID_ARGUMENT (over 1024
+ * bytes: no word is). */
+laya_status laya_user_block(laya_user* user, const char* utf8, size_t len);
+
+/* Lifts the block on the word utf8[0..len). Writes 1 to *out_was_blocked if it was blocked, 0
+ * if not (out_was_blocked may be NULL).
+ * Errors: LAYA_ERR_NULL_ARGUMENT, LAYA_ERR_INVALID_UTF8. */
+laya_status laya_user_unblock(laya_user* user, const char* utf8, size_t len, int32_t* out_was_blocked);
+
+/* Incognito when on is non-zero: laya_session_learn learns nothing into this history
+ * (predictions still use what was learned before); 0 turns learning back on. Not stored in the
+ * user file: a reopened history learns.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. */
+laya_status laya_user_set_incognito(laya_user* user, int32_t on);
+
+/* Writes the number of words in the history to *out_words.
+ * Errors: LAYA_ERR_NULL_ARGUMENT. */
+laya_status laya_user_len(const laya_user* user, size_t* out_words);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
-//! The C ABI of Laya: opaque handles for an engine (one hot-swappable model) and per-thread
-//! sessions, predictions written into caller-owned arrays without allocating, status codes
-//! plus a thread-local error message. The C declarations are in `include/laya.h`, kept in sync
+//! The C ABI of Laya: opaque handles for an engine (one hot-swappable model), per-thread
+//! sessions and a user's learned history (shared between sessions, kept in a user file),
+//! predictions written into caller-owned arrays without allocating, status codes plus a
+//! thread-local error message. The C declarations are in `include/laya.h`, kept in sync
 //! with this file by `tests/header.rs`.
 //!
 //! The same functions are callable from Rust (the `rlib` crate type), which is how the tests
@@ -36,7 +37,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::ptr;
 
-use laya_runtime::{Engine, EngineSession, LoadError, DEFAULT_MAX_K};
+use laya_runtime::{Engine, EngineSession, LoadError, User, UserFileError, DEFAULT_MAX_K};
 
 /// Result of every fallible call. `LAYA_OK` is 0; anything else is an error whose details are
 /// in [`laya_last_error_message`].
@@ -45,9 +46,9 @@ pub type laya_status = i32;
 pub const LAYA_OK: laya_status = 0;
 /// A required pointer argument was NULL.
 pub const LAYA_ERR_NULL_ARGUMENT: laya_status = 1;
-/// The context or a path is not valid UTF-8.
+/// A context, committed text, a word or (off POSIX) a path is not valid UTF-8.
 pub const LAYA_ERR_INVALID_UTF8: laya_status = 2;
-/// A model file could not be opened or read.
+/// A model file could not be opened or read, or a user file could not be read or written.
 pub const LAYA_ERR_IO: laya_status = 3;
 /// A model file failed validation (corrupt, truncated, wrong version, bad checksum...).
 pub const LAYA_ERR_INVALID_MODEL: laya_status = 4;
@@ -106,6 +107,14 @@ pub struct laya_session {
     offsets: Vec<usize>,
 }
 
+/// Opaque: one person's learned history (`laya_runtime::User`): the words they committed,
+/// which word followed which, the blocklist and the incognito switch. Shareable between
+/// threads and sessions; each session given it holds its own reference, so freeing the
+/// handle does not end the sessions' use of it.
+pub struct laya_user {
+    user: User,
+}
+
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
@@ -152,6 +161,28 @@ fn load_failure(e: LoadError) -> Failure {
     (status, e.to_string())
 }
 
+/// A user file that could not be read or written. `User::open` and `User::save` fail only
+/// with `UserFileError::Io` (an unreadable file is set aside, not an error).
+fn user_file_failure(e: UserFileError) -> Failure {
+    (LAYA_ERR_IO, e.to_string())
+}
+
+/// The UTF-8 text `utf8[0..len]`, named `what` in error messages.
+///
+/// # Safety
+/// `utf8` is NULL (then `len` must be 0, or the call fails) or `len` bytes readable for `'a`.
+unsafe fn text_arg<'a>(utf8: *const c_char, len: usize, what: &str) -> Result<&'a str, Failure> {
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else if utf8.is_null() {
+        return Err(null(&format!("utf8 (with len > 0) for the {what}")));
+    } else {
+        // SAFETY: non-NULL and `len` readable bytes for `'a` by the caller's contract.
+        unsafe { std::slice::from_raw_parts(utf8.cast::<u8>(), len) }
+    };
+    std::str::from_utf8(bytes).map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("{what} is not valid UTF-8: {e}")))
+}
+
 /// # Safety
 /// `path` is NULL or a NUL-terminated string.
 unsafe fn path_arg(path: *const c_char) -> Result<PathBuf, Failure> {
@@ -194,8 +225,10 @@ pub extern "C" fn laya_status_name(status: laya_status) -> *const c_char {
     name.as_ptr()
 }
 
-/// The message of the most recent failed call on this thread ("" if none), NUL-terminated.
-/// Valid until the next failing Laya call on the same thread. Thread-safe (per thread).
+/// The message of the most recent failed call on this thread ("" if none), NUL-terminated;
+/// also the warning of a [`laya_user_open`] that set an unreadable user file aside. Valid
+/// until the next failing Laya call (or such an open) on the same thread. Thread-safe (per
+/// thread).
 #[no_mangle]
 pub extern "C" fn laya_last_error_message() -> *const c_char {
     catch_unwind(|| LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr())).unwrap_or(c"".as_ptr())
@@ -339,16 +372,9 @@ pub unsafe extern "C" fn laya_session_predict(
         unsafe { *n_out = 0 };
         // SAFETY: NULL or a live session with exclusive access by the caller's contract.
         let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
-        let bytes: &[u8] = if len == 0 {
-            &[]
-        } else if utf8.is_null() {
-            return Err(null("utf8 (with len > 0)"));
-        } else {
-            // SAFETY: non-NULL and `len` readable bytes by the caller's contract; the slice
-            // lives only for this call.
-            unsafe { std::slice::from_raw_parts(utf8.cast::<u8>(), len) }
-        };
-        let context = std::str::from_utf8(bytes).map_err(|e| (LAYA_ERR_INVALID_UTF8, format!("context is not valid UTF-8: {e}")))?;
+        // SAFETY: forwarded caller contract on `utf8` and `len`; the text lives only for this
+        // call.
+        let context = unsafe { text_arg(utf8, len, "context") }?;
         if cap > 0 && out.is_null() {
             return Err(null("out (with cap > 0)"));
         }
@@ -498,6 +524,291 @@ pub unsafe extern "C" fn laya_session_forget_context(session: *mut laya_session)
         // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
         let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
         s.inner.session().forget_context();
+        Ok(())
+    })
+}
+
+/// Creates an empty in-memory history in `*out_user` (see [`laya_user_open`] for one kept in a
+/// file; [`laya_user_save`] can still write this one to a file).
+///
+/// # Safety
+/// `out_user` is NULL or valid for one pointer write.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_new(out_user: *mut *mut laya_user) -> laya_status {
+    guard(|| {
+        if out_user.is_null() {
+            return Err(null("out_user"));
+        }
+        let handle = Box::into_raw(Box::new(laya_user { user: User::new() }));
+        // SAFETY: non-NULL; the caller guarantees it is writable.
+        unsafe { *out_user = handle };
+        Ok(())
+    })
+}
+
+/// Opens the history stored in the user file `path` (`laya_runtime::User::open`) into
+/// `*out_user`. A missing file gives an empty history (the first [`laya_user_save`] creates
+/// it). A file that is not a readable user file (damaged, truncated, foreign, from a newer
+/// Laya) is renamed to `<path>.corrupt-<seconds>` and the history starts empty: the call still
+/// returns `LAYA_OK`, writes 1 to `*out_set_aside` and leaves a warning naming the new path in
+/// [`laya_last_error_message`], for the keyboard to show; otherwise it writes 0 there. Only an
+/// I/O error (no permission, the rename failing, ...) is an error: `LAYA_ERR_IO`, with
+/// `*out_user` NULL.
+///
+/// # Safety
+/// `path` is NULL or NUL-terminated; `out_user` is NULL or valid for one pointer write;
+/// `out_set_aside` is NULL (then not written) or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_open(path: *const c_char, out_user: *mut *mut laya_user, out_set_aside: *mut i32) -> laya_status {
+    guard(|| {
+        if out_user.is_null() {
+            return Err(null("out_user"));
+        }
+        // SAFETY: non-NULL; the caller guarantees it is writable.
+        unsafe { *out_user = ptr::null_mut() };
+        // SAFETY: NULL or writable by the caller's contract.
+        let mut set_aside = unsafe { out_set_aside.as_mut() };
+        if let Some(flag) = set_aside.as_deref_mut() {
+            *flag = 0;
+        }
+        // SAFETY: forwarded caller contract on `path`.
+        let path = unsafe { path_arg(path) }?;
+        let opened = User::open(&path).map_err(user_file_failure)?;
+        if let Some(aside) = &opened.set_aside {
+            set_error(&aside.to_string());
+            if let Some(flag) = set_aside {
+                *flag = 1;
+            }
+        }
+        let handle = Box::into_raw(Box::new(laya_user { user: opened.user }));
+        // SAFETY: as above.
+        unsafe { *out_user = handle };
+        Ok(())
+    })
+}
+
+/// Writes the history to the user file `path` atomically (`laya_runtime::User::save`): a
+/// temporary file with mode 0600 in the same directory, fsynced and renamed over `path`;
+/// concurrent saves of one file (threads or processes) are serialised by `<path>.lock`. A
+/// reader sees the old file or the new one, never a mix. Errors: `LAYA_ERR_NULL_ARGUMENT`,
+/// `LAYA_ERR_IO` (the old file, if any, is left as it was). Thread-safe: may run while
+/// sessions predict with and learn into this history.
+///
+/// # Safety
+/// `user` is NULL or a live user handle; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_save(user: *const laya_user, path: *const c_char) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract; only shared access.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        // SAFETY: forwarded caller contract on `path`.
+        let path = unsafe { path_arg(path) }?;
+        user.user.save(&path).map_err(user_file_failure)
+    })
+}
+
+/// Frees a user handle. NULL is ignored. Sessions given the history with
+/// [`laya_session_set_user`] keep it alive and keep learning into it; it is released with the
+/// last of them.
+///
+/// # Safety
+/// `user` is NULL or a live handle from [`laya_user_new`] or [`laya_user_open`], not used
+/// afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_free(user: *mut laya_user) {
+    if user.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: made by Box::into_raw in laya_user_new or laya_user_open and freed once.
+        drop(unsafe { Box::from_raw(user) });
+    }));
+}
+
+/// Makes `user` the history the session ranks with and learns into, from its next call
+/// (`laya_runtime::Session::set_user`); the session keeps its own reference. Give one history
+/// to every session that types for the same person. Kept across model swaps.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call; `user` is NULL
+/// or a live user handle.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_set_user(session: *mut laya_session, user: *const laya_user) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        // SAFETY: NULL or a live handle by the caller's contract; only shared access.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        s.inner.session().set_user(user.user.clone());
+        Ok(())
+    })
+}
+
+/// Learns committed text `utf8[0..len]` into the session's history
+/// (`laya_runtime::Session::learn`): cut into words with the current model's lexicon and the
+/// words already learned, punctuation, numbers and blocked words skipped. Writes the number of
+/// words counted to `*out_learned` (0 in incognito, and on any error). Call it when text is
+/// committed, not per keystroke (it allocates).
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call; `utf8` is
+/// NULL (only with `len == 0`) or `len` readable bytes; `out_learned` is NULL (then not
+/// written) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_learn(
+    session: *mut laya_session,
+    utf8: *const c_char,
+    len: usize,
+    out_learned: *mut usize,
+) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or writable by the caller's contract.
+        let mut out = unsafe { out_learned.as_mut() };
+        if let Some(n) = out.as_deref_mut() {
+            *n = 0;
+        }
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        // SAFETY: forwarded caller contract on `utf8` and `len`; the text lives only for this
+        // call.
+        let text = unsafe { text_arg(utf8, len, "text") }?;
+        // Cut with the model that will serve the next prediction.
+        s.inner.refresh();
+        let learned = s.inner.session().learn(text);
+        if let Some(n) = out {
+            *n = learned;
+        }
+        Ok(())
+    })
+}
+
+/// Forgets the word `utf8[0..len]`: its count and every pair it is in. Writes 1 to
+/// `*out_forgotten` when it was learned, 0 when not. Thread-safe.
+///
+/// # Safety
+/// `user` is NULL or a live user handle; `utf8` is NULL (only with `len == 0`) or `len`
+/// readable bytes; `out_forgotten` is NULL (then not written) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_forget(user: *mut laya_user, utf8: *const c_char, len: usize, out_forgotten: *mut i32) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or writable by the caller's contract.
+        let mut out = unsafe { out_forgotten.as_mut() };
+        if let Some(flag) = out.as_deref_mut() {
+            *flag = 0;
+        }
+        // SAFETY: NULL or a live handle by the caller's contract; the history has its own lock.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        // SAFETY: forwarded caller contract on `utf8` and `len`.
+        let word = unsafe { text_arg(utf8, len, "word") }?;
+        let forgotten = user.user.write().forget(word);
+        if let Some(flag) = out {
+            *flag = i32::from(forgotten);
+        }
+        Ok(())
+    })
+}
+
+/// Forgets everything learned; the blocklist and the incognito switch stay. Thread-safe.
+///
+/// # Safety
+/// `user` is NULL or a live user handle.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_clear(user: *mut laya_user) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract; the history has its own lock.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        user.user.write().clear();
+        Ok(())
+    })
+}
+
+/// Never suggests the word `utf8[0..len]` again, whatever the network or the history says,
+/// and forgets its history. Blocking a word already blocked changes nothing. Errors:
+/// `LAYA_ERR_NULL_ARGUMENT`, `LAYA_ERR_INVALID_UTF8`, `LAYA_ERR_INVALID_ARGUMENT` (longer than
+/// 1,024 bytes, `laya_runtime::MAX_BLOCKED_BYTES`: no word is). The empty word is never a
+/// candidate; blocking it changes nothing. Thread-safe.
+///
+/// # Safety
+/// `user` is NULL or a live user handle; `utf8` is NULL (only with `len == 0`) or `len`
+/// readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_block(user: *mut laya_user, utf8: *const c_char, len: usize) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract; the history has its own lock.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        // SAFETY: forwarded caller contract on `utf8` and `len`.
+        let word = unsafe { text_arg(utf8, len, "word") }?;
+        if word.len() > laya_runtime::MAX_BLOCKED_BYTES {
+            return Err((
+                LAYA_ERR_INVALID_ARGUMENT,
+                format!("a blocked word is at most {} bytes; this one has {}", laya_runtime::MAX_BLOCKED_BYTES, word.len()),
+            ));
+        }
+        user.user.write().block(word);
+        Ok(())
+    })
+}
+
+/// Lifts the block on the word `utf8[0..len]`. Writes 1 to `*out_was_blocked` when it was
+/// blocked, 0 when not. Thread-safe.
+///
+/// # Safety
+/// `user` is NULL or a live user handle; `utf8` is NULL (only with `len == 0`) or `len`
+/// readable bytes; `out_was_blocked` is NULL (then not written) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_unblock(
+    user: *mut laya_user,
+    utf8: *const c_char,
+    len: usize,
+    out_was_blocked: *mut i32,
+) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or writable by the caller's contract.
+        let mut out = unsafe { out_was_blocked.as_mut() };
+        if let Some(flag) = out.as_deref_mut() {
+            *flag = 0;
+        }
+        // SAFETY: NULL or a live handle by the caller's contract; the history has its own lock.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        // SAFETY: forwarded caller contract on `utf8` and `len`.
+        let word = unsafe { text_arg(utf8, len, "word") }?;
+        let was = user.user.write().unblock(word);
+        if let Some(flag) = out {
+            *flag = i32::from(was);
+        }
+        Ok(())
+    })
+}
+
+/// Incognito when `on` is non-zero: [`laya_session_learn`] learns nothing into this history
+/// (predictions still use what was learned before); 0 turns learning back on. The switch is
+/// not stored in the user file: a reopened history learns. Thread-safe.
+///
+/// # Safety
+/// `user` is NULL or a live user handle.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_set_incognito(user: *mut laya_user, on: i32) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle by the caller's contract; the history has its own lock.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        user.user.write().set_incognito(on != 0);
+        Ok(())
+    })
+}
+
+/// Writes the number of words in the history to `*out_words`. Thread-safe.
+///
+/// # Safety
+/// `user` is NULL or a live user handle; `out_words` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn laya_user_len(user: *const laya_user, out_words: *mut usize) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or writable by the caller's contract.
+        let out = unsafe { out_words.as_mut() }.ok_or_else(|| null("out_words"))?;
+        *out = 0;
+        // SAFETY: NULL or a live handle by the caller's contract; only shared access.
+        let user = unsafe { user.as_ref() }.ok_or_else(|| null("user"))?;
+        *out = user.user.read().len();
         Ok(())
     })
 }

@@ -76,6 +76,78 @@ pub fn is_unspaced_script(c: char) -> bool {
             | 0xFF00..=0xFFEF | 0x2014 | 0x2018..=0x201F | 0x2026)
 }
 
+fn is_joiner(c: char) -> bool {
+    matches!(c, '\'' | '\u{2019}' | '-' | '.')
+}
+
+/// Splits one whitespace-free `run` into words, appending their byte ranges (offset by
+/// `start`) to `out`: each maximal run of Han ideographs goes to `cut_han` (a dictionary
+/// segmenter: jieba in `laya-text`, the model's lexicon in the runtime's `learn`), which
+/// appends ranges relative to the Han text it is given; a run of letters and digits is one word,
+/// keeping an inner `'`, `’`, `-` or `.` between two of them (`don't`, `term-end`, `3.5`);
+/// every other character is a word of its own, except that a run of one repeated character
+/// (`——`, `……`, `...`) stays one word. One rule for training text, evaluation and learning.
+///
+/// ```
+/// let mut out = Vec::new();
+/// // A Han cutter that keeps every Han run whole.
+/// laya_format::punct::split_run("don't你好!!", 10, &mut |han: &str, out: &mut Vec<std::ops::Range<usize>>| out.push(0..han.len()), &mut out);
+/// assert_eq!(out, vec![10..15, 15..21, 21..23]);
+/// ```
+pub fn split_run(
+    run: &str,
+    start: usize,
+    cut_han: &mut dyn FnMut(&str, &mut Vec<std::ops::Range<usize>>),
+    out: &mut Vec<std::ops::Range<usize>>,
+) {
+    let mut rest = run.char_indices().peekable();
+    while let Some((b, c)) = rest.next() {
+        let mut end = b + c.len_utf8();
+        if is_han(c) {
+            while let Some(&(e, d)) = rest.peek() {
+                if !is_han(d) {
+                    break;
+                }
+                end = e + d.len_utf8();
+                rest.next();
+            }
+            let from = out.len();
+            cut_han(&run[b..end], out);
+            for r in &mut out[from..] {
+                *r = start + b + r.start..start + b + r.end;
+            }
+            continue;
+        }
+        if c.is_alphanumeric() {
+            loop {
+                let tail = &run[end..];
+                let mut it = tail.chars();
+                match (it.next(), it.next()) {
+                    (Some(d), _) if d.is_alphanumeric() && !is_han(d) => {
+                        end += d.len_utf8();
+                        rest.next();
+                    }
+                    (Some(j), Some(d)) if is_joiner(j) && d.is_alphanumeric() && !is_han(d) => {
+                        end += j.len_utf8() + d.len_utf8();
+                        rest.next();
+                        rest.next();
+                    }
+                    _ => break,
+                }
+            }
+        } else {
+            while let Some(&(e, d)) = rest.peek() {
+                if d != c {
+                    break;
+                }
+                end = e + d.len_utf8();
+                rest.next();
+            }
+        }
+        out.push(start + b..start + end);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,6 +91,13 @@ impl Lexicon {
         }
     }
 
+    /// The id of `word`, if it is in the lexicon.
+    pub(crate) fn id_of(&self, word: &str) -> Option<usize> {
+        let r = self.prefix_range(word.as_bytes());
+        let id = self.id_at(r.start.min(self.len().saturating_sub(1)));
+        (!r.is_empty() && self.word(id) == word).then_some(id)
+    }
+
     /// Positions (in sorted order) of every word whose bytes start with `prefix`.
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
         // Only the words that start with the prefix's first character, found by integer search.

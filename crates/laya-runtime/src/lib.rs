@@ -23,11 +23,13 @@
 mod engine;
 mod error;
 mod install;
+mod learn;
 mod lexicon;
 mod model;
 mod session;
 mod stages;
 mod storage;
+mod user;
 
 pub use engine::{Engine, EngineSession, SwapReport};
 pub use error::LoadError;
@@ -38,3 +40,7 @@ pub use session::{
     ActPrecision, Candidate, CompletionRule, Predictions, Session, DEFAULT_COMPLETION_PRIOR, DEFAULT_MAX_K, MAX_INCREMENTAL_CHARS,
 };
 pub use stages::{Stage, StageTimes};
+pub use user::{
+    mix_candidates, MixParams, Opened, SetAside, User, UserFileError, UserModel, DEFAULT_CAPACITY, DEFAULT_HALF_LIFE, DEFAULT_MIX,
+    FOLLOWERS, MAX_BLOCKED_BYTES, MAX_WORD_CHARS, USER_FILE_VERSION,
+};

@@ -163,6 +163,21 @@ pub struct Model {
     pub(crate) prior_shift: Vec<f32>,
     /// A factorised word head (docs/format.md §3 step 5), or `None` for a flat one.
     pub(crate) classes: Option<WordClasses>,
+    /// Per word, the frequency that cuts learned text into words: the dictionary's where the
+    /// file has one, else the corpus count.
+    word_freq: Vec<u32>,
+    /// The unigram model of `word_freq`, computed at the first learned text.
+    word_logp: std::sync::OnceLock<WordLogp>,
+}
+
+/// The unigram model that cuts learned text into words (`Session::learn`).
+pub(crate) struct WordLogp {
+    /// Per lexicon word, `ln` of its share of the frequencies (a word without one counts 1).
+    pub logp: Vec<f32>,
+    /// A single character outside the lexicon: half the rarest word's share.
+    pub unknown: f32,
+    /// A learned word outside the lexicon: the median word's share.
+    pub learned: f32,
 }
 
 /// The class head of a factorised word head and, per class, its words' rows of `output.weight`
@@ -370,6 +385,11 @@ impl Model {
             output: if file.output_class.is_some() { mat(&file.output_w)? } else { lin(&file.output_w)? },
             output_b: f32s(&file.output_b),
             prior_shift: file.meta.dict_frequencies.as_deref().map(|d| prior_shift(&file.meta.frequencies, d)).unwrap_or_default(),
+            word_freq: match file.meta.dict_frequencies.take() {
+                Some(d) if d.iter().any(|&f| f > 0) => d,
+                _ => std::mem::take(&mut file.meta.frequencies),
+            },
+            word_logp: std::sync::OnceLock::new(),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
             lexicon: Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order)),
@@ -381,6 +401,18 @@ impl Model {
         drop(file);
         // The parts hold byte ranges, not references, so the storage can move in now.
         Ok(Model { storage, ..parts })
+    }
+
+    /// The unigram model that cuts learned text. Computed once, at the first call.
+    pub(crate) fn word_logp(&self) -> &WordLogp {
+        self.word_logp.get_or_init(|| {
+            let total: f64 = self.word_freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
+            let logp: Vec<f32> = self.word_freq.iter().map(|&f| (f.max(1) as f64 / total).ln() as f32).collect();
+            let mut sorted = logp.clone();
+            sorted.sort_by(f32::total_cmp);
+            let learned = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+            WordLogp { logp, unknown: (0.5 / total).ln() as f32, learned }
+        })
     }
 
     /// The model's hyper-parameters.

@@ -11,6 +11,7 @@ use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 use crate::lexicon::Lexicon;
 use crate::model::{Config, Layer, Mat, Model, Packed, WordClasses};
 use crate::stages::{Stage, StageTimes};
+use crate::user::{mix_into, MixParams, MixScratch, User, DEFAULT_MIX};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
 pub const DEFAULT_MAX_K: usize = 64;
@@ -87,12 +88,17 @@ pub struct Candidate<'a> {
     pub p: f32,
 }
 
+/// A candidate while ranking: a lexicon id, or a learned word's slot with `user::mix::USER_BIT`.
 #[derive(Debug, Clone, Copy)]
-struct Hit {
-    id: u32,
-    replace: u32,
-    score: f32,
+pub(crate) struct Hit {
+    pub(crate) id: u32,
+    pub(crate) replace: u32,
+    pub(crate) score: f32,
 }
+
+/// Extra network candidates ranked when a history is mixed in: the mix scales each replace
+/// class by its own factor, so the network's order across classes can change a little.
+const MIX_EXTRA: usize = 1;
 
 struct Scratch {
     cps: Vec<u32>,
@@ -147,6 +153,9 @@ struct Scratch {
     rows_int8: bool,
     /// Word-head rows computed in this prediction.
     word_rows: usize,
+    /// Per replace class: the network's probability mass on it (unnormalised until the end of
+    /// ranking).
+    class_mass: Vec<f32>,
 }
 
 const COLD: u8 = 0;
@@ -241,6 +250,36 @@ pub struct Session {
     rule: CompletionRule,
     punctuation_slot: bool,
     times: StageTimes,
+    personal: Personal,
+}
+
+/// A session's learned history and what it derives from it.
+struct Personal {
+    user: User,
+    mix: MixParams,
+    scratch: MixScratch,
+    /// Per lexicon id: blocked by the user (empty when nothing is blocked).
+    blocked: Vec<bool>,
+    /// The blocklist generation `blocked` was built from (`None`: rebuild).
+    blocked_seen: Option<u64>,
+    /// The learned words on the bar, copied out of the history: `text[spans[j]]`.
+    text: String,
+    spans: Vec<(u32, u32)>,
+}
+
+impl Personal {
+    fn new(user: User, mix: MixParams, c: &Config, max_k: usize) -> Personal {
+        let hits = max_k + MIX_EXTRA;
+        Personal {
+            user,
+            mix,
+            scratch: MixScratch::new(c.replace_classes, hits),
+            blocked: Vec::new(),
+            blocked_seen: None,
+            text: String::with_capacity(hits * 4 * crate::user::MAX_WORD_CHARS),
+            spans: Vec::with_capacity(hits),
+        }
+    }
 }
 
 /// How a session turns the two heads into scores of `(w, i)` pairs (docs/format.md §3 step 6):
@@ -305,6 +344,9 @@ impl std::str::FromStr for CompletionRule {
 pub struct Predictions<'a> {
     model: &'a Model,
     hits: &'a [Hit],
+    /// Learned words on the bar and where each is in `user_text`.
+    user_text: &'a str,
+    user_spans: &'a [(u32, u32)],
     /// The context ends in Chinese text, so a punctuation candidate takes its Chinese form.
     cjk: bool,
 }
@@ -321,6 +363,10 @@ impl<'a> Predictions<'a> {
     /// Candidate `i`, best first.
     pub fn get(&self, i: usize) -> Option<Candidate<'a>> {
         self.hits.get(i).map(|h| {
+            if h.id & crate::user::USER_BIT != 0 {
+                let (a, b) = self.user_spans[(h.id & !crate::user::USER_BIT) as usize];
+                return Candidate { word: &self.user_text[a as usize..b as usize], replace: h.replace as usize, p: h.score };
+            }
             let (lex, id) = (&self.model.lexicon, h.id as usize);
             let word = lex.word(id);
             let word = if self.cjk && lex.is_punct(id) { laya_format::cjk_punctuation(word).unwrap_or(word) } else { word };
@@ -362,7 +408,7 @@ impl Session {
             logits: vec![0.0; c.vocab],
             rlogits: vec![0.0; c.replace_classes],
             suffix: Vec::with_capacity(4 * c.replace_classes),
-            hits: Vec::with_capacity(max_k.min(c.vocab * c.replace_classes).max(1)),
+            hits: Vec::with_capacity(max_k + MIX_EXTRA),
             fi: vec![0.0; c.replace_classes],
             ranges: vec![0..0; c.replace_classes],
             share: vec![0.0; c.vocab],
@@ -381,7 +427,9 @@ impl Session {
             top: Vec::with_capacity(max_k + 3),
             rows_int8: false,
             word_rows: 0,
+            class_mass: vec![0.0; c.replace_classes],
         };
+        let personal = Personal::new(User::new(), DEFAULT_MIX, c, max_k);
         let mut session = Session {
             model,
             s,
@@ -393,6 +441,7 @@ impl Session {
             rule: CompletionRule::default(),
             punctuation_slot: false,
             times: StageTimes::default(),
+            personal,
         };
         session.refresh_prior();
         session
@@ -571,6 +620,9 @@ impl Session {
                 && a.word_classes == b.word_classes
                 && a.largest_class == b.largest_class
         };
+        // The learned history belongs to the person, not the model: it stays; the marks of
+        // blocked lexicon ids are rebuilt for the new lexicon.
+        self.personal.blocked_seen = None;
         if same_shape {
             self.model = model;
             self.s.kv.valid = false;
@@ -578,7 +630,9 @@ impl Session {
         } else {
             let (profiling, act, beta, rule, lambda, punct) =
                 (self.profiling, self.act, self.completion_exponent, self.rule, self.completion_prior, self.punctuation_slot);
+            let (user, mix) = (self.personal.user.clone(), self.personal.mix);
             *self = Session::with_max_k(model, self.max_k);
+            self.personal = Personal::new(user, mix, &self.model.cfg, self.max_k);
             self.profiling = profiling;
             self.punctuation_slot = punct;
             self.act = act;
@@ -619,7 +673,15 @@ impl Session {
         let k = k.min(self.max_k);
         let mut clock = Clock::new(self.profiling);
         let n_chars = self.forward(context, &mut clock);
-        self.rank(n_chars, k, &mut clock);
+        self.refresh_blocked();
+        let personal = k > 0 && !self.personal.user.read().is_empty();
+        self.rank(n_chars, if personal { k + MIX_EXTRA } else { k }, &mut clock);
+        self.personal.spans.clear();
+        self.personal.text.clear();
+        if personal {
+            self.personalise(context, n_chars, k);
+            clock.lap(Stage::Rank);
+        }
         if self.profiling {
             self.times.predictions += 1;
             self.times.reused += u64::from(self.s.kv.reused);
@@ -627,7 +689,119 @@ impl Session {
             self.times.add(&clock.acc);
         }
         let cjk = context.chars().rev().find(|c| !c.is_whitespace()).is_some_and(laya_format::punct::is_unspaced_script);
-        Predictions { model: &self.model, hits: &self.s.hits, cjk }
+        Predictions { model: &self.model, hits: &self.s.hits, cjk, user_text: &self.personal.text, user_spans: &self.personal.spans }
+    }
+
+    /// Mixes the learned history into the network's candidates (docs/personalisation.md) and
+    /// copies the learned words that reach the bar out of it. Allocates nothing.
+    fn personalise(&mut self, context: &str, n_chars: usize, k: usize) {
+        let Session { model, s, personal, .. } = self;
+        let user = personal.user.read();
+        let max_i = (s.class_mass.len() - 1).min(n_chars);
+        let lexicon = &model.lexicon;
+        let word = |id: u32| lexicon.word(id as usize);
+        mix_into(
+            &user,
+            &personal.mix,
+            context,
+            &s.class_mass[..=max_i],
+            &s.rlogits[..=max_i],
+            &mut s.hits,
+            k,
+            &word,
+            &mut personal.scratch,
+        );
+        for h in s.hits.iter_mut() {
+            if h.id & crate::user::USER_BIT != 0 {
+                let w = user.word_of(h.id & !crate::user::USER_BIT);
+                let a = personal.text.len() as u32;
+                personal.text.push_str(w);
+                h.id = crate::user::USER_BIT | personal.spans.len() as u32;
+                personal.spans.push((a, personal.text.len() as u32));
+            }
+        }
+    }
+
+    /// Rebuilds the per-lexicon marks of blocked words when the blocklist or the model changed.
+    fn refresh_blocked(&mut self) {
+        let p = &mut self.personal;
+        let user = p.user.read();
+        let generation = user.block_generation();
+        if p.blocked_seen == Some(generation) {
+            return;
+        }
+        p.blocked_seen = Some(generation);
+        p.blocked.clear();
+        let lex = &self.model.lexicon;
+        for id in user.blocklist().filter_map(|w| lex.id_of(w)) {
+            if p.blocked.is_empty() {
+                p.blocked.resize(lex.len(), false);
+            }
+            p.blocked[id] = true;
+        }
+    }
+
+    /// The learned history this session ranks with (an empty in-memory one unless
+    /// [`Session::set_user`] gave another). Learn through it, or through [`Session::learn`].
+    pub fn user(&self) -> &User {
+        &self.personal.user
+    }
+
+    /// Ranks with `user`'s history from the next prediction on (share one [`User`] between the
+    /// sessions that type for the same person). Kept across [`Session::set_model`].
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// let user = laya_runtime::User::new();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// s.set_user(user.clone());
+    /// s.learn("拉雅");
+    /// assert!(user.read().count("拉雅") > 0.99);
+    /// assert!(s.predict("拉", 5).iter().any(|c| c.word == "拉雅" && c.replace == 1));
+    /// ```
+    pub fn set_user(&mut self, user: User) {
+        self.personal.user = user;
+        self.personal.blocked_seen = None;
+    }
+
+    /// How strongly the history weighs against the network (default [`crate::DEFAULT_MIX`]).
+    pub fn set_mix(&mut self, mix: MixParams) {
+        self.personal.mix = mix;
+    }
+
+    /// The mix settings (see [`Session::set_mix`]).
+    pub fn mix(&self) -> MixParams {
+        self.personal.mix
+    }
+
+    /// Learns committed text: cuts it into words (the word rules of the training text, Han runs
+    /// cut against this model's lexicon and the words already learned; a short commit of
+    /// unknown characters, a name say, is one word) and learns them in order
+    /// ([`crate::UserModel::learn_words`]). Returns the number of words counted, 0 in
+    /// incognito. Costs microseconds; allocates (it is not on the per-keystroke path).
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// assert_eq!(s.learn("hello, world"), 2); // punctuation is not learned
+    /// s.user().write().set_incognito(true);
+    /// assert_eq!(s.learn("again"), 0);
+    /// ```
+    pub fn learn(&mut self, text: &str) -> usize {
+        let (lex, u) = (&self.model.lexicon, self.model.word_logp());
+        let ranges = {
+            let user = self.personal.user.read();
+            let score = |w: &str| match lex.id_of(w) {
+                Some(id) => Some(u.logp[id]),
+                None => (user.count(w) > 0.0).then_some(u.learned),
+            };
+            crate::learn::cut(text, &score, u.unknown)
+        };
+        self.personal.user.write().learn_words(ranges.into_iter().map(|r| &text[r]))
     }
 
     /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class
@@ -888,14 +1062,16 @@ impl Session {
     /// Top-k admissible (word, replace) pairs scored by the session's [`CompletionRule`],
     /// normalised over all admissible pairs (docs/format.md §3 step 6).
     fn rank(&mut self, n_chars: usize, k: usize, clock: &mut Clock) {
-        let Session { model, s, completion_exponent, rule, punctuation_slot, .. } = self;
+        let Session { model, s, completion_exponent, rule, punctuation_slot, personal, .. } = self;
+        let blocked: &[bool] = &personal.blocked;
         let (beta, rule, punctuation_slot) = (*completion_exponent, *rule, *punctuation_slot);
         let m: &Model = model;
         let t = m.cfg.context_length;
         let Scratch {
             logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, ..
         } = s;
-        let Scratch { clogits: pc, class_state, class_tmp, touched, order, top, z, xq, rows_int8, word_rows, .. } = s;
+        let Scratch { clogits: pc, class_state, class_tmp, touched, order, top, z, xq, rows_int8, word_rows, class_mass, .. } = s;
+        class_mass.fill(0.0);
         let classes = m.classes.as_ref();
         hits.clear();
         if k == 0 {
@@ -990,7 +1166,14 @@ impl Session {
                     if mx > threshold {
                         for (j, &score) in word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
                             if score > threshold {
-                                offer(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score }, &m.lexicon, &mut best_punct);
+                                offer(
+                                    hits,
+                                    k,
+                                    Hit { id: (chunk * 16 + j) as u32, replace: 0, score },
+                                    &m.lexicon,
+                                    blocked,
+                                    &mut best_punct,
+                                );
                                 if hits.len() == k {
                                     threshold = hits[k - 1].score;
                                 }
@@ -1018,7 +1201,7 @@ impl Session {
                     for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
                         let score = pw[id as usize] * (c0 - share[id as usize]);
                         if score > *threshold {
-                            offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, best_punct);
+                            offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
                             if hits.len() == k {
                                 *threshold = hits[k - 1].score;
                             }
@@ -1096,16 +1279,21 @@ impl Session {
                 } else {
                     pw_id * fi
                 };
-                offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, &mut best_punct);
+                class_mass[i] += score;
+                offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, blocked, &mut best_punct);
             }
         }
         // At most one punctuation candidate, and only where the session allows it.
         if punctuation_slot && best_punct.score > 0.0 {
             push_top(hits, k, best_punct);
         }
+        class_mass[0] = total - class_mass[1..].iter().sum::<f32>();
         if total > 0.0 && total.is_finite() {
             for h in hits.iter_mut() {
                 h.score /= total;
+            }
+            for m in class_mass.iter_mut() {
+                *m = (*m / total).max(0.0);
             }
         }
         clock.lap(Stage::Rank);
@@ -1395,11 +1583,13 @@ fn best_class(order: &[u32], p: &[f32]) -> Option<usize> {
 /// Offers a candidate to the bar: a word competes for the top `k`; a punctuation word only for
 /// `best_punct`, which ranking adds at the end when the session has a punctuation slot.
 #[inline]
-fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, best_punct: &mut Hit) {
+fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, blocked: &[bool], best_punct: &mut Hit) {
     if lexicon.is_punct(h.id as usize) {
         if h.score > best_punct.score {
             *best_punct = h;
         }
+    } else if blocked.get(h.id as usize) == Some(&true) {
+        // The user blocked this word: never on the bar.
     } else {
         push_top(hits, k, h);
     }
@@ -1408,7 +1598,7 @@ fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, best_punct: &
 /// Keeps `hits` sorted best-first with at most `k` entries. Ties keep the earlier hit, so
 /// results are deterministic.
 #[inline]
-fn push_top(hits: &mut Vec<Hit>, k: usize, h: Hit) {
+pub(crate) fn push_top(hits: &mut Vec<Hit>, k: usize, h: Hit) {
     if hits.len() == k {
         match hits.last() {
             Some(last) if h.score > last.score => {

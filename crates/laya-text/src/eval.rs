@@ -54,6 +54,12 @@ impl From<String> for PredictError {
 pub trait Predictor {
     /// Clears `out` and fills it with at most `k` candidates for `context`, best first.
     fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError>;
+
+    /// Learns a line the person committed (EVAL.md §4); returns the number of words learned.
+    /// Predictors that do not learn keep the default, which learns nothing.
+    fn learn(&mut self, _text: &str) -> Result<usize, PredictError> {
+        Ok(0)
+    }
 }
 
 /// Results of [`evaluate`]; serialises to exactly the keys EVAL.md §2 names.
@@ -184,6 +190,56 @@ pub fn evaluate(
     limit: Option<usize>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<EvalReport, PredictError> {
+    type_lines(pred, lines, seg, in_lexicon, limit, progress, false)
+}
+
+/// [`evaluate`] with learning (EVAL.md §4, `laya eval --learn`): the lines are typed in order,
+/// and after each typed line the predictor learns it ([`Predictor::learn`]), so nothing of a
+/// line is learned before all its words were predicted. A word outside the lexicon counts as
+/// OOV as before, but it is a hit when the predictor offers it (it can only have learned it).
+///
+/// ```
+/// use laya_text::{evaluate_learning, Candidate, PredictError, Predictor, Segmenter, SegmentMode};
+/// // Offers the words of the last line it learned.
+/// #[derive(Default)]
+/// struct Echo(Vec<String>);
+/// impl Predictor for Echo {
+///     fn predict(&mut self, _: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+///         out.clear();
+///         out.extend(self.0.iter().take(k).map(|w| Candidate { word: w.clone(), replace: 0, p: 0.2 }));
+///         Ok(())
+///     }
+///     fn learn(&mut self, text: &str) -> Result<usize, PredictError> {
+///         self.0 = text.split_whitespace().map(String::from).collect();
+///         Ok(self.0.len())
+///     }
+/// }
+/// let seg = Segmenter::new(SegmentMode::Segmented);
+/// let lines = ["zq xv".to_string(), "zq xv".to_string()];
+/// let r = evaluate_learning(&mut Echo::default(), lines.into_iter(), &seg, &|_| false, None, &mut |_| {}).unwrap();
+/// assert_eq!((r.words, r.top5_k0, r.oov_rate), (4, 0.5, 1.0)); // the second line is all hits
+/// ```
+pub fn evaluate_learning(
+    pred: &mut dyn Predictor,
+    lines: impl Iterator<Item = String>,
+    seg: &Segmenter,
+    in_lexicon: &dyn Fn(&str) -> bool,
+    limit: Option<usize>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<EvalReport, PredictError> {
+    type_lines(pred, lines, seg, in_lexicon, limit, progress, true)
+}
+
+/// [`evaluate`] and, with `learning`, [`evaluate_learning`]: one thread, lines in order.
+fn type_lines(
+    pred: &mut dyn Predictor,
+    lines: impl Iterator<Item = String>,
+    seg: &Segmenter,
+    in_lexicon: &dyn Fn(&str) -> bool,
+    limit: Option<usize>,
+    progress: &mut dyn FnMut(u64),
+    learning: bool,
+) -> Result<EvalReport, PredictError> {
     let start = Instant::now();
     let mut tally = Tally::default();
     let mut scratch = Scratch::default();
@@ -193,8 +249,12 @@ pub fn evaluate(
             break;
         }
         progress(raw.len() as u64 + 1);
-        if type_line(pred, &raw, seg, in_lexicon, &mut tally, &mut scratch, false)? {
+        if type_line(pred, &raw, seg, in_lexicon, &mut tally, &mut scratch, false, learning)? {
             n_lines += 1;
+            if learning {
+                let typed = seg.typed_line(raw.trim_end_matches(['\n', '\r']));
+                pred.learn(&typed.text)?;
+            }
         }
     }
     Ok(tally.report(start))
@@ -268,7 +328,7 @@ pub fn evaluate_parallel<P: Predictor>(
                         }
                         for raw in &lines[at..(at + CHUNK).min(lines.len())] {
                             progress(raw.len() as u64 + 1);
-                            type_line(&mut pred, raw, seg, in_lexicon, &mut tally, &mut scratch, breakdown)?;
+                            type_line(&mut pred, raw, seg, in_lexicon, &mut tally, &mut scratch, breakdown, false)?;
                         }
                     }
                 })
@@ -364,7 +424,9 @@ struct Scratch {
     ctx: String,
 }
 
-/// Types one line into `tally`; false (and nothing counted) for a blank line.
+/// Types one line into `tally`; false (and nothing counted) for a blank line. `learning`: a
+/// word outside the lexicon is a hit when offered (the predictor learned it).
+#[allow(clippy::too_many_arguments)]
 fn type_line<P: Predictor + ?Sized>(
     pred: &mut P,
     raw: &str,
@@ -373,6 +435,7 @@ fn type_line<P: Predictor + ?Sized>(
     tally: &mut Tally,
     scratch: &mut Scratch,
     breakdown: bool,
+    learning: bool,
 ) -> Result<bool, PredictError> {
     let Scratch { out, deep, ctx } = scratch;
     let raw = raw.trim_end_matches(['\n', '\r']);
@@ -412,7 +475,7 @@ fn type_line<P: Predictor + ?Sized>(
             out.clear();
             pred.predict(ctx, BAR, out)?;
             tally.predictions += 1;
-            let rank = if known { rank_of(out, w, i) } else { None };
+            let rank = if known || learning { rank_of(out, w, i) } else { None };
             match i {
                 0 => {
                     tally.t1k0 += usize::from(rank == Some(0));

@@ -32,7 +32,9 @@ mod segment;
 pub use corpus::{
     brown_genre, parse_brown_line, parse_peoples_daily_line, prepare_en, prepare_zh, EnReport, FileStats, PrepareError, ZhReport,
 };
-pub use eval::{evaluate, evaluate_parallel, Breakdown, Candidate, EvalReport, MissBreakdown, PredictError, Predictor, BAR, DEEP};
+pub use eval::{
+    evaluate, evaluate_learning, evaluate_parallel, Breakdown, Candidate, EvalReport, MissBreakdown, PredictError, Predictor, BAR, DEEP,
+};
 pub use lexicon::{
     build_lexicon, count_words, coverage, is_valid_word, merge_dicts, read_dict, Counts, Coverage, DictError, Lexicon, LexiconError,
     LexiconOptions, MAX_WORD_CHARS, MERGED_DICT_TOTAL,

@@ -72,10 +72,6 @@ impl std::fmt::Debug for Segmenter {
 
 pub use laya_format::punct::{is_han, is_unspaced_script};
 
-fn is_joiner(c: char) -> bool {
-    matches!(c, '\'' | '\u{2019}' | '-' | '.')
-}
-
 impl Segmenter {
     /// A segmenter in the given mode. `Auto` loads jieba's embedded dictionary (a few hundred
     /// milliseconds); `Segmented` needs nothing.
@@ -118,48 +114,14 @@ impl Segmenter {
     }
 
     fn split_run(&self, text: &str, start: usize, end: usize, out: &mut Vec<Range<usize>>) {
-        let jieba = match (&self.jieba, self.mode) {
-            (Some(j), SegmentMode::Auto) => j,
-            _ => {
-                out.push(start..end);
-                return;
+        match (&self.jieba, self.mode) {
+            (Some(jieba), SegmentMode::Auto) => {
+                let mut cut = |han: &str, out: &mut Vec<Range<usize>>| {
+                    out.extend(jieba.cut(han, false).into_iter().map(|t| t.byte_start..t.byte_end))
+                };
+                laya_format::punct::split_run(&text[start..end], start, &mut cut, out);
             }
-        };
-        let run = &text[start..end];
-        let chars: Vec<(usize, char)> = run.char_indices().collect();
-        let byte_at = |k: usize| chars.get(k).map_or(run.len(), |&(b, _)| b);
-        let mut k = 0;
-        while k < chars.len() {
-            let c = chars[k].1;
-            let mut j = k + 1;
-            if is_han(c) {
-                while j < chars.len() && is_han(chars[j].1) {
-                    j += 1;
-                }
-                let han = &run[byte_at(k)..byte_at(j)];
-                for t in jieba.cut(han, false) {
-                    let b = start + byte_at(k) + t.byte_start;
-                    out.push(b..start + byte_at(k) + t.byte_end);
-                }
-            } else if c.is_alphanumeric() {
-                while j < chars.len() {
-                    let d = chars[j].1;
-                    if d.is_alphanumeric() && !is_han(d) {
-                        j += 1;
-                    } else if is_joiner(d) && j + 1 < chars.len() && chars[j + 1].1.is_alphanumeric() && !is_han(chars[j + 1].1) {
-                        j += 2;
-                    } else {
-                        break;
-                    }
-                }
-                out.push(start + byte_at(k)..start + byte_at(j));
-            } else {
-                while j < chars.len() && chars[j].1 == c {
-                    j += 1;
-                }
-                out.push(start + byte_at(k)..start + byte_at(j));
-            }
-            k = j;
+            _ => out.push(start..end),
         }
     }
 

@@ -1,0 +1,107 @@
+//! Cutting committed text into the words the history learns (docs/personalisation.md): the
+//! word rules of `laya_format::punct::split_run`, with each Han run cut as jieba cuts one,
+//! into the pieces of highest unigram probability, here over the model's lexicon (its
+//! dictionary frequencies) and the words already learned.
+
+use std::ops::Range;
+
+/// Longest dictionary word tried when cutting a Han run, in characters.
+const LONGEST: usize = 8;
+
+/// A whole commit of this many Han characters or fewer that the dictionary can only cut into
+/// single characters (a name, a new term typed character by character) is learned as one word.
+const PHRASE: usize = 6;
+
+/// The byte ranges of the words of `text`, in order. `logp` gives a word's log-probability
+/// (`None`: not a word); a single character that is not a word scores `unknown`.
+pub(crate) fn cut(text: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<Range<usize>> {
+    let trimmed = text.trim();
+    let n = trimmed.chars().count();
+    if (2..=PHRASE).contains(&n) && trimmed.chars().all(laya_format::punct::is_han) && logp(trimmed).is_none() {
+        let pieces = cut_han(trimmed, logp, unknown);
+        if pieces.iter().all(|r| trimmed[r.clone()].chars().count() == 1) {
+            let start = text.len() - text.trim_start().len();
+            return std::iter::once(start..start + trimmed.len()).collect();
+        }
+    }
+    let mut out = Vec::new();
+    let mut cut = |han: &str, out: &mut Vec<Range<usize>>| out.extend(cut_han(han, logp, unknown));
+    let mut at = 0;
+    for run in text.split(char::is_whitespace) {
+        if !run.is_empty() {
+            laya_format::punct::split_run(run, at, &mut cut, &mut out);
+        }
+        at += run.len();
+        at += text[at..].chars().next().map_or(0, char::len_utf8);
+    }
+    out
+}
+
+fn cut_han(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<Range<usize>> {
+    let bounds: Vec<usize> = han.char_indices().map(|(b, _)| b).chain([han.len()]).collect();
+    let n = bounds.len() - 1;
+    // best[j]: (log-probability, start of the last piece) of the best cut of the first j characters.
+    let mut best = vec![(f32::NEG_INFINITY, 0usize); n + 1];
+    best[0] = (0.0, 0);
+    for j in 1..=n {
+        for len in (1..=LONGEST.min(j)).rev() {
+            let i = j - len;
+            let score = match logp(&han[bounds[i]..bounds[j]]) {
+                Some(p) => p,
+                None if len == 1 => unknown,
+                None => continue,
+            };
+            if best[i].0 + score > best[j].0 {
+                best[j] = (best[i].0 + score, i);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut j = n;
+    while j > 0 {
+        let i = best[j].1;
+        out.push(bounds[i]..bounds[j]);
+        j = i;
+    }
+    out.reverse();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words<'a>(text: &'a str, dict: &[(&str, f32)]) -> Vec<&'a str> {
+        let logp = |w: &str| dict.iter().find(|d| d.0 == w).map(|d| d.1);
+        cut(text, &logp, -20.0).into_iter().map(|r| &text[r]).collect()
+    }
+
+    const DICT: [(&str, f32); 11] = [
+        ("今天", -6.0),
+        ("我们", -5.0),
+        ("讨论", -8.0),
+        ("光", -9.0),
+        ("光标", -12.0),
+        ("标的", -13.0),
+        ("的", -3.0),
+        ("默认", -10.0),
+        ("位置", -9.0),
+        ("默认位", -19.0),
+        ("置", -11.0),
+    ];
+
+    #[test]
+    fn han_runs_take_the_most_probable_cut() {
+        assert_eq!(words("今天我们讨论光标的默认位置", &DICT), ["今天", "我们", "讨论", "光标", "的", "默认", "位置"]);
+        assert_eq!(words("hello, 光标 don't!!", &DICT), ["hello", ",", "光标", "don't", "!!"]);
+        assert_eq!(words("", &DICT), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_short_unknown_commit_is_one_word() {
+        assert_eq!(words(" 拉雅 ", &DICT), ["拉雅"]);
+        // Known pieces are kept apart; a long sentence is never one word.
+        assert_eq!(words("今天拉雅", &DICT), ["今天", "拉", "雅"]);
+        assert_eq!(words("拉雅拉雅拉雅拉", &DICT).len(), 7);
+    }
+}
