@@ -87,6 +87,9 @@ struct Report {
     file_bytes: usize,
     /// Words in the learned history (`--user`; 0 without).
     user_words: usize,
+    /// With `--user`: p50 and p99 of a session without the history, timed in the same loop.
+    p50_us_without_user: Option<f64>,
+    p99_us_without_user: Option<f64>,
     vocab: usize,
     kernel_level: String,
     /// The int8 instruction set, the activation precision asked for, and the heap bytes of
@@ -171,21 +174,51 @@ pub fn run(args: Args) -> Result<(), CliError> {
     session.set_act_precision(args.act.activations);
     session.set_user(user.clone());
     session.warm_up();
+    // With --user, a second session without the history types the same contexts in the same
+    // loop, alternating with the first, so that the cost of the history is a difference
+    // measured under the same conditions (clock, caches, neighbours).
+    let mut plain = args.user.is_some().then(|| {
+        let mut s = Session::new(Arc::clone(&model));
+        s.set_act_precision(args.act.activations);
+        s.warm_up();
+        s
+    });
     let mut lat = Vec::with_capacity(args.iterations);
+    let mut lat_plain = Vec::with_capacity(if plain.is_some() { args.iterations } else { 0 });
     let mut sink = 0.0f32;
+    let mut time = |s: &mut Session, ctx: &str, lat: &mut Vec<f64>| {
+        if args.whole {
+            s.forget_context();
+        }
+        let t = Instant::now();
+        let p = s.predict(ctx, 5);
+        sink += p.get(0).map_or(0.0, |c| c.p);
+        lat.push(t.elapsed().as_nanos() as f64 / 1e3);
+    };
     let info = allocation_counter::measure(|| {
         for i in 0..args.iterations {
             let ctx = &contexts[i % contexts.len()];
-            if args.whole {
-                session.forget_context();
+            match plain.as_mut() {
+                None => time(&mut session, ctx, &mut lat),
+                // Whichever goes second finds the caches as the other left them: take turns.
+                Some(s) if i % 2 == 0 => {
+                    time(&mut session, ctx, &mut lat);
+                    time(s, ctx, &mut lat_plain);
+                }
+                Some(s) => {
+                    time(s, ctx, &mut lat_plain);
+                    time(&mut session, ctx, &mut lat);
+                }
             }
-            let t = Instant::now();
-            let p = session.predict(ctx, 5);
-            sink += p.get(0).map_or(0.0, |c| c.p);
-            lat.push(t.elapsed().as_nanos() as f64 / 1e3);
         }
     });
     std::hint::black_box(sink);
+    let (p50_without_user, p99_without_user) = if lat_plain.is_empty() {
+        (None, None)
+    } else {
+        let (p50, p99, _) = percentiles(&mut lat_plain);
+        (Some(p50), Some(p99))
+    };
 
     let (p50, p99, mean, pps) = if args.threads == 1 {
         let (p50, p99, mean) = percentiles(&mut lat);
@@ -223,6 +256,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         model: model.info().name.clone(),
         file_bytes: model.info().file_len,
         user_words: user.read().len(),
+        p50_us_without_user: p50_without_user,
+        p99_us_without_user: p99_without_user,
         vocab: model.lexicon_len(),
         kernel_level: model.kernel_level().to_string(),
         int8_isa: model.int8_isa().to_string(),
@@ -273,6 +308,9 @@ fn print_report(r: &Report) -> Result<(), CliError> {
     outln!("| metric                      | value |");
     outln!("|-----------------------------|-------|");
     outln!("| p50 latency                 | {:.1} µs |", r.p50_us);
+    if let (Some(p50), Some(p99)) = (r.p50_us_without_user, r.p99_us_without_user) {
+        outln!("| p50 / p99 without history   | {p50:.1} µs / {p99:.1} µs (same loop, alternating) |");
+    }
     outln!("| p99 latency                 | {:.1} µs |", r.p99_us);
     outln!("| mean latency                | {:.1} µs |", r.mean_us);
     outln!("| predictions / second        | {:.0} |", r.predictions_per_second);

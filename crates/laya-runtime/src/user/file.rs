@@ -258,7 +258,6 @@ impl UserModel {
             let s = (u.entries.len() - 1) as u32;
             u.by_word.insert(w.into(), s);
             u.mass += c;
-            u.lengths |= 1 << chars;
         }
         let n_pairs = r.count(16, "pairs")?;
         for _ in 0..n_pairs {
@@ -286,7 +285,7 @@ impl UserModel {
         let mut sorted: Vec<u32> = (0..u.entries.len() as u32).collect();
         sorted.sort_by(|&a, &b| u.entry(a).word.cmp(&u.entry(b).word));
         u.sorted = sorted;
-        u.rebuild_top();
+        u.reindex();
         if u.len() > u.capacity {
             u.evict();
         }

@@ -84,13 +84,17 @@ impl UserModel {
     /// The longest learned word that ends where `before` ends (whitespace skipped).
     fn word_before(&self, before: &str) -> Option<u32> {
         let before = before.trim_end();
+        let lengths = self.lengths_ending_with(before.chars().next_back()?);
+        if lengths == 0 {
+            return None;
+        }
         let mut starts = [0usize; super::MAX_WORD_CHARS + 1];
         let mut n = 0;
-        for (b, _) in before.char_indices().rev().take(super::MAX_WORD_CHARS) {
+        for (b, _) in before.char_indices().rev().take((32 - lengths.leading_zeros() as usize).min(super::MAX_WORD_CHARS)) {
             n += 1;
             starts[n] = b;
         }
-        (1..=n).rev().filter(|&l| self.has_length(l)).find_map(|l| self.slot(&before[starts[l]..]))
+        (1..=n).rev().filter(|&l| lengths & (1 << l) != 0).find_map(|l| self.slot(&before[starts[l]..]))
     }
 
     fn view(&self, context: &str, prefix_at: usize, i: usize) -> ClassView {
@@ -99,9 +103,14 @@ impl UserModel {
         if i == 0 {
             v.word_sum = self.mass;
         } else {
-            let r = self.prefix_range(&context[prefix_at..]);
+            let mut r = self.prefix_range(&context[prefix_at..]);
+            // Every word of the range starts with the `i` typed characters; only the first can
+            // be no longer than them (the typed text itself), and it is not a completion.
+            if r.start < r.end && self.entry(self.sorted[r.start]).chars as usize == i {
+                r.start += 1;
+            }
             v.range = (r.start as u32, r.end as u32);
-            v.word_sum = self.sorted[r].iter().take(4 * SCAN).map(|&s| self.entry(s)).filter(|e| in_class(e)).map(|e| e.weight).sum();
+            v.word_sum = self.cum[r.end] - self.cum[r.start];
         }
         if let Some(prev) = v.prev {
             v.pair_sum = self.entry(prev).followers.iter().filter(|f| in_class(self.entry(f.0))).map(|f| f.1).sum();
@@ -200,49 +209,56 @@ pub(crate) fn mix_into<'w>(
         };
         h.score = keep * h.score + add as f32;
     }
-    // Re-sorting the few network hits costs less than a general merge.
+    // Re-sorting the few network hits costs less than a general merge; then learned words
+    // compete for the best k.
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-    let cap = hits.capacity().min(k + sc.seen.capacity());
+    hits.truncate(k);
     // Taken out (an empty Vec allocates nothing) so that `sc` can be read while it grows.
     let mut seen = std::mem::take(&mut sc.seen);
     let sc_ro: &MixScratch = sc;
-    let offer = |slot: u32, i: usize, hits: &mut Vec<Hit>, seen: &mut Vec<(u32, u32)>| {
+    // `score`: the slot's cache share, or an upper bound of it that is cheaper to compute;
+    // most learned words cannot beat the k-th candidate and stop here.
+    let offer = |slot: u32, i: usize, bound: f32, hits: &mut Vec<Hit>, seen: &mut Vec<(u32, u32)>| {
+        if hits.len() == k && bound <= hits[k - 1].score {
+            return;
+        }
         if seen.iter().any(|&(s, r)| s == slot && r as usize == i) {
             return;
         }
         seen.push((slot, i as u32));
         let score = user.cache(sc_ro, i, mass[i], slot) as f32;
         if score > 0.0 {
-            crate::session::push_top(hits, cap.max(k), Hit { id: USER_BIT | slot, replace: i as u32, score });
+            crate::session::push_top(hits, k, Hit { id: USER_BIT | slot, replace: i as u32, score });
         }
     };
     for (i, (v, &start)) in sc_ro.views.iter().zip(&starts).enumerate() {
         if v.a + v.b == 0.0 {
             continue;
         }
+        let m = mass[i] as f64;
+        // Every candidate's pair share is at most `m·a`, its word share `m·b·weight/E`.
+        let word_bound = |e: &super::Entry| (m * (v.a + v.b * e.weight / v.word_sum.max(f64::MIN_POSITIVE))) as f32;
         if let Some(prev) = v.prev {
             for f in &user.entry(prev).followers {
                 let e = user.entry(f.0);
                 if e.chars as usize > i && e.word.as_bytes().starts_with(&context.as_bytes()[start..]) {
-                    offer(f.0, i, hits, &mut seen);
+                    offer(f.0, i, word_bound(e), hits, &mut seen);
                 }
             }
         }
         if i == 0 {
             for &s in &user.top {
-                offer(s, 0, hits, &mut seen);
+                offer(s, 0, word_bound(user.entry(s)), hits, &mut seen);
             }
         } else {
             let (lo, hi) = (v.range.0 as usize, v.range.1 as usize);
-            for &s in user.sorted[lo..hi].iter().take(SCAN) {
-                if user.entry(s).chars as usize > i {
-                    offer(s, i, hits, &mut seen);
-                }
+            let scale = m * v.b / v.word_sum.max(f64::MIN_POSITIVE);
+            for (&s, &w) in user.sorted[lo..hi].iter().zip(&user.sorted_w[lo..hi]).take(SCAN) {
+                offer(s, i, (m * v.a + scale * w) as f32, hits, &mut seen);
             }
         }
     }
     sc.seen = seen;
-    hits.truncate(k);
 }
 
 /// The mix of [`crate::Session`] for a predictor outside the runtime (the n-gram baseline of

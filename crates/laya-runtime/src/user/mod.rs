@@ -69,6 +69,17 @@ pub struct UserModel {
     by_word: FxMap<Box<str>, u32>,
     /// Live slots in byte order of their words: a typed prefix is one range.
     sorted: Vec<u32>,
+    /// The first character of each word of `sorted`: a prefix search narrows by integers
+    /// before it compares strings (the per-keystroke path).
+    first: Vec<u32>,
+    /// The weights of `sorted`'s words in its order, and their running sums (`cum[j]` is the
+    /// sum of the first `j`): the evidence of a typed prefix is a difference of two sums, and
+    /// its candidates are read from contiguous memory. Rebuilt after every change.
+    sorted_w: Vec<f64>,
+    cum: Vec<f64>,
+    /// Per last character of a learned word: a bit per length (in characters) of the words
+    /// that end with it, so that finding the word before the cursor probes only those.
+    ends: FxMap<u32, u32>,
     /// Up to [`TOP`] live slots, largest weight first.
     top: Vec<u32>,
     blocked: BTreeSet<String>,
@@ -80,8 +91,6 @@ pub struct UserModel {
     mass: f64,
     half_life: f64,
     capacity: usize,
-    /// Bit `L` set when a live word has `L` characters (prefix searches skip absent lengths).
-    lengths: u32,
     incognito: bool,
     /// Bumped by every change of the blocklist, so sessions rebuild their blocked-word marks.
     block_generation: u64,
@@ -127,6 +136,10 @@ impl UserModel {
             free: Vec::new(),
             by_word: FxMap::default(),
             sorted: Vec::new(),
+            first: Vec::new(),
+            sorted_w: Vec::new(),
+            cum: vec![0.0],
+            ends: FxMap::default(),
             top: Vec::new(),
             blocked: BTreeSet::new(),
             clock: 0,
@@ -134,7 +147,6 @@ impl UserModel {
             mass: 0.0,
             half_life: if half_life.is_finite() { half_life.max(1.0) } else { DEFAULT_HALF_LIFE },
             capacity: capacity.max(1),
-            lengths: 0,
             incognito: false,
             block_generation: 0,
         }
@@ -264,7 +276,23 @@ impl UserModel {
         if self.len() > self.capacity {
             self.evict();
         }
+        self.resum();
         n
+    }
+
+    /// Rebuilds `sorted_w` and `cum` from the weights.
+    fn resum(&mut self) {
+        let mut w = std::mem::take(&mut self.sorted_w);
+        w.clear();
+        w.extend(self.sorted.iter().map(|&s| self.entry(s).weight));
+        self.cum.clear();
+        self.cum.push(0.0);
+        let mut acc = 0.0;
+        for &x in &w {
+            acc += x;
+            self.cum.push(acc);
+        }
+        self.sorted_w = w;
     }
 
     fn add(&mut self, w: &str, chars: usize, inc: f64) -> u32 {
@@ -288,7 +316,8 @@ impl UserModel {
                 self.by_word.insert(w.into(), s);
                 let at = self.sorted.partition_point(|&o| self.entry(o).word.as_bytes() < w.as_bytes());
                 self.sorted.insert(at, s);
-                self.lengths |= 1 << chars;
+                self.first.insert(at, w.chars().next().map_or(0, u32::from));
+                *self.ends.entry(w.chars().next_back().map_or(0, u32::from)).or_insert(0) |= 1 << chars;
                 s
             }
         };
@@ -327,6 +356,19 @@ impl UserModel {
         self.top.insert(at, slot);
     }
 
+    /// Rebuilds what is derived from `sorted` and the words: `first`, `ends` and `top`.
+    fn reindex(&mut self) {
+        let first: Vec<u32> = self.sorted.iter().map(|&s| self.entry(s).word.chars().next().map_or(0, u32::from)).collect();
+        self.first = first;
+        let mut ends = FxMap::default();
+        for (_, e) in self.live() {
+            *ends.entry(e.word.chars().next_back().map_or(0, u32::from)).or_insert(0) |= 1 << e.chars;
+        }
+        self.ends = ends;
+        self.rebuild_top();
+        self.resum();
+    }
+
     fn rebuild_top(&mut self) {
         let mut all: Vec<(f64, u32)> = self.live().map(|(s, e)| (e.weight, s)).collect();
         all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -344,6 +386,7 @@ impl UserModel {
         }
         self.mass *= d;
         self.base = self.clock;
+        self.resum();
     }
 
     /// Drops the least used words until a tenth of the capacity is free.
@@ -373,11 +416,10 @@ impl UserModel {
         for e in self.entries.iter_mut().flatten() {
             e.followers.retain(|f| !dead[f.0 as usize]);
         }
-        self.lengths = self.live().fold(0, |m, (_, e)| m | 1 << e.chars);
+        self.reindex();
         if self.by_word.is_empty() {
             self.mass = 0.0;
         }
-        self.rebuild_top();
     }
 
     /// Forgets `word`: its count and every pair it is in. False when it was not learned.
@@ -437,16 +479,20 @@ impl UserModel {
 
     /// Positions in `sorted` of the words starting with `prefix`.
     fn prefix_range(&self, prefix: &str) -> Range<usize> {
-        let p = prefix.as_bytes();
-        let lo = self.sorted.partition_point(|&s| self.entry(s).word.as_bytes() < p);
-        let n = self.sorted[lo..].partition_point(|&s| self.entry(s).word.as_bytes().starts_with(p));
-        lo..lo + n
+        let Some(c) = prefix.chars().next().map(u32::from) else { return 0..self.sorted.len() };
+        // The words starting with the first character, found by integer search.
+        let a = self.first.partition_point(|&f| f < c);
+        let b = a + self.first[a..].partition_point(|&f| f == c);
+        let (p, run) = (prefix.as_bytes(), &self.sorted[a..b]);
+        let lo = run.partition_point(|&s| self.entry(s).word.as_bytes() < p);
+        let n = run[lo..].partition_point(|&s| self.entry(s).word.as_bytes().starts_with(p));
+        a + lo..a + lo + n
     }
 
-    /// True when a learned word has `chars` characters.
+    /// The length bits of the learned words that end with `c`.
     #[inline]
-    fn has_length(&self, chars: usize) -> bool {
-        chars < 32 && self.lengths & (1 << chars) != 0
+    fn lengths_ending_with(&self, c: char) -> u32 {
+        self.ends.get(&u32::from(c)).copied().unwrap_or(0)
     }
 }
 
@@ -575,6 +621,9 @@ mod tests {
         let words: Vec<&str> = u.prefix_range("光标").map(|p| &*u.entry(u.sorted[p]).word).collect();
         assert_eq!(words, ["光标", "光标位置"]);
         assert_eq!(&*u.entry(u.top[0]).word, "光标");
-        assert!(u.has_length(4) && !u.has_length(3));
+        assert_eq!(u.lengths_ending_with('标'), 1 << 2);
+        assert_eq!(u.lengths_ending_with('置'), 1 << 4);
+        assert_eq!(u.lengths_ending_with('光'), 1 << 1);
+        assert_eq!(u.lengths_ending_with('x'), 0);
     }
 }
