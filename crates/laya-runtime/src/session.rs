@@ -98,7 +98,7 @@ pub(crate) struct Hit {
 
 /// Extra network candidates ranked when a history is mixed in: the mix scales each replace
 /// class by its own factor, so the network's order across classes can change a little.
-const MIX_EXTRA: usize = 1;
+const MIX_EXTRA: usize = 0;
 
 struct Scratch {
     cps: Vec<u32>,
