@@ -65,7 +65,7 @@ pub struct Args {
     /// object to --json.
     #[arg(long)]
     breakdown: bool,
-    /// Learn as the person types (EVAL.md §4): lines are typed in order, one thread, and each
+    /// Learn as the person types (docs/personalisation.md): lines are typed in order, one thread, and each
     /// line is learned after all its words were predicted. The n-gram baseline gets the same
     /// history and mix. A word outside the lexicon is then a hit when offered.
     #[arg(long, conflicts_with = "breakdown")]

@@ -166,14 +166,22 @@ pub fn run(args: Args) -> Result<(), CliError> {
             session.set_user(open(&file)?);
             let f = std::fs::File::open(&text).map_err(|e| CliError(format!("cannot read {}: {e}", text.display())))?;
             let (mut lines, mut words) = (0usize, 0usize);
+            let mut spent = std::time::Duration::ZERO;
             for line in std::io::BufReader::new(f).lines() {
                 let line = line.map_err(|e| CliError(format!("cannot read {}: {e}", text.display())))?;
+                let t = std::time::Instant::now();
                 words += session.learn(&line);
+                spent += t.elapsed();
                 lines += 1;
             }
             session.user().save(&file)?;
             let u = session.user().read();
             outln!("learned {words} words from {lines} lines; the file holds {} words and {} pairs", u.len(), u.pairs());
+            outln!(
+                "learning took {:.1} µs per line ({:.2} µs per word)",
+                spent.as_secs_f64() * 1e6 / lines.max(1) as f64,
+                spent.as_secs_f64() * 1e6 / words.max(1) as f64
+            );
         }
     }
     Ok(())

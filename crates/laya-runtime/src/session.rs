@@ -96,10 +96,6 @@ pub(crate) struct Hit {
     pub(crate) score: f32,
 }
 
-/// Extra network candidates ranked when a history is mixed in: the mix scales each replace
-/// class by its own factor, so the network's order across classes can change a little.
-const MIX_EXTRA: usize = 0;
-
 struct Scratch {
     cps: Vec<u32>,
     x: Vec<f32>,
@@ -269,12 +265,13 @@ struct Personal {
 
 impl Personal {
     fn new(user: User, mix: MixParams, c: &Config, max_k: usize) -> Personal {
-        let hits = max_k + MIX_EXTRA;
+        let hits = max_k;
         Personal {
             user,
             mix,
             scratch: MixScratch::new(c.replace_classes, hits),
-            blocked: Vec::new(),
+            // Reserved, so that a block after the session was made does not allocate in predict.
+            blocked: Vec::with_capacity(c.vocab),
             blocked_seen: None,
             text: String::with_capacity(hits * 4 * crate::user::MAX_WORD_CHARS),
             spans: Vec::with_capacity(hits),
@@ -408,7 +405,7 @@ impl Session {
             logits: vec![0.0; c.vocab],
             rlogits: vec![0.0; c.replace_classes],
             suffix: Vec::with_capacity(4 * c.replace_classes),
-            hits: Vec::with_capacity(max_k + MIX_EXTRA),
+            hits: Vec::with_capacity(max_k),
             fi: vec![0.0; c.replace_classes],
             ranges: vec![0..0; c.replace_classes],
             share: vec![0.0; c.vocab],
@@ -675,7 +672,7 @@ impl Session {
         let n_chars = self.forward(context, &mut clock);
         self.refresh_blocked();
         let personal = k > 0 && !self.personal.user.read().is_empty();
-        self.rank(n_chars, if personal { k + MIX_EXTRA } else { k }, &mut clock);
+        self.rank(n_chars, k, &mut clock);
         self.personal.spans.clear();
         self.personal.text.clear();
         if personal {
@@ -767,8 +764,27 @@ impl Session {
     }
 
     /// How strongly the history weighs against the network (default [`crate::DEFAULT_MIX`]).
+    /// Shares are clamped to `0..=1` and evidences to `0..`; a NaN takes the default's value.
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// use laya_runtime::{MixParams, DEFAULT_MIX};
+    /// let mut s = laya_runtime::Session::new(model);
+    /// s.set_mix(MixParams { pair_share: 3.0, word_share: f64::NAN, ..DEFAULT_MIX });
+    /// assert_eq!((s.mix().pair_share, s.mix().word_share), (1.0, DEFAULT_MIX.word_share));
+    /// ```
     pub fn set_mix(&mut self, mix: MixParams) {
-        self.personal.mix = mix;
+        let d = DEFAULT_MIX;
+        let fix = |v: f64, dv: f64, hi: f64| if v.is_nan() { dv } else { v.clamp(0.0, hi) };
+        self.personal.mix = MixParams {
+            pair_evidence: fix(mix.pair_evidence, d.pair_evidence, f64::MAX),
+            pair_share: fix(mix.pair_share, d.pair_share, 1.0),
+            word_share: fix(mix.word_share, d.word_share, 1.0),
+            completion_share: fix(mix.completion_share, d.completion_share, 1.0),
+            word_evidence: fix(mix.word_evidence, d.word_evidence, f64::MAX),
+        };
     }
 
     /// The mix settings (see [`Session::set_mix`]).

@@ -110,7 +110,7 @@ impl UserModel {
                 r.start += 1;
             }
             v.range = (r.start as u32, r.end as u32);
-            v.word_sum = self.cum[r.end] - self.cum[r.start];
+            v.word_sum = self.sorted_w[r].iter().sum();
         }
         if let Some(prev) = v.prev {
             v.pair_sum = self.entry(prev).followers.iter().filter(|f| in_class(self.entry(f.0))).map(|f| f.1).sum();
@@ -144,8 +144,9 @@ impl UserModel {
 /// the network's mass on class `i`; classes `0..mass.len()` are considered; `head[i]` is the
 /// probability the network's replace head gives class `i`, which a class the lexicon has no
 /// word for (mass 0) takes when the person learned words that fit it (the masses are then
-/// renormalised); `word` names a network hit's word. Learned words enter as hits with [`USER_BIT`] set on their slot.
-/// Allocates nothing once `scratch` and `hits` have their capacity.
+/// renormalised); `word` names a network hit's word. Learned words enter as hits with
+/// [`USER_BIT`] set on their slot. Allocates nothing once `scratch` and `hits` have their
+/// capacity.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn mix_into<'w>(
     user: &UserModel,

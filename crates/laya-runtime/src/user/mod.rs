@@ -72,11 +72,9 @@ pub struct UserModel {
     /// The first character of each word of `sorted`: a prefix search narrows by integers
     /// before it compares strings (the per-keystroke path).
     first: Vec<u32>,
-    /// The weights of `sorted`'s words in its order, and their running sums (`cum[j]` is the
-    /// sum of the first `j`): the evidence of a typed prefix is a difference of two sums, and
-    /// its candidates are read from contiguous memory. Rebuilt after every change.
+    /// The weights of `sorted`'s words in its order: the evidence of a typed prefix and its
+    /// candidates are read from contiguous memory. Kept in step with every change.
     sorted_w: Vec<f64>,
-    cum: Vec<f64>,
     /// Per last character of a learned word: a bit per length (in characters) of the words
     /// that end with it, so that finding the word before the cursor probes only those.
     ends: FxMap<u32, u32>,
@@ -138,7 +136,6 @@ impl UserModel {
             sorted: Vec::new(),
             first: Vec::new(),
             sorted_w: Vec::new(),
-            cum: vec![0.0],
             ends: FxMap::default(),
             top: Vec::new(),
             blocked: BTreeSet::new(),
@@ -276,29 +273,29 @@ impl UserModel {
         if self.len() > self.capacity {
             self.evict();
         }
-        self.resum();
         n
     }
 
-    /// Rebuilds `sorted_w` and `cum` from the weights.
+    /// Rebuilds `sorted_w` from the weights.
     fn resum(&mut self) {
         let mut w = std::mem::take(&mut self.sorted_w);
         w.clear();
         w.extend(self.sorted.iter().map(|&s| self.entry(s).weight));
-        self.cum.clear();
-        self.cum.push(0.0);
-        let mut acc = 0.0;
-        for &x in &w {
-            acc += x;
-            self.cum.push(acc);
-        }
         self.sorted_w = w;
+    }
+
+    /// Where `w`, a learned word, is in `sorted`.
+    fn position(&self, w: &str) -> usize {
+        let r = self.prefix_range(w);
+        r.start + self.sorted[r].partition_point(|&o| self.entry(o).word.as_bytes() < w.as_bytes())
     }
 
     fn add(&mut self, w: &str, chars: usize, inc: f64) -> u32 {
         let slot = match self.slot(w) {
             Some(s) => {
                 self.entries[s as usize].as_mut().expect("live").weight += inc;
+                let at = self.position(w);
+                self.sorted_w[at] += inc;
                 s
             }
             None => {
@@ -316,6 +313,7 @@ impl UserModel {
                 self.by_word.insert(w.into(), s);
                 let at = self.sorted.partition_point(|&o| self.entry(o).word.as_bytes() < w.as_bytes());
                 self.sorted.insert(at, s);
+                self.sorted_w.insert(at, inc);
                 self.first.insert(at, w.chars().next().map_or(0, u32::from));
                 *self.ends.entry(w.chars().next_back().map_or(0, u32::from)).or_insert(0) |= 1 << chars;
                 s
@@ -612,6 +610,42 @@ mod tests {
         u.set_incognito(true);
         assert_eq!(u.learn_words(["今天"]), 0);
         assert!(u.is_empty());
+    }
+
+    /// Every index derived from the words agrees with them after any mix of operations.
+    #[test]
+    fn derived_indexes_stay_in_step() {
+        let pool = ["今天", "今", "我们", "光标", "光", "光标位置", "hello", "help", "😀", "拉雅", "的", "默认"];
+        let mut u = UserModel::with_settings(3.0, 7);
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for step in 0..3000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let (a, b) = (pool[(state % 12) as usize], pool[((state >> 8) % 12) as usize]);
+            match (state >> 16) % 8 {
+                0 => drop(u.forget(a)),
+                1 => drop(u.block(a)),
+                2 => drop(u.unblock(a)),
+                3 if step % 500 == 0 => u.clear(),
+                _ => drop(u.learn_words([a, b])),
+            }
+            let want: Vec<&str> = {
+                let mut w: Vec<&str> = u.live().map(|(_, e)| &*e.word).collect();
+                w.sort();
+                w
+            };
+            let got: Vec<&str> = u.sorted.iter().map(|&s| &*u.entry(s).word).collect();
+            assert_eq!(got, want);
+            for (j, &s) in u.sorted.iter().enumerate() {
+                let e = u.entry(s);
+                assert!((u.sorted_w[j] - e.weight).abs() <= 1e-9 * e.weight.max(1.0), "step {step}");
+                assert_eq!(u.first[j], e.word.chars().next().unwrap() as u32);
+                assert_ne!(u.lengths_ending_with(e.word.chars().last().unwrap()) & (1 << e.chars), 0);
+            }
+            let mass: f64 = u.live().map(|(_, e)| e.weight).sum();
+            assert!((mass - u.mass).abs() <= 1e-6 * mass.max(1.0), "step {step}");
+        }
     }
 
     #[test]
