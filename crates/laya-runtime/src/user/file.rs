@@ -174,10 +174,10 @@ impl UserModel {
         }
         out.extend_from_slice(&(self.pairs() as u32).to_le_bytes());
         for &s in &self.sorted {
-            for &(f, w) in &self.entry(s).followers {
+            for f in &self.entry(s).followers {
                 out.extend_from_slice(&index[s as usize].to_le_bytes());
-                out.extend_from_slice(&index[f as usize].to_le_bytes());
-                out.extend_from_slice(&(w * d).to_le_bytes());
+                out.extend_from_slice(&index[f.slot as usize].to_le_bytes());
+                out.extend_from_slice(&(f.weight * d).to_le_bytes());
             }
         }
         out.extend_from_slice(&(self.blocked.len() as u32).to_le_bytes());
@@ -265,11 +265,15 @@ impl UserModel {
             if a >= n_words || b >= n_words || !count_ok(c) {
                 return corrupt(format!("pair ({a}, {b}) with count {c} of {n_words} words"));
             }
+            let next = {
+                let t = u.entries[b].as_ref().expect("just read");
+                super::Follower::new(b as u32, &t.word, t.chars as usize, c)
+            };
             let e = u.entries[a].as_mut().expect("just read");
-            if e.followers.len() == super::FOLLOWERS || e.followers.iter().any(|f| f.0 == b as u32) {
+            if e.followers.len() == super::FOLLOWERS || e.followers.iter().any(|f| f.slot == b as u32) {
                 return corrupt(format!("word {:?} has too many or repeated followers", e.word));
             }
-            e.followers.push((b as u32, c));
+            e.followers.push(next);
         }
         let n_blocked = r.count(2, "blocked words")?;
         for _ in 0..n_blocked {

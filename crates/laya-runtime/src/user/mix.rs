@@ -99,7 +99,7 @@ impl UserModel {
 
     fn view(&self, context: &str, prefix_at: usize, i: usize) -> ClassView {
         let mut v = ClassView { prev: self.word_before(&context[..prefix_at]), ..ClassView::default() };
-        let in_class = |e: &super::Entry| e.chars as usize > i && e.word.as_bytes().starts_with(&context.as_bytes()[prefix_at..]);
+        let prefix = &context[prefix_at..];
         if i == 0 {
             v.word_sum = self.mass;
         } else {
@@ -113,7 +113,7 @@ impl UserModel {
             v.word_sum = self.sorted_w[r].iter().sum();
         }
         if let Some(prev) = v.prev {
-            v.pair_sum = self.entry(prev).followers.iter().filter(|f| in_class(self.entry(f.0))).map(|f| f.1).sum();
+            v.pair_sum = self.entry(prev).followers.iter().filter(|f| self.fits(f, i, prefix)).map(|f| f.weight).sum();
         }
         v
     }
@@ -126,11 +126,21 @@ impl UserModel {
             c += v.b * e.weight / v.word_sum;
         }
         if let (Some(prev), true) = (v.prev, v.pair_sum > 0.0) {
-            if let Some(f) = self.entry(prev).followers.iter().find(|f| f.0 == slot) {
-                c += v.a * f.1 / v.pair_sum;
+            if let Some(f) = self.entry(prev).followers.iter().find(|f| f.slot == slot) {
+                c += v.a * f.weight / v.pair_sum;
             }
         }
         mass as f64 * c
+    }
+
+    /// Whether follower `f` is in class `i` (longer than `i`, starting with `prefix`, the last
+    /// `i` characters). Most checks end at its inline first character and length; only a
+    /// prefix of two characters or more reads the word.
+    #[inline]
+    fn fits(&self, f: &super::Follower, i: usize, prefix: &str) -> bool {
+        f.chars as usize > i
+            && (i == 0
+                || (prefix.chars().next().map(u32::from) == Some(f.first) && (i == 1 || self.entry(f.slot).word.starts_with(prefix))))
     }
 
     /// The learned word in slot `slot`.
@@ -237,25 +247,24 @@ pub(crate) fn mix_into<'w>(
             continue;
         }
         let m = mass[i] as f64;
-        // Every candidate's pair share is at most `m·a`, its word share `m·b·weight/E`.
-        let word_bound = |e: &super::Entry| (m * (v.a + v.b * e.weight / v.word_sum.max(f64::MIN_POSITIVE))) as f32;
+        // Bounds of a candidate's share: its pair share is at most `m·a` (exactly
+        // `m·a·c(prev, w)/P` for a follower), its word share at most `m·b` (exactly
+        // `m·b·c(w)/E`).
+        let word_part = m * v.b / v.word_sum.max(f64::MIN_POSITIVE);
         if let Some(prev) = v.prev {
-            for f in &user.entry(prev).followers {
-                let e = user.entry(f.0);
-                if e.chars as usize > i && e.word.as_bytes().starts_with(&context.as_bytes()[start..]) {
-                    offer(f.0, i, word_bound(e), hits, &mut seen);
-                }
+            let pair_part = m * v.a / v.pair_sum.max(f64::MIN_POSITIVE);
+            for f in user.entry(prev).followers.iter().filter(|f| user.fits(f, i, &context[start..])) {
+                offer(f.slot, i, (pair_part * f.weight + m * v.b) as f32, hits, &mut seen);
             }
         }
         if i == 0 {
             for &s in &user.top {
-                offer(s, 0, word_bound(user.entry(s)), hits, &mut seen);
+                offer(s, 0, (m * v.a + word_part * user.entry(s).weight) as f32, hits, &mut seen);
             }
         } else {
             let (lo, hi) = (v.range.0 as usize, v.range.1 as usize);
-            let scale = m * v.b / v.word_sum.max(f64::MIN_POSITIVE);
             for (&s, &w) in user.sorted[lo..hi].iter().zip(&user.sorted_w[lo..hi]).take(SCAN) {
-                offer(s, i, (m * v.a + scale * w) as f32, hits, &mut seen);
+                offer(s, i, (m * v.a + word_part * w) as f32, hits, &mut seen);
             }
         }
     }

@@ -48,7 +48,23 @@ struct Entry {
     weight: f64,
     /// The words that followed this one, with their pair weights (same scale), at most
     /// [`FOLLOWERS`].
-    followers: Vec<(u32, f64)>,
+    followers: Vec<Follower>,
+}
+
+/// A word that followed another, with what ranking checks about it kept inline (its first
+/// character and length), so that filtering followers by a typed prefix reads no other memory.
+#[derive(Clone, Copy)]
+struct Follower {
+    slot: u32,
+    first: u32,
+    chars: u16,
+    weight: f64,
+}
+
+impl Follower {
+    fn new(slot: u32, word: &str, chars: usize, weight: f64) -> Follower {
+        Follower { slot, first: word.chars().next().map_or(0, u32::from), chars: chars as u16, weight }
+    }
 }
 
 /// The learned history: words and word pairs with decaying counts, and the blocklist.
@@ -219,7 +235,7 @@ impl UserModel {
     /// Today's count of the pair `first second`; 0 when not learned.
     pub fn pair_count(&self, first: &str, second: &str) -> f64 {
         let (Some(a), Some(b)) = (self.slot(first), self.slot(second)) else { return 0.0 };
-        self.entry(a).followers.iter().find(|f| f.0 == b).map_or(0.0, |f| f.1 * self.decay())
+        self.entry(a).followers.iter().find(|f| f.slot == b).map_or(0.0, |f| f.weight * self.decay())
     }
 
     /// Every learned word with today's count, most used first.
@@ -235,7 +251,7 @@ impl UserModel {
         let d = self.decay();
         let mut v: Vec<(String, String, f64)> = self
             .live()
-            .flat_map(|(_, e)| e.followers.iter().map(move |&(f, w)| (e.word.to_string(), self.entry(f).word.to_string(), w * d)))
+            .flat_map(|(_, e)| e.followers.iter().map(move |f| (e.word.to_string(), self.entry(f.slot).word.to_string(), f.weight * d)))
             .collect();
         v.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
         v
@@ -262,7 +278,7 @@ impl UserModel {
             let inc = ((self.clock - self.base) as f64 / self.half_life).exp2();
             let slot = self.add(w, chars, inc);
             if let Some(p) = prev {
-                self.add_pair(p, slot, inc);
+                self.add_pair(p, Follower::new(slot, w, chars, inc));
             }
             prev = Some(slot);
             n += 1;
@@ -324,16 +340,16 @@ impl UserModel {
         slot
     }
 
-    fn add_pair(&mut self, prev: u32, next: u32, inc: f64) {
+    fn add_pair(&mut self, prev: u32, next: Follower) {
         let e = self.entries[prev as usize].as_mut().expect("live");
-        match e.followers.iter_mut().find(|f| f.0 == next) {
-            Some(f) => f.1 += inc,
+        match e.followers.iter_mut().find(|f| f.slot == next.slot) {
+            Some(f) => f.weight += next.weight,
             None => {
                 if e.followers.len() == FOLLOWERS {
-                    let (at, _) = e.followers.iter().enumerate().min_by(|a, b| a.1 .1.total_cmp(&b.1 .1)).expect("full");
+                    let (at, _) = e.followers.iter().enumerate().min_by(|a, b| a.1.weight.total_cmp(&b.1.weight)).expect("full");
                     e.followers.swap_remove(at);
                 }
-                e.followers.push((next, inc));
+                e.followers.push(next);
             }
         }
     }
@@ -379,7 +395,7 @@ impl UserModel {
         for e in self.entries.iter_mut().flatten() {
             e.weight *= d;
             for f in &mut e.followers {
-                f.1 *= d;
+                f.weight *= d;
             }
         }
         self.mass *= d;
@@ -412,7 +428,7 @@ impl UserModel {
         }
         self.sorted.retain(|&s| !dead[s as usize]);
         for e in self.entries.iter_mut().flatten() {
-            e.followers.retain(|f| !dead[f.0 as usize]);
+            e.followers.retain(|f| !dead[f.slot as usize]);
         }
         self.reindex();
         if self.by_word.is_empty() {
@@ -586,7 +602,8 @@ mod tests {
         // No pair points at an evicted word, and the index matches the slots.
         for (_, e) in u.live() {
             for f in &e.followers {
-                assert!(u.entries[f.0 as usize].is_some());
+                let target = u.entries[f.slot as usize].as_ref().expect("a live follower");
+                assert_eq!((f.first, f.chars), (target.word.chars().next().unwrap() as u32, target.chars));
             }
         }
         assert_eq!(u.sorted.len(), u.len());
@@ -642,6 +659,10 @@ mod tests {
                 assert!((u.sorted_w[j] - e.weight).abs() <= 1e-9 * e.weight.max(1.0), "step {step}");
                 assert_eq!(u.first[j], e.word.chars().next().unwrap() as u32);
                 assert_ne!(u.lengths_ending_with(e.word.chars().last().unwrap()) & (1 << e.chars), 0);
+                for f in &e.followers {
+                    let t = u.entry(f.slot);
+                    assert_eq!((f.first, f.chars), (t.word.chars().next().unwrap() as u32, t.chars), "step {step}");
+                }
             }
             let mass: f64 = u.live().map(|(_, e)| e.weight).sum();
             assert!((mass - u.mass).abs() <= 1e-6 * mass.max(1.0), "step {step}");
