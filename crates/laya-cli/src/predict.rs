@@ -137,10 +137,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Kind::Ngram => Backend::Ngram(Box::new(LearningNgram::new(load_ngram(args.ngram.as_deref())?, session)), Vec::new()),
     };
     let Some(context) = args.context else {
-        let streamed = jsonl(&mut backend, args.top);
-        // Saved even when stdout failed: what was learned is the person's, not the pipe's.
+        let mut forgot = false;
+        let streamed = jsonl(&mut backend, args.top, &mut forgot);
+        // Saved even when stdout failed: what was learned is the person's, not the pipe's. In
+        // incognito nothing is learned, so the file is written only when a word was forgotten.
         let saved = match &args.user {
-            Some(path) if !args.incognito => backend.session().user().save(path).map_err(CliError::from),
+            Some(path) if !args.incognito || forgot => backend.session().user().save(path).map_err(CliError::from),
             _ => Ok(()),
         };
         return streamed.and(saved);
@@ -177,7 +179,7 @@ struct In {
 
 /// EVAL.md §1: one output line per input line, in order, flushed; a bad line gets
 /// `{"error": ...}` and the stream goes on; only a failing stdin ends it with an error.
-fn jsonl(backend: &mut Backend, top: usize) -> Result<(), CliError> {
+fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), CliError> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let stdout = std::io::stdout();
@@ -192,11 +194,10 @@ fn jsonl(backend: &mut Backend, top: usize) -> Result<(), CliError> {
         }
         n += 1;
         let text = trim_newline(&line);
-        let parsed = serde_json::from_slice::<In>(text);
         // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
-        let parsed = match (parsed, lone_surrogates_replaced(text)) {
-            (Err(_), Some(fixed)) => serde_json::from_slice::<In>(&fixed),
-            (parsed, _) => parsed,
+        let parsed = match serde_json::from_slice::<In>(text) {
+            Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
+            ok => ok,
         };
         let reply = match parsed {
             Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
@@ -206,6 +207,7 @@ fn jsonl(backend: &mut Backend, top: usize) -> Result<(), CliError> {
             }
             Ok(In { context: None, learn: None, forget: Some(w) }) => {
                 let forgotten = backend.session().user().write().forget(&w);
+                *forgot |= forgotten;
                 serde_json::json!({ "forgotten": forgotten }).to_string()
             }
             Ok(_) => {

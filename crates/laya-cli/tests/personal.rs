@@ -80,6 +80,11 @@ fn the_user_file_keeps_what_was_learned_across_processes() {
     assert_eq!(v[0], serde_json::json!({"learned": 0}));
     assert!(has(&v[1], "拉雅", 1));
     assert_eq!(std::fs::read(&path).unwrap(), before);
+    // A forget is kept even in incognito.
+    let (v, _) = predict(&["--user", p, "--incognito"], &[r#"{"forget": "拉雅"}"#]);
+    assert_eq!(v[0], serde_json::json!({"forgotten": true}));
+    let (v, _) = predict(&["--user", p], &[r#"{"context": "我在用拉"}"#]);
+    assert!(!has(&v[0], "拉雅", 1), "{}", v[0]);
 }
 
 #[test]
