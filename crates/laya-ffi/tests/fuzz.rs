@@ -7,7 +7,8 @@ use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::path::Path;
 use std::ptr;
-use std::sync::Arc;
+
+mod common;
 
 use laya_ffi::*;
 use laya_format::testing::{random_model, TinyConfig};
@@ -153,21 +154,10 @@ fn arbitrary_strings_through_the_c_abi() {
 #[test]
 fn c_abi_predictions_allocate_nothing_in_the_steady_state() {
     let h = handles("alloc");
-    let mut out = [laya_candidate::EMPTY; 8];
-    let mut n = 0;
-    let contexts = ["hel", "今天天气", "😀😀", "", "\0x", "a very long context beyond sixteen characters"];
-    let predict_all = |out: &mut [laya_candidate; 8], n: &mut usize| {
-        for ctx in contexts {
-            // SAFETY: live session, readable context bytes, 8 writable slots, writable count.
-            let st = unsafe { laya_session_predict(h.session, ctx.as_ptr().cast(), ctx.len(), 8, out.as_mut_ptr(), 8, n) };
-            assert_eq!(st, LAYA_OK);
-        }
-    };
-    predict_all(&mut out, &mut n);
-    let info = allocation_counter::measure(|| predict_all(&mut out, &mut n));
-    assert_eq!(info.count_total, 0);
-    let probe = allocation_counter::measure(|| drop(std::hint::black_box(Arc::new(1u8))));
-    assert!(probe.count_total > 0, "the counter is live");
+    common::assert_predictions_allocate_nothing(
+        h.session,
+        &["hel", "今天天气", "😀😀", "", "\0x", "a very long context beyond sixteen characters"],
+    );
 }
 
 #[test]

@@ -9,6 +9,8 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr;
 
+mod common;
+
 use laya_ffi::*;
 use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType};
@@ -665,17 +667,5 @@ fn personal_predictions_allocate_nothing_in_the_steady_state() {
         assert_eq!(learn(h.session, commit.as_bytes()).0, LAYA_OK);
     }
     assert_eq!(block(h.user, "默认".as_bytes()), LAYA_OK);
-    let mut out = [laya_candidate::EMPTY; 8];
-    let mut n = 0;
-    let contexts = ["光", "今天我们讨论光", "拉", "hel", "", "😀"];
-    let predict_all = |out: &mut [laya_candidate; 8], n: &mut usize| {
-        for ctx in contexts {
-            // SAFETY: live session, readable context bytes, 8 writable slots, writable count.
-            let st = unsafe { laya_session_predict(h.session, ctx.as_ptr().cast(), ctx.len(), 8, out.as_mut_ptr(), 8, n) };
-            assert_eq!(st, LAYA_OK);
-        }
-    };
-    predict_all(&mut out, &mut n);
-    let info = allocation_counter::measure(|| predict_all(&mut out, &mut n));
-    assert_eq!(info.count_total, 0);
+    common::assert_predictions_allocate_nothing(h.session, &["光", "今天我们讨论光", "拉", "hel", "", "😀"]);
 }
