@@ -418,7 +418,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             let rules = vec![NormRule::FullwidthAscii];
             let mapping = match args.mapping {
                 MappingArg::Direct => Mapping::Direct,
-                MappingArg::Table => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
+                MappingArg::Table => laya_train::table_mapping(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
             };
             let model_cfg = ModelConfig {
                 context: args.context,

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::gguf::GgmlType;
+use crate::types::GgmlType;
 
 /// Everything that can be wrong with a GGUF container or a Laya model file.
 ///

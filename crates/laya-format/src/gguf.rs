@@ -1,4 +1,5 @@
-//! The GGUF version 3 container: tensor types, metadata values and the bounds-checked parser.
+//! The GGUF version 3 container: metadata values and the bounds-checked parser (the tensor types
+//! are in `types`).
 //!
 //! Nothing here knows about Laya's keys; `schema` builds on top. The parser trusts no count in
 //! the file: every length is compared with the bytes that remain before anything is allocated.
@@ -8,6 +9,7 @@ use std::fmt;
 
 use crate::error::FormatError;
 use crate::strings::{Strings, MAX_STRINGS_BYTES};
+use crate::types::GgmlType;
 
 /// The GGUF magic, "GGUF".
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -20,98 +22,6 @@ pub const MAX_KEY_LEN: u64 = 64 * 1024;
 /// Deepest array nesting the container parser follows; deeper input is refused so that a crafted
 /// file cannot exhaust the stack.
 pub const MAX_ARRAY_DEPTH: u32 = 4;
-
-/// The tensor element types a Laya file may use (docs/format.md §2).
-///
-/// ```
-/// use laya_format::GgmlType;
-/// assert_eq!(GgmlType::from_id(8), Some(GgmlType::Q8_0));
-/// assert_eq!(GgmlType::Q8_0.row_bytes(64), Some(68));
-/// assert_eq!(GgmlType::Q8_0.row_bytes(40), None); // not a whole number of blocks
-/// ```
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GgmlType {
-    F32,
-    F16,
-    Q4_0,
-    Q4_1,
-    Q8_0,
-    BF16,
-}
-
-impl GgmlType {
-    /// Every supported type, in id order.
-    pub const ALL: [GgmlType; 6] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
-
-    /// The ggml type id stored in the file.
-    pub fn id(self) -> u32 {
-        match self {
-            GgmlType::F32 => 0,
-            GgmlType::F16 => 1,
-            GgmlType::Q4_0 => 2,
-            GgmlType::Q4_1 => 3,
-            GgmlType::Q8_0 => 8,
-            GgmlType::BF16 => 30,
-        }
-    }
-
-    /// The type with ggml id `id`, if Laya supports it.
-    pub fn from_id(id: u32) -> Option<Self> {
-        GgmlType::ALL.into_iter().find(|t| t.id() == id)
-    }
-
-    /// The ggml name, e.g. `Q4_0`.
-    pub fn name(self) -> &'static str {
-        match self {
-            GgmlType::F32 => "F32",
-            GgmlType::F16 => "F16",
-            GgmlType::Q4_0 => "Q4_0",
-            GgmlType::Q4_1 => "Q4_1",
-            GgmlType::Q8_0 => "Q8_0",
-            GgmlType::BF16 => "BF16",
-        }
-    }
-
-    /// Elements per block: 32 for the quantised types, 1 otherwise.
-    pub fn block_size(self) -> usize {
-        match self {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => 32,
-            _ => 1,
-        }
-    }
-
-    /// Bytes per block.
-    pub fn block_bytes(self) -> usize {
-        match self {
-            GgmlType::F32 => 4,
-            GgmlType::F16 | GgmlType::BF16 => 2,
-            GgmlType::Q4_0 => 18,
-            GgmlType::Q4_1 => 20,
-            GgmlType::Q8_0 => 34,
-        }
-    }
-
-    /// Whether the type is block-quantised (rows must be a multiple of 32 long).
-    pub fn is_quantized(self) -> bool {
-        self.block_size() > 1
-    }
-
-    /// Bytes taken by `n` consecutive elements (one row along `ne[0]`); `None` when `n` is not a
-    /// whole number of blocks or the size overflows.
-    pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if !n.is_multiple_of(self.block_size()) {
-            return None;
-        }
-        (n / self.block_size()).checked_mul(self.block_bytes())
-    }
-}
-
-impl fmt::Display for GgmlType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The GGUF metadata value type ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checksum;
 pub mod classes;
 pub mod error;
 pub mod gguf;
@@ -34,18 +35,22 @@ pub mod quantize;
 pub mod schema;
 pub mod strings;
 pub mod testing;
+pub mod types;
+pub mod validate;
 pub mod writer;
 
+pub use checksum::{checksum, checksum_report, ChecksumReport};
 pub use classes::{assign_word_classes, assign_word_classes_own, class_members};
 pub use error::FormatError;
-pub use gguf::{Array, GgmlType, GgufFile, TensorInfo, Value, ValueType};
+pub use gguf::{Array, GgufFile, TensorInfo, Value, ValueType};
 pub use punct::{cjk_punctuation, is_punctuation_word};
 pub use schema::{
-    check_lexicon, check_word_class, checked_lexicon_order, checksum, checksum_report, keys, lexicon_order, Activation, ChecksumReport,
-    HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef, COMP_GROUP_ROWS, FORMAT_VERSION,
-    LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
+    keys, normalize, Activation, HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
+    COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
 };
 pub use strings::Strings;
+pub use types::{GgmlType, TypeTraits, QK, TYPES};
+pub use validate::{check_lexicon, check_word_class, checked_lexicon_order, lexicon_order};
 /// The README's examples run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -7,7 +7,7 @@
 use half::{bf16, f16};
 
 use crate::error::FormatError;
-use crate::gguf::GgmlType;
+use crate::types::GgmlType;
 
 const QK: usize = 32;
 
@@ -123,13 +123,13 @@ pub fn dequantize(bytes: &[u8], ty: GgmlType, n: usize) -> Result<Vec<f32>, Form
         GgmlType::F16 => out.extend(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
         GgmlType::BF16 => out.extend(bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())),
         GgmlType::Q8_0 => {
-            for b in bytes.chunks_exact(34) {
+            for b in bytes.chunks_exact(ty.block_bytes()) {
                 let d = half_at(b, 0);
                 out.extend(b[2..].iter().map(|&q| d * f32::from(q as i8)));
             }
         }
         GgmlType::Q4_0 => {
-            for b in bytes.chunks_exact(18) {
+            for b in bytes.chunks_exact(ty.block_bytes()) {
                 let d = half_at(b, 0);
                 let qs = &b[2..];
                 out.extend(qs.iter().map(|&q| d * f32::from((q & 0xF) as i8 - 8)));
@@ -137,7 +137,7 @@ pub fn dequantize(bytes: &[u8], ty: GgmlType, n: usize) -> Result<Vec<f32>, Form
             }
         }
         GgmlType::Q4_1 => {
-            for b in bytes.chunks_exact(20) {
+            for b in bytes.chunks_exact(ty.block_bytes()) {
                 let (d, m) = (half_at(b, 0), half_at(b, 2));
                 let qs = &b[4..];
                 out.extend(qs.iter().map(|&q| d * f32::from(q & 0xF) + m));

@@ -18,8 +18,8 @@
 use std::fmt;
 
 use crate::error::FormatError;
-use crate::gguf::GgmlType;
 use crate::schema::{LayaFile, ModelMeta, COMP_GROUP_ROWS, TOKEN_EMBD_COMP};
+use crate::types::GgmlType;
 use crate::writer::TensorData;
 
 /// Which type each kind of tensor gets.

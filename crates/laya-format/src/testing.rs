@@ -3,8 +3,8 @@
 //! The generator uses its own splitmix64 so that the same seed gives the same model on every
 //! platform and crate version, without a `rand` dependency.
 
-use crate::gguf::GgmlType;
 use crate::schema::{Activation, HParams, Mapping, ModelMeta, NormRule, PositionScheme, Provenance};
+use crate::types::GgmlType;
 use crate::writer::TensorData;
 
 /// The splitmix64 generator (Steele, Lea, Flood 2014): tiny, fast, good enough for test data.

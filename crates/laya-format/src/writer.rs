@@ -3,8 +3,9 @@
 use std::io::{self, Write};
 
 use crate::error::FormatError;
-use crate::gguf::{align_up, tensor_size, Array, GgmlType, GgufFile, Value, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION};
+use crate::gguf::{align_up, tensor_size, Array, GgufFile, Value, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION};
 use crate::schema::{keys, LayaFile, Mapping, ModelMeta, FORMAT_VERSION, LAYA_ALIGNMENT};
+use crate::types::GgmlType;
 
 /// A tensor to be written: name, type, shape (`ne[0]` first) and encoded bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -311,9 +312,9 @@ pub fn write_model(meta: &ModelMeta, tensors: &[TensorData]) -> Result<Vec<u8>, 
 pub fn patch_checksum(bytes: &mut [u8]) -> Result<u64, FormatError> {
     let offset = {
         let file = GgufFile::parse(bytes)?;
-        crate::schema::checksum_slot(&file)?
+        crate::checksum::checksum_slot(&file)?
     };
-    let sum = crate::schema::checksum_at(bytes, offset);
+    let sum = crate::checksum::checksum_at(bytes, offset);
     if let Some(slot) = bytes.get_mut(offset..offset + 8) {
         slot.copy_from_slice(&sum.to_le_bytes());
     }
@@ -341,7 +342,7 @@ pub fn patch_checksum(bytes: &mut [u8]) -> Result<u64, FormatError> {
 /// ```
 pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<bool, FormatError> {
     let n = meta.words.len();
-    let order = crate::schema::checked_lexicon_order(&meta.words)?;
+    let order = crate::validate::checked_lexicon_order(&meta.words)?;
     if order.iter().enumerate().all(|(i, &id)| id as usize == i) {
         return Ok(false);
     }

@@ -1,7 +1,7 @@
 //! The §4 mapping and §5 normalisation rules, and a lexicon of realistic size.
 
 use laya_format::testing::{random_model, TinyConfig};
-use laya_format::{write_model, GgmlType, LayaFile, Mapping, NormRule};
+use laya_format::{normalize, write_model, GgmlType, LayaFile, Mapping, NormRule};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -48,6 +48,14 @@ proptest! {
         let l = NormRule::LowercaseAscii.apply(c);
         prop_assert_eq!(l, if c.is_ascii_uppercase() { c.to_ascii_lowercase() } else { c });
     }
+
+    #[test]
+    fn normalize_keeps_the_count_and_is_idempotent(s in any::<String>()) {
+        let rules = [NormRule::FullwidthAscii, NormRule::LowercaseAscii];
+        let once = normalize(&s, &rules);
+        prop_assert_eq!(once.chars().count(), s.chars().count());
+        prop_assert_eq!(normalize(&once, &rules), once);
+    }
 }
 
 #[test]
@@ -71,6 +79,8 @@ fn normalisation_examples_and_order() {
     assert_eq!(typed, "12ab x中");
     assert_eq!(NormRule::from_name("fullwidth_ascii"), Some(NormRule::FullwidthAscii));
     assert_eq!(NormRule::from_name("nfkc"), None);
+    // The edges of the full-width block.
+    assert_eq!(normalize("\u{FF00}\u{FF01}\u{FF5E}\u{FF5F}", &[NormRule::FullwidthAscii]), "\u{FF00}!~\u{FF5F}");
 }
 
 #[test]

@@ -8,12 +8,12 @@
 //! used to print the fraction of peak. Results are the best of several timed batches, so they
 //! reflect the kernel rather than scheduling noise; on a shared machine expect some variance.
 
-use laya_kernels::{ActBlock, Int8Isa, Kernels, Level, Matrix, PackedQ4, PackedQ8, WType, QK};
+use laya_kernels::{ActBlock, GgmlType, Int8Isa, Kernels, Level, Matrix, PackedQ4, PackedQ8, QK};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-fn weights(ty: WType, rows: usize, cols: usize) -> Vec<u8> {
-    let n = rows * ty.row_bytes(cols);
+fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let n = rows * ty.row_bytes_rounded(cols);
     let mut s = 0x1234_5678u32;
     let mut v: Vec<u8> = (0..n)
         .map(|_| {
@@ -25,12 +25,12 @@ fn weights(ty: WType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     // Make every element/scale a small finite number so timings are not skewed by NaN/denormals.
     match ty {
-        WType::F32 => v.chunks_mut(4).for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
-        WType::F16 | WType::BF16 => v.chunks_mut(2).for_each(|c| c[1] = 0x3C),
+        GgmlType::F32 => v.chunks_mut(4).for_each(|c| c.copy_from_slice(&0.01f32.to_le_bytes())),
+        GgmlType::F16 | GgmlType::BF16 => v.chunks_mut(2).for_each(|c| c[1] = 0x3C),
         _ => v.chunks_mut(ty.block_bytes()).for_each(|b| {
             b[0] = 0x00;
             b[1] = 0x20;
-            if ty == WType::Q4_1 {
+            if ty == GgmlType::Q4_1 {
                 b[2] = 0x00;
                 b[3] = 0x20;
             }
@@ -79,9 +79,9 @@ fn main() {
         show(vnni512_peak)
     );
     println!("{:<8} {:<5} {:>5} {:>5} {:>5} {:>10} {:>7}", "level", "type", "n_pos", "rows", "cols", "GFLOP/s", "%peak");
-    for ty in [WType::F32, WType::F16, WType::BF16, WType::Q8_0, WType::Q4_0, WType::Q4_1] {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
         for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512)] {
-            if ty != WType::F32 && (rows, cols) != (128, 128) {
+            if ty != GgmlType::F32 && (rows, cols) != (128, 128) {
                 continue;
             }
             let w = weights(ty, rows, cols);
@@ -108,7 +108,7 @@ fn main() {
     println!();
     println!("cold weights: 16 positions, cycling through 48 different matrices (~3 MB f32), as a");
     println!("prediction does (each matrix is read once, from L3 or memory rather than L1/L2):");
-    for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_1] {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_1] {
         let (rows, cols, n_pos, copies) = (128, 128, 16, 48);
         let ws: Vec<Vec<u8>> = (0..copies).map(|_| weights(ty, rows, cols)).collect();
         let ms: Vec<Matrix> = ws.iter().map(|w| Matrix::new(ty, rows, cols, w).unwrap()).collect();
@@ -150,8 +150,8 @@ fn main() {
         "int8 set", "n_pos", "rows", "cols", "f32-act", "int8", "int8+q", "packed", "%peak"
     );
     for (n_pos, rows, cols) in [(16, 128, 128), (16, 512, 128), (16, 128, 512), (1, 128, 128), (1, 20000, 128)] {
-        let w = weights(WType::Q8_0, rows, cols);
-        let m = Matrix::new(WType::Q8_0, rows, cols, &w).unwrap();
+        let w = weights(GgmlType::Q8_0, rows, cols);
+        let m = Matrix::new(GgmlType::Q8_0, rows, cols, &w).unwrap();
         let pk = PackedQ8::new(&m).unwrap();
         let x: Vec<f32> = (0..n_pos * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
         let b = vec![0.1f32; rows];
@@ -195,8 +195,8 @@ fn main() {
     println!("a SIMD tier for it (GFLOP/s-equivalent; the word head row also as GB/s of packed bytes):");
     println!("{:<12} {:>5} {:>5} {:>5} {:>10} {:>8}", "int8 set", "n_pos", "rows", "cols", "q4 packed", "GB/s");
     for (n_pos, rows, cols) in [(16, 128, 128), (16, 128, 512), (1, 20000, 128)] {
-        let w = weights(WType::Q4_1, rows, cols);
-        let pk = PackedQ4::new(&Matrix::new(WType::Q4_1, rows, cols, &w).unwrap()).unwrap();
+        let w = weights(GgmlType::Q4_1, rows, cols);
+        let pk = PackedQ4::new(&Matrix::new(GgmlType::Q4_1, rows, cols, &w).unwrap()).unwrap();
         let x: Vec<f32> = (0..n_pos * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
         let b = vec![0.1f32; rows];
         let mut y = vec![0.0f32; n_pos * rows];
@@ -221,7 +221,7 @@ fn main() {
     println!();
     println!("output head, n_pos = 1, 20000 x 128 (weights streamed once per call):");
     println!("{:<8} {:<5} {:>10} {:>10}", "level", "type", "GB/s", "us/call");
-    for ty in [WType::F32, WType::F16, WType::Q8_0, WType::Q4_0] {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
         let (rows, cols) = (20000, 128);
         let w = weights(ty, rows, cols);
         let m = Matrix::new(ty, rows, cols, &w).unwrap();

@@ -16,7 +16,7 @@ use core::arch::x86::*;
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
-use crate::{scalar, MatArgs, WType, QK};
+use crate::{scalar, GgmlType, MatArgs, QK};
 
 // Type tags as const-generic parameters: a `match` on them folds away after monomorphisation,
 // which keeps a single micro-kernel body for all six formats without relying on inlining through
@@ -37,25 +37,19 @@ const fn unit(t: u8) -> usize {
     }
 }
 
-/// Bytes per decode step.
+/// Bytes per decode step: `unit(t)` values of the type, sized by laya-format's table.
 const fn unit_bytes(t: u8) -> usize {
-    match t {
-        T_F32 => 32,
-        T_F16 | T_BF16 => 16,
-        T_Q8_0 => 34,
-        T_Q4_0 => 18,
-        _ => 20,
-    }
+    wtype(t).row_bytes_rounded(unit(t))
 }
 
-pub(crate) const fn wtype(t: u8) -> WType {
+pub(crate) const fn wtype(t: u8) -> GgmlType {
     match t {
-        T_F32 => WType::F32,
-        T_F16 => WType::F16,
-        T_BF16 => WType::BF16,
-        T_Q8_0 => WType::Q8_0,
-        T_Q4_0 => WType::Q4_0,
-        _ => WType::Q4_1,
+        T_F32 => GgmlType::F32,
+        T_F16 => GgmlType::F16,
+        T_BF16 => GgmlType::BF16,
+        T_Q8_0 => GgmlType::Q8_0,
+        T_Q4_0 => GgmlType::Q4_0,
+        _ => GgmlType::Q4_1,
     }
 }
 
@@ -440,12 +434,12 @@ fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f3
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn matmul(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     match a.ty {
-        WType::F32 => matmul_t::<T_F32>(a, x, n_pos, bias, y),
-        WType::F16 => matmul_t::<T_F16>(a, x, n_pos, bias, y),
-        WType::BF16 => matmul_t::<T_BF16>(a, x, n_pos, bias, y),
-        WType::Q8_0 => matmul_t::<T_Q8_0>(a, x, n_pos, bias, y),
-        WType::Q4_0 => matmul_t::<T_Q4_0>(a, x, n_pos, bias, y),
-        WType::Q4_1 => matmul_t::<T_Q4_1>(a, x, n_pos, bias, y),
+        GgmlType::F32 => matmul_t::<T_F32>(a, x, n_pos, bias, y),
+        GgmlType::F16 => matmul_t::<T_F16>(a, x, n_pos, bias, y),
+        GgmlType::BF16 => matmul_t::<T_BF16>(a, x, n_pos, bias, y),
+        GgmlType::Q8_0 => matmul_t::<T_Q8_0>(a, x, n_pos, bias, y),
+        GgmlType::Q4_0 => matmul_t::<T_Q4_0>(a, x, n_pos, bias, y),
+        GgmlType::Q4_1 => matmul_t::<T_Q4_1>(a, x, n_pos, bias, y),
     }
 }
 
@@ -480,14 +474,14 @@ fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn row_op(ty: WType, row: &[u8], out: &mut [f32], add: bool) {
+pub(crate) fn row_op(ty: GgmlType, row: &[u8], out: &mut [f32], add: bool) {
     match ty {
-        WType::F32 => row_op_t::<T_F32>(row, out, add),
-        WType::F16 => row_op_t::<T_F16>(row, out, add),
-        WType::BF16 => row_op_t::<T_BF16>(row, out, add),
-        WType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
-        WType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
-        WType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
+        GgmlType::F32 => row_op_t::<T_F32>(row, out, add),
+        GgmlType::F16 => row_op_t::<T_F16>(row, out, add),
+        GgmlType::BF16 => row_op_t::<T_BF16>(row, out, add),
+        GgmlType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
+        GgmlType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
+        GgmlType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
     }
 }
 

@@ -17,7 +17,7 @@ use core::arch::x86_64::*;
 
 pub(crate) use crate::avx2::{add, axpy, dot, layer_norm, relu};
 use crate::avx2::{hsum, hsum4, wtype, T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_1, T_Q8_0};
-use crate::{scalar, MatArgs, WType, QK};
+use crate::{scalar, GgmlType, MatArgs, QK};
 
 /// Values per decode step: 16 for float types, one block of 32 (two registers) for quantised.
 const fn unit(t: u8) -> usize {
@@ -28,14 +28,9 @@ const fn unit(t: u8) -> usize {
     }
 }
 
+/// Bytes per decode step: `unit(t)` values of the type, sized by laya-format's table.
 const fn unit_bytes(t: u8) -> usize {
-    match t {
-        T_F32 => 64,
-        T_F16 | T_BF16 => 32,
-        T_Q8_0 => 34,
-        T_Q4_0 => 18,
-        _ => 20,
-    }
+    wtype(t).row_bytes_rounded(unit(t))
 }
 
 /// # Safety
@@ -361,12 +356,12 @@ fn matmul_t<const T: u8>(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f3
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) fn matmul(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     match a.ty {
-        WType::F32 => matmul_t::<T_F32>(a, x, n_pos, bias, y),
-        WType::F16 => matmul_t::<T_F16>(a, x, n_pos, bias, y),
-        WType::BF16 => matmul_t::<T_BF16>(a, x, n_pos, bias, y),
-        WType::Q8_0 => matmul_t::<T_Q8_0>(a, x, n_pos, bias, y),
-        WType::Q4_0 => matmul_t::<T_Q4_0>(a, x, n_pos, bias, y),
-        WType::Q4_1 => matmul_t::<T_Q4_1>(a, x, n_pos, bias, y),
+        GgmlType::F32 => matmul_t::<T_F32>(a, x, n_pos, bias, y),
+        GgmlType::F16 => matmul_t::<T_F16>(a, x, n_pos, bias, y),
+        GgmlType::BF16 => matmul_t::<T_BF16>(a, x, n_pos, bias, y),
+        GgmlType::Q8_0 => matmul_t::<T_Q8_0>(a, x, n_pos, bias, y),
+        GgmlType::Q4_0 => matmul_t::<T_Q4_0>(a, x, n_pos, bias, y),
+        GgmlType::Q4_1 => matmul_t::<T_Q4_1>(a, x, n_pos, bias, y),
     }
 }
 
@@ -400,14 +395,14 @@ fn row_op_t<const T: u8>(row: &[u8], out: &mut [f32], add: bool) {
 }
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(crate) fn row_op(ty: WType, row: &[u8], out: &mut [f32], add: bool) {
+pub(crate) fn row_op(ty: GgmlType, row: &[u8], out: &mut [f32], add: bool) {
     match ty {
-        WType::F32 => row_op_t::<T_F32>(row, out, add),
-        WType::F16 => row_op_t::<T_F16>(row, out, add),
-        WType::BF16 => row_op_t::<T_BF16>(row, out, add),
-        WType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
-        WType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
-        WType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
+        GgmlType::F32 => row_op_t::<T_F32>(row, out, add),
+        GgmlType::F16 => row_op_t::<T_F16>(row, out, add),
+        GgmlType::BF16 => row_op_t::<T_BF16>(row, out, add),
+        GgmlType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
+        GgmlType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
+        GgmlType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
     }
 }
 

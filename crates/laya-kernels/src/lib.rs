@@ -21,12 +21,12 @@
 //! # Example
 //!
 //! ```
-//! use laya_kernels::{Kernels, Matrix, WType};
+//! use laya_kernels::{Kernels, Matrix, GgmlType};
 //!
 //! // A 2x3 f32 weight matrix (rows = outputs, cols = inputs), stored row-major as bytes.
 //! let w: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
 //!     .iter().flat_map(|v| v.to_le_bytes()).collect();
-//! let m = Matrix::new(WType::F32, 2, 3, &w).unwrap();
+//! let m = Matrix::new(GgmlType::F32, 2, 3, &w).unwrap();
 //! let k = Kernels::detect();
 //! let x = [1.0f32, 0.0, -1.0];
 //! let mut y = [0.0f32; 2];
@@ -66,112 +66,12 @@ pub use packed::{PackedQ4, PackedQ8, PACK_ROWS};
 pub use peak::Peak;
 pub use q8::ActBlock;
 
-/// Number of values in one quantised block (Q8_0, Q4_0, Q4_1).
-pub const QK: usize = 32;
-
-/// Storage type of a weight matrix, byte-compatible with the GGUF/ggml type of the same name.
-///
-/// ```
-/// use laya_kernels::WType;
-/// assert_eq!(WType::Q4_0.row_bytes(64), 36);
-/// assert_eq!(WType::from_ggml(8), Some(WType::Q8_0));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(non_camel_case_types)]
-pub enum WType {
-    /// IEEE binary32, little endian.
-    F32,
-    /// IEEE binary16, little endian.
-    F16,
-    /// bfloat16 (upper half of a binary32), little endian.
-    BF16,
-    /// 34-byte blocks of 32: `f16 d; i8 qs[32]`, `x = d*q`.
-    Q8_0,
-    /// 18-byte blocks of 32: `f16 d; u8 qs[16]`, low nibbles first, `x = d*(q-8)`.
-    Q4_0,
-    /// 20-byte blocks of 32: `f16 d; f16 m; u8 qs[16]`, low nibbles first, `x = d*q + m`.
-    Q4_1,
-}
-
-impl WType {
-    /// All types, in ggml id order.
-    pub const ALL: [WType; 6] = [WType::F32, WType::F16, WType::Q4_0, WType::Q4_1, WType::Q8_0, WType::BF16];
-
-    /// Values per block: 1 for float types, 32 for quantised ones.
-    pub const fn block_size(self) -> usize {
-        match self {
-            WType::F32 | WType::F16 | WType::BF16 => 1,
-            WType::Q8_0 | WType::Q4_0 | WType::Q4_1 => QK,
-        }
-    }
-
-    /// Bytes per block.
-    pub const fn block_bytes(self) -> usize {
-        match self {
-            WType::F32 => 4,
-            WType::F16 | WType::BF16 => 2,
-            WType::Q8_0 => 34,
-            WType::Q4_0 => 18,
-            WType::Q4_1 => 20,
-        }
-    }
-
-    /// Whether the type is block-quantised (columns must then be a multiple of [`QK`]).
-    pub const fn is_quantized(self) -> bool {
-        self.block_size() != 1
-    }
-
-    /// Bytes of one row of `cols` values. For quantised types `cols` should be a multiple of
-    /// [`QK`]; otherwise the count is rounded up to whole blocks (and [`Matrix::new`] refuses it).
-    /// Saturates at `usize::MAX` instead of overflowing.
-    pub const fn row_bytes(self, cols: usize) -> usize {
-        let blocks = cols.div_ceil(self.block_size());
-        blocks.saturating_mul(self.block_bytes())
-    }
-
-    /// The ggml type id (as stored in a GGUF tensor-info record).
-    pub const fn ggml_id(self) -> u32 {
-        match self {
-            WType::F32 => 0,
-            WType::F16 => 1,
-            WType::Q4_0 => 2,
-            WType::Q4_1 => 3,
-            WType::Q8_0 => 8,
-            WType::BF16 => 30,
-        }
-    }
-
-    /// The type with the given ggml id, if it is one Laya supports.
-    pub const fn from_ggml(id: u32) -> Option<WType> {
-        Some(match id {
-            0 => WType::F32,
-            1 => WType::F16,
-            2 => WType::Q4_0,
-            3 => WType::Q4_1,
-            8 => WType::Q8_0,
-            30 => WType::BF16,
-            _ => return None,
-        })
-    }
-
-    /// The GGUF spelling of the type name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            WType::F32 => "F32",
-            WType::F16 => "F16",
-            WType::BF16 => "BF16",
-            WType::Q8_0 => "Q8_0",
-            WType::Q4_0 => "Q4_0",
-            WType::Q4_1 => "Q4_1",
-        }
-    }
-}
-
-impl fmt::Display for WType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The former name of [`GgmlType`] here, kept while callers move over.
+#[doc(hidden)]
+pub use laya_format::GgmlType as WType;
+/// The storage types and their sizes are laya-format's table: one definition for the file and
+/// the kernels.
+pub use laya_format::{GgmlType, QK};
 
 /// Why a [`Matrix`] could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,14 +79,14 @@ pub enum KernelError {
     /// A quantised type was given a column count that is not a whole number of blocks.
     ColsNotBlockMultiple {
         /// The weight type.
-        ty: WType,
+        ty: GgmlType,
         /// The offending column count.
         cols: usize,
     },
     /// The byte slice does not hold exactly `rows` rows of `cols` values.
     DataLength {
         /// The weight type.
-        ty: WType,
+        ty: GgmlType,
         /// Rows requested.
         rows: usize,
         /// Columns requested.
@@ -199,12 +99,12 @@ pub enum KernelError {
     /// [`PackedQ8`] was asked to repack a matrix that is not Q8_0.
     NotQ8_0 {
         /// The matrix's type.
-        ty: WType,
+        ty: GgmlType,
     },
     /// [`PackedQ4`] was asked to repack a matrix that is not Q4_0 or Q4_1.
     NotQ4 {
         /// The matrix's type.
-        ty: WType,
+        ty: GgmlType,
     },
     /// `rows * row_bytes` does not fit in `usize`.
     SizeOverflow {
@@ -248,12 +148,12 @@ impl std::error::Error for KernelError {}
 #[derive(Clone, Copy, Debug)]
 pub struct Matrix<'a> {
     /// Storage type.
-    pub ty: WType,
+    pub ty: GgmlType,
     /// Number of rows (output features).
     pub rows: usize,
     /// Number of columns (input features).
     pub cols: usize,
-    /// Raw bytes, exactly `rows * ty.row_bytes(cols)` of them; any alignment.
+    /// Raw bytes, exactly `rows * ty.row_bytes_rounded(cols)` of them; any alignment.
     pub data: &'a [u8],
 }
 
@@ -261,13 +161,13 @@ impl<'a> Matrix<'a> {
     /// Checks that `data` holds exactly `rows x cols` values of type `ty`.
     ///
     /// ```
-    /// use laya_kernels::{Matrix, WType, KernelError};
+    /// use laya_kernels::{Matrix, GgmlType, KernelError};
     /// let bytes = [0u8; 2 * 18];
-    /// assert!(Matrix::new(WType::Q4_0, 1, 64, &bytes).is_ok());
-    /// assert!(matches!(Matrix::new(WType::Q4_0, 1, 48, &bytes),
+    /// assert!(Matrix::new(GgmlType::Q4_0, 1, 64, &bytes).is_ok());
+    /// assert!(matches!(Matrix::new(GgmlType::Q4_0, 1, 48, &bytes),
     ///                  Err(KernelError::ColsNotBlockMultiple { .. })));
     /// ```
-    pub fn new(ty: WType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
         if !cols.is_multiple_of(ty.block_size()) {
             return Err(KernelError::ColsNotBlockMultiple { ty, cols });
         }
@@ -283,7 +183,7 @@ impl<'a> Matrix<'a> {
 
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
-        self.ty.row_bytes(self.cols)
+        self.ty.row_bytes_rounded(self.cols)
     }
 
     /// The bytes of row `r`. Panics if `r >= rows` or the data is too short.
@@ -543,9 +443,9 @@ impl Kernels {
     /// than that shape needs (see the crate-level shape contract).
     ///
     /// ```
-    /// use laya_kernels::{Kernels, Matrix, WType};
+    /// use laya_kernels::{Kernels, Matrix, GgmlType};
     /// let w: Vec<u8> = [2.0f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
-    /// let m = Matrix::new(WType::F32, 2, 2, &w).unwrap();
+    /// let m = Matrix::new(GgmlType::F32, 2, 2, &w).unwrap();
     /// let mut y = [0.0; 4];
     /// Kernels::detect().matmul(&m, &[1.0, 1.0, 0.5, 0.0], 2, None, &mut y);
     /// assert_eq!(y, [4.0, 4.0, 1.0, 1.0]);
@@ -616,11 +516,11 @@ impl Kernels {
     /// Panics if `w` is of another type or a slice is shorter than the shape needs.
     ///
     /// ```
-    /// use laya_kernels::{ActBlock, Kernels, Matrix, WType};
+    /// use laya_kernels::{ActBlock, Kernels, Matrix, GgmlType};
     /// // One Q8_0 row: scale 1.0 (f16 0x3C00), values 0..32.
     /// let mut w = vec![0x00, 0x3C];
     /// w.extend((0..32).map(|i| i as u8));
-    /// let m = Matrix::new(WType::Q8_0, 1, 32, &w).unwrap();
+    /// let m = Matrix::new(GgmlType::Q8_0, 1, 32, &w).unwrap();
     /// let k = Kernels::detect();
     /// let x = [1.0f32; 32]; // quantises exactly: d = 1/127, q = 127
     /// let mut xq = [ActBlock::ZERO; 1];
@@ -630,7 +530,11 @@ impl Kernels {
     /// assert!((y[0] - 496.5).abs() < 1e-3);
     /// ```
     pub fn matmul_q8(&self, w: &Matrix, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-        assert!(matches!(w.ty, WType::Q8_0 | WType::Q4_0 | WType::Q4_1), "matmul_q8 needs Q8_0, Q4_0 or Q4_1 weights, got {}", w.ty);
+        assert!(
+            matches!(w.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1),
+            "matmul_q8 needs Q8_0, Q4_0 or Q4_1 weights, got {}",
+            w.ty
+        );
         let (rb, data) = w.checked();
         let nb = w.cols / QK;
         debug_assert_eq!(xq.len(), n_pos * nb, "matmul_q8: xq is not n_pos x cols/32");
@@ -642,7 +546,7 @@ impl Kernels {
             &b[..w.rows]
         });
         let a = MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data };
-        if w.ty != WType::Q8_0 {
+        if w.ty != GgmlType::Q8_0 {
             // 4-bit weights: only the scalar reference reads them row-major (the SIMD path for
             // them is `matmul_q4_packed`).
             return packed::matmul_q4_rows(&a, xq, n_pos, bias, y);
@@ -739,9 +643,9 @@ impl Kernels {
     /// `out[..cols]` = row `r` of `w`, dequantised (an embedding lookup).
     ///
     /// ```
-    /// use laya_kernels::{Kernels, Matrix, WType};
+    /// use laya_kernels::{Kernels, Matrix, GgmlType};
     /// let w: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    /// let m = Matrix::new(WType::F32, 2, 2, &w).unwrap();
+    /// let m = Matrix::new(GgmlType::F32, 2, 2, &w).unwrap();
     /// let mut out = [0.0; 2];
     /// Kernels::detect().dequant_row(&m, 1, &mut out);
     /// assert_eq!(out, [3.0, 4.0]);
@@ -757,9 +661,9 @@ impl Kernels {
     /// `out[..cols]` += row `r` of `w`, dequantised (embedding lookup plus add).
     ///
     /// ```
-    /// use laya_kernels::{Kernels, Matrix, WType};
+    /// use laya_kernels::{Kernels, Matrix, GgmlType};
     /// let w: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    /// let m = Matrix::new(WType::F32, 1, 2, &w).unwrap();
+    /// let m = Matrix::new(GgmlType::F32, 1, 2, &w).unwrap();
     /// let mut out = [10.0, 20.0];
     /// Kernels::detect().add_row(&m, 0, &mut out);
     /// assert_eq!(out, [11.0, 22.0]);
@@ -995,7 +899,7 @@ impl Default for Kernels {
 /// A matrix whose shape has been re-checked: `data.len() == rows * rb`, and for quantised types
 /// `cols % QK == 0`. Tier code may rely on these for memory safety.
 pub(crate) struct MatArgs<'a> {
-    pub ty: WType,
+    pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     pub rb: usize,

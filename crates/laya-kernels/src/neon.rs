@@ -7,7 +7,7 @@
 
 use core::arch::aarch64::*;
 
-use crate::{scalar, MatArgs, WType, QK};
+use crate::{scalar, GgmlType, MatArgs, QK};
 
 #[target_feature(enable = "neon")]
 #[inline]
@@ -63,7 +63,7 @@ pub(crate) fn matmul(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>,
 }
 
 #[target_feature(enable = "neon")]
-pub(crate) fn row_op(ty: WType, row: &[u8], out: &mut [f32], add: bool) {
+pub(crate) fn row_op(ty: GgmlType, row: &[u8], out: &mut [f32], add: bool) {
     // Embedding lookups are one row per token: the scalar decoder is fast enough.
     scalar::row_op(ty, row, out, add)
 }

@@ -26,7 +26,7 @@
 //! dot product, so the correction is exact in i32 and costs no precision.
 
 use crate::q8::{ActBlock, Q8_BYTES};
-use crate::{scalar, KernelError, Matrix, WType, QK};
+use crate::{scalar, GgmlType, KernelError, Matrix, QK};
 
 /// Rows interleaved in one group of a [`PackedQ8`].
 pub const PACK_ROWS: usize = 16;
@@ -93,14 +93,14 @@ macro_rules! packed_common {
 /// few percent larger than the original.
 ///
 /// ```
-/// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ8, WType};
+/// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ8, GgmlType};
 /// // Two Q8_0 rows of 32: scale 1.0 (f16 0x3C00), values 1 and -2.
 /// let mut w = Vec::new();
 /// for v in [1i8, -2] {
 ///     w.extend([0x00, 0x3C]);
 ///     w.extend(std::iter::repeat(v as u8).take(32));
 /// }
-/// let m = Matrix::new(WType::Q8_0, 2, 32, &w).unwrap();
+/// let m = Matrix::new(GgmlType::Q8_0, 2, 32, &w).unwrap();
 /// let p = PackedQ8::new(&m).unwrap();
 /// let k = Kernels::detect();
 /// let mut xq = [ActBlock::ZERO; 1];
@@ -122,7 +122,7 @@ pub struct PackedQ8 {
 impl PackedQ8 {
     /// Repacks a Q8_0 matrix. Errors if `w` is of another type.
     pub fn new(w: &Matrix) -> Result<PackedQ8, KernelError> {
-        if w.ty != WType::Q8_0 {
+        if w.ty != GgmlType::Q8_0 {
             return Err(KernelError::NotQ8_0 { ty: w.ty });
         }
         // Re-validates the byte length against the shape (a hand-built Matrix may lie).
@@ -219,11 +219,11 @@ fn twin_outputs(
 /// `j` is `d·q[j] + m` (Q4_0: `m = −8·d`, exact in f16 and f32 for every finite scale whose
 /// eightfold is finite).
 #[inline]
-pub(crate) fn q4_block(ty: WType, blk: &[u8]) -> (f32, f32, [u8; QK]) {
+pub(crate) fn q4_block(ty: GgmlType, blk: &[u8]) -> (f32, f32, [u8; QK]) {
     let d = scalar::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
     let (m, qs) = match ty {
-        WType::Q4_1 => (scalar::f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])), &blk[4..20]),
-        _ => (-8.0 * d, &blk[2..18]),
+        GgmlType::Q4_1 => (scalar::f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])), &blk[4..4 + QK / 2]),
+        _ => (-8.0 * d, &blk[2..2 + QK / 2]),
     };
     let mut q = [0u8; QK];
     for j in 0..QK / 2 {
@@ -266,11 +266,11 @@ pub(crate) fn matmul_q4_rows(a: &crate::MatArgs, xq: &[ActBlock], n_pos: usize, 
 /// `qs[4t + j]` of row `r` in block `b`.
 ///
 /// ```
-/// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ4, WType};
+/// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ4, GgmlType};
 /// // One Q4_1 row of 32: d = 1 (f16 0x3C00), m = -8 (0xC800), every value 10 (weight 2).
 /// let mut w = vec![0x00, 0x3C, 0x00, 0xC8];
 /// w.extend([0xAAu8; 16]);
-/// let m = Matrix::new(WType::Q4_1, 1, 32, &w).unwrap();
+/// let m = Matrix::new(GgmlType::Q4_1, 1, 32, &w).unwrap();
 /// let p = PackedQ4::new(&m).unwrap();
 /// let k = Kernels::detect();
 /// let mut xq = [ActBlock::ZERO; 1];
@@ -291,7 +291,7 @@ pub struct PackedQ4 {
 impl PackedQ4 {
     /// Repacks a Q4_0 or Q4_1 matrix. Errors on any other type.
     pub fn new(w: &Matrix) -> Result<PackedQ4, KernelError> {
-        if !matches!(w.ty, WType::Q4_0 | WType::Q4_1) {
+        if !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
             return Err(KernelError::NotQ4 { ty: w.ty });
         }
         let w = Matrix::new(w.ty, w.rows, w.cols, w.data)?;
@@ -313,7 +313,7 @@ impl PackedQ4 {
                 let line = &mut scale_lines[b].0;
                 for (r, row) in rows.iter().enumerate().take(n) {
                     let blk = &row[b * bb..][..bb];
-                    let m16 = if w.ty == WType::Q4_1 {
+                    let m16 = if w.ty == GgmlType::Q4_1 {
                         [blk[2], blk[3]]
                     } else {
                         let d = scalar::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));

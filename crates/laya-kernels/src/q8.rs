@@ -44,9 +44,8 @@ pub(crate) struct BlockQ8_0 {
     pub qs: [i8; QK],
 }
 
-const _: () = assert!(core::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(core::mem::offset_of!(BlockQ8_0, qs) == 2);
-const _: () = assert!(crate::WType::Q8_0.block_bytes() == core::mem::size_of::<BlockQ8_0>());
+const _: () = assert!(crate::GgmlType::Q8_0.block_bytes() == core::mem::size_of::<BlockQ8_0>());
 
 /// Bytes of one Q8_0 weight block.
 pub(crate) const Q8_BYTES: usize = core::mem::size_of::<BlockQ8_0>();

@@ -2,7 +2,7 @@
 //! without SIMD support. Written for clarity; the only concession to speed is decoding each
 //! weight block once per row rather than once per position.
 
-use crate::{MatArgs, WType, QK};
+use crate::{GgmlType, MatArgs, QK};
 
 #[inline]
 pub(crate) fn f16_to_f32(bits: u16) -> f32 {
@@ -23,33 +23,35 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
 /// `n == 32`) into `out[..n]`. Quantised formulas are written so that each value is rounded
 /// exactly once; the SIMD tiers use the same operations and match bit for bit.
 #[inline]
-pub(crate) fn decode(ty: WType, row: &[u8], c: usize, n: usize, out: &mut [f32; QK]) {
+pub(crate) fn decode(ty: GgmlType, row: &[u8], c: usize, n: usize, out: &mut [f32; QK]) {
     match ty {
-        WType::F32 => {
+        GgmlType::F32 => {
             for (j, o) in out[..n].iter_mut().enumerate() {
                 let i = (c + j) * 4;
                 *o = f32::from_le_bytes([row[i], row[i + 1], row[i + 2], row[i + 3]]);
             }
         }
-        WType::F16 => {
+        GgmlType::F16 => {
             for (j, o) in out[..n].iter_mut().enumerate() {
                 *o = f16_to_f32(u16_at(row, (c + j) * 2));
             }
         }
-        WType::BF16 => {
+        GgmlType::BF16 => {
             for (j, o) in out[..n].iter_mut().enumerate() {
                 *o = bf16_to_f32(u16_at(row, (c + j) * 2));
             }
         }
-        WType::Q8_0 => {
-            let b = &row[c / QK * 34..][..34];
+        GgmlType::Q8_0 => {
+            let bb = GgmlType::Q8_0.block_bytes();
+            let b = &row[c / QK * bb..][..bb];
             let d = f16_to_f32(u16_at(b, 0));
             for j in 0..QK {
                 out[j] = d * (b[2 + j] as i8 as f32);
             }
         }
-        WType::Q4_0 => {
-            let b = &row[c / QK * 18..][..18];
+        GgmlType::Q4_0 => {
+            let bb = GgmlType::Q4_0.block_bytes();
+            let b = &row[c / QK * bb..][..bb];
             let d = f16_to_f32(u16_at(b, 0));
             for j in 0..QK / 2 {
                 let q = b[2 + j];
@@ -57,8 +59,9 @@ pub(crate) fn decode(ty: WType, row: &[u8], c: usize, n: usize, out: &mut [f32; 
                 out[j + 16] = d * ((q >> 4) as i32 - 8) as f32;
             }
         }
-        WType::Q4_1 => {
-            let b = &row[c / QK * 20..][..20];
+        GgmlType::Q4_1 => {
+            let bb = GgmlType::Q4_1.block_bytes();
+            let b = &row[c / QK * bb..][..bb];
             let d = f16_to_f32(u16_at(b, 0));
             let m = f16_to_f32(u16_at(b, 2));
             for j in 0..QK / 2 {
@@ -100,7 +103,7 @@ pub(crate) fn matmul(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>,
     }
 }
 
-pub(crate) fn row_op(ty: WType, row: &[u8], out: &mut [f32], add: bool) {
+pub(crate) fn row_op(ty: GgmlType, row: &[u8], out: &mut [f32], add: bool) {
     let mut buf = [0.0f32; QK];
     for (ci, chunk) in out.chunks_mut(QK).enumerate() {
         let n = chunk.len();

@@ -7,7 +7,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= tol)` also fails on NaN, on purpose
 #![allow(clippy::type_complexity)]
 
-use laya_kernels::{KernelError, Kernels, Level, Matrix, WType};
+use laya_kernels::{GgmlType, KernelError, Kernels, Level, Matrix};
 use proptest::prelude::*;
 use std::sync::Once;
 
@@ -75,19 +75,19 @@ fn push16(v: &mut Vec<u8>, bits: u16) {
 
 /// Random weights of type `ty`, placed at byte offset `offset` of the returned buffer (so
 /// `&buf[offset..]` is deliberately misaligned).
-fn make_weights(ty: WType, rows: usize, cols: usize, offset: usize, rng: &mut Rng) -> Vec<u8> {
+fn make_weights(ty: GgmlType, rows: usize, cols: usize, offset: usize, rng: &mut Rng) -> Vec<u8> {
     let mut v = vec![0xAAu8; offset];
     for _ in 0..rows {
         match ty {
-            WType::F32 => (0..cols).for_each(|_| v.extend_from_slice(&rng.f().to_le_bytes())),
-            WType::F16 => (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits())),
-            WType::BF16 => (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits())),
-            WType::Q8_0 | WType::Q4_0 | WType::Q4_1 => {
+            GgmlType::F32 => (0..cols).for_each(|_| v.extend_from_slice(&rng.f().to_le_bytes())),
+            GgmlType::F16 => (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits())),
+            GgmlType::BF16 => (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits())),
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 => {
                 for _ in 0..cols / 32 {
                     push16(&mut v, rng.scale_f16());
                     let nq = match ty {
-                        WType::Q8_0 => 32,
-                        WType::Q4_1 => {
+                        GgmlType::Q8_0 => 32,
+                        GgmlType::Q4_1 => {
                             push16(&mut v, half::f16::from_f32(rng.f() * 0.3).to_bits());
                             16
                         }
@@ -106,32 +106,32 @@ fn f16(b: &[u8], i: usize) -> f64 {
 }
 
 /// Independent f64 decoder straight from the format table in docs/format.md.
-fn ref_dequant(ty: WType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+fn ref_dequant(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
     let mut out = Vec::with_capacity(rows * cols);
-    let rb = ty.row_bytes(cols);
+    let rb = ty.row_bytes_rounded(cols);
     for r in 0..rows {
         let row = &data[r * rb..(r + 1) * rb];
         match ty {
-            WType::F32 => (0..cols).for_each(|j| out.push(f32::from_le_bytes(row[4 * j..4 * j + 4].try_into().unwrap()) as f64)),
-            WType::F16 => (0..cols).for_each(|j| out.push(f16(row, 2 * j))),
-            WType::BF16 => (0..cols).for_each(|j| {
+            GgmlType::F32 => (0..cols).for_each(|j| out.push(f32::from_le_bytes(row[4 * j..4 * j + 4].try_into().unwrap()) as f64)),
+            GgmlType::F16 => (0..cols).for_each(|j| out.push(f16(row, 2 * j))),
+            GgmlType::BF16 => (0..cols).for_each(|j| {
                 let bits = u16::from_le_bytes([row[2 * j], row[2 * j + 1]]);
                 out.push(half::bf16::from_bits(bits).to_f64())
             }),
-            WType::Q8_0 => {
+            GgmlType::Q8_0 => {
                 for b in row.chunks(34) {
                     let d = f16(b, 0);
                     (0..32).for_each(|j| out.push(d * (b[2 + j] as i8) as f64));
                 }
             }
-            WType::Q4_0 => {
+            GgmlType::Q4_0 => {
                 for b in row.chunks(18) {
                     let d = f16(b, 0);
                     (0..16).for_each(|j| out.push(d * ((b[2 + j] & 15) as f64 - 8.0)));
                     (0..16).for_each(|j| out.push(d * ((b[2 + j] >> 4) as f64 - 8.0)));
                 }
             }
-            WType::Q4_1 => {
+            GgmlType::Q4_1 => {
                 for b in row.chunks(20) {
                     let (d, m) = (f16(b, 0), f16(b, 2));
                     (0..16).for_each(|j| out.push(d * (b[4 + j] & 15) as f64 + m));
@@ -169,7 +169,7 @@ fn tol(cols: usize, mag: f64) -> f64 {
     (1e-5 + (cols + 2) as f64 * f32::EPSILON as f64) * mag + 1e-6
 }
 
-fn cols_for(ty: WType) -> Vec<usize> {
+fn cols_for(ty: GgmlType) -> Vec<usize> {
     if ty.is_quantized() {
         vec![32, 64, 96, 160]
     } else {
@@ -177,12 +177,12 @@ fn cols_for(ty: WType) -> Vec<usize> {
     }
 }
 
-fn wtype_strategy() -> impl Strategy<Value = WType> {
-    prop::sample::select(WType::ALL.to_vec())
+fn wtype_strategy() -> impl Strategy<Value = GgmlType> {
+    prop::sample::select(GgmlType::ALL.to_vec())
 }
 
 /// Runs matmul on every level and checks scalar vs f64 and SIMD vs scalar.
-fn check_matmul(ty: WType, rows: usize, cols: usize, n_pos: usize, with_bias: bool, offset: usize, seed: u64) -> Result<(), String> {
+fn check_matmul(ty: GgmlType, rows: usize, cols: usize, n_pos: usize, with_bias: bool, offset: usize, seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let buf = make_weights(ty, rows, cols, offset, &mut rng);
     let data = &buf[offset..];
@@ -290,7 +290,7 @@ proptest! {
 #[test]
 fn matmul_shape_grid() {
     let mut seed = 1;
-    for ty in WType::ALL {
+    for ty in GgmlType::ALL {
         for cols in cols_for(ty) {
             for n_pos in [1, 2, 3, 4, 5, 16, 17] {
                 for rows in [1, 3, 4, 5, 8, 9, 13, 70] {
@@ -305,7 +305,7 @@ fn matmul_shape_grid() {
 #[test]
 fn matmul_output_head_shape() {
     // The memory-bound case the runtime cares about: n_pos = 1, many rows.
-    for ty in WType::ALL {
+    for ty in GgmlType::ALL {
         check_matmul(ty, 2003, 128, 1, true, 1, 7).unwrap();
     }
 }
@@ -314,7 +314,7 @@ fn matmul_output_head_shape() {
 fn matmul_zero_positions_and_zero_cols() {
     for k in all_levels() {
         let w = [0u8; 0];
-        let m = Matrix::new(WType::F32, 3, 0, &w).unwrap();
+        let m = Matrix::new(GgmlType::F32, 3, 0, &w).unwrap();
         let mut y = [9.0f32; 3];
         k.matmul(&m, &[], 1, Some(&[1.0, 2.0, 3.0]), &mut y);
         assert_eq!(y, [1.0, 2.0, 3.0], "{}", k.level());
@@ -343,10 +343,10 @@ fn known_blocks_decode() {
     q41.extend(one);
     q41.push(0x1F);
     q41.extend([0u8; 15]);
-    let cases: [(WType, &[u8], [(usize, f32); 3]); 3] = [
-        (WType::Q8_0, &q8, [(0, -64.0), (1, 63.5), (31, 0.0)]),
-        (WType::Q4_0, &q40, [(0, 3.5), (16, -3.5), (5, 0.0)]),
-        (WType::Q4_1, &q41, [(0, 8.5), (16, 1.5), (31, 1.0)]),
+    let cases: [(GgmlType, &[u8], [(usize, f32); 3]); 3] = [
+        (GgmlType::Q8_0, &q8, [(0, -64.0), (1, 63.5), (31, 0.0)]),
+        (GgmlType::Q4_0, &q40, [(0, 3.5), (16, -3.5), (5, 0.0)]),
+        (GgmlType::Q4_1, &q41, [(0, 8.5), (16, 1.5), (31, 1.0)]),
     ];
     for k in all_levels() {
         for (ty, bytes, expect) in &cases {
@@ -360,7 +360,7 @@ fn known_blocks_decode() {
         // F16 / BF16: 1.0 and -2.0.
         let f = [0x00, 0x3C, 0x00, 0xC0];
         let bf = [0x80, 0x3F, 0x00, 0xC0];
-        for (ty, b) in [(WType::F16, &f), (WType::BF16, &bf)] {
+        for (ty, b) in [(GgmlType::F16, &f), (GgmlType::BF16, &bf)] {
             let m = Matrix::new(ty, 1, 2, b).unwrap();
             let mut out = [0.0f32; 2];
             k.dequant_row(&m, 0, &mut out);
@@ -371,16 +371,19 @@ fn known_blocks_decode() {
 
 #[test]
 fn matrix_new_validates() {
-    assert_eq!(Matrix::new(WType::Q8_0, 2, 40, &[0; 68]).unwrap_err(), KernelError::ColsNotBlockMultiple { ty: WType::Q8_0, cols: 40 });
-    assert!(matches!(Matrix::new(WType::Q4_1, 2, 64, &[0; 79]), Err(KernelError::DataLength { expected: 80, actual: 79, .. })));
-    assert!(matches!(Matrix::new(WType::F32, usize::MAX, 8, &[]), Err(KernelError::SizeOverflow { .. })));
-    assert!(Matrix::new(WType::BF16, 3, 5, &[0; 30]).is_ok());
-    for ty in WType::ALL {
-        assert_eq!(WType::from_ggml(ty.ggml_id()), Some(ty));
+    assert_eq!(
+        Matrix::new(GgmlType::Q8_0, 2, 40, &[0; 68]).unwrap_err(),
+        KernelError::ColsNotBlockMultiple { ty: GgmlType::Q8_0, cols: 40 }
+    );
+    assert!(matches!(Matrix::new(GgmlType::Q4_1, 2, 64, &[0; 79]), Err(KernelError::DataLength { expected: 80, actual: 79, .. })));
+    assert!(matches!(Matrix::new(GgmlType::F32, usize::MAX, 8, &[]), Err(KernelError::SizeOverflow { .. })));
+    assert!(Matrix::new(GgmlType::BF16, 3, 5, &[0; 30]).is_ok());
+    for ty in GgmlType::ALL {
+        assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
         assert!(!ty.name().is_empty());
     }
-    assert_eq!(WType::from_ggml(6), None);
-    let msg = KernelError::ColsNotBlockMultiple { ty: WType::Q4_0, cols: 40 }.to_string();
+    assert_eq!(GgmlType::from_id(6), None);
+    let msg = KernelError::ColsNotBlockMultiple { ty: GgmlType::Q4_0, cols: 40 }.to_string();
     assert!(msg.contains("multiple of 32"), "{msg}");
 }
 
@@ -389,19 +392,19 @@ fn matrix_new_validates() {
 fn inconsistent_matrix_panics_on_every_level() {
     for k in all_levels() {
         let data = [0u8; 64];
-        let bad = Matrix { ty: WType::F32, rows: 5, cols: 4, data: &data }; // needs 80 bytes
+        let bad = Matrix { ty: GgmlType::F32, rows: 5, cols: 4, data: &data }; // needs 80 bytes
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 5];
             k.matmul(&bad, &[0.0; 4], 1, None, &mut y);
         });
         assert!(r.is_err(), "{}: short data accepted", k.level());
-        let bad_q = Matrix { ty: WType::Q8_0, rows: 1, cols: 40, data: &data };
+        let bad_q = Matrix { ty: GgmlType::Q8_0, rows: 1, cols: 40, data: &data };
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 1];
             k.matmul(&bad_q, &[0.0; 40], 1, None, &mut y);
         });
         assert!(r.is_err(), "{}: quantised cols 40 accepted", k.level());
-        let good = Matrix::new(WType::F32, 4, 4, &data).unwrap();
+        let good = Matrix::new(GgmlType::F32, 4, 4, &data).unwrap();
         let r = std::panic::catch_unwind(|| {
             let mut y = [0.0f32; 3]; // too short
             k.matmul(&good, &[0.0; 4], 1, None, &mut y);

@@ -8,7 +8,7 @@
 
 #![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= tol)` also fails on NaN, on purpose
 
-use laya_kernels::{ActBlock, Int8Isa, KernelError, Kernels, Level, Matrix, PackedQ4, PackedQ8, WType, QK};
+use laya_kernels::{ActBlock, GgmlType, Int8Isa, KernelError, Kernels, Level, Matrix, PackedQ4, PackedQ8, QK};
 use proptest::prelude::*;
 use std::sync::Once;
 
@@ -100,13 +100,13 @@ const COLS: [usize; 7] = [32, 64, 96, 128, 160, 256, 512];
 /// Q4_0 or Q4_1 weights: scales 0 / tiny / negative / ordinary, offsets of either sign, nibbles
 /// uniform with the extremes 0 and 15 frequent. `unit`: d = 1 and m = 0 (Q4_1) so that
 /// products with integer activations are exact.
-fn q4_weights(ty: WType, rows: usize, cols: usize, unit: bool, rng: &mut Rng) -> Vec<u8> {
+fn q4_weights(ty: GgmlType, rows: usize, cols: usize, unit: bool, rng: &mut Rng) -> Vec<u8> {
     let mut v = Vec::new();
     let f16 = |x: f32| half::f16::from_f32(x).to_bits().to_le_bytes();
     for _ in 0..rows * cols / QK {
         let d = if unit { 1.0 } else { [0.0, 3.0e-6, -0.04, 0.01, 0.02][(rng.next() % 5) as usize] };
         v.extend_from_slice(&f16(d));
-        if ty == WType::Q4_1 {
+        if ty == GgmlType::Q4_1 {
             v.extend_from_slice(&f16(if unit { 0.0 } else { rng.f() * 0.2 }));
         }
         (0..QK / 2).for_each(|_| {
@@ -123,7 +123,7 @@ fn q4_weights(ty: WType, rows: usize, cols: usize, unit: bool, rng: &mut Rng) ->
 }
 
 /// f32 weights of a Q4 matrix (row-major), for the f64 references.
-fn q4_dequant(ty: WType, w: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+fn q4_dequant(ty: GgmlType, w: &[u8], rows: usize, cols: usize) -> Vec<f64> {
     let m = Matrix::new(ty, rows, cols, w).unwrap();
     let mut out = vec![0.0f32; cols];
     let mut all = Vec::with_capacity(rows * cols);
@@ -176,7 +176,7 @@ proptest! {
         let cols = COLS[ci];
         let mut rng = Rng::new(seed);
         let buf = weights(rows, cols, offset, false, &mut rng);
-        let m = Matrix::new(WType::Q8_0, rows, cols, &buf[offset..]).unwrap();
+        let m = Matrix::new(GgmlType::Q8_0, rows, cols, &buf[offset..]).unwrap();
         let x = activations(n_pos * cols, &mut rng);
         let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
         let bias = with_bias.then_some(&bias[..]);
@@ -234,7 +234,7 @@ proptest! {
         let cols = COLS[ci];
         let mut rng = Rng::new(seed);
         let buf = weights(rows, cols, 1, true, &mut rng);
-        let m = Matrix::new(WType::Q8_0, rows, cols, &buf[1..]).unwrap();
+        let m = Matrix::new(GgmlType::Q8_0, rows, cols, &buf[1..]).unwrap();
         let x: Vec<f32> = (0..n_pos * cols).map(|i| {
             if i % QK == (seed as usize) % QK {
                 if rng.next().is_multiple_of(2) { 127.0 } else { -127.0 }
@@ -278,7 +278,7 @@ proptest! {
         let cols = COLS[ci];
         let mut rng = Rng::new(seed);
         let buf = weights(rows, cols, 0, false, &mut rng);
-        let m = Matrix::new(WType::Q8_0, rows, cols, &buf).unwrap();
+        let m = Matrix::new(GgmlType::Q8_0, rows, cols, &buf).unwrap();
         let x = activations(n_pos * cols, &mut rng);
         let xq = quantize(Kernels::scalar(), &x);
         let mut y = vec![0.0f32; n_pos * rows];
@@ -322,7 +322,7 @@ proptest! {
         with_bias in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        let ty = if q41 { WType::Q4_1 } else { WType::Q4_0 };
+        let ty = if q41 { GgmlType::Q4_1 } else { GgmlType::Q4_0 };
         let cols = COLS[ci];
         let mut rng = Rng::new(seed);
         let buf = q4_weights(ty, rows, cols, false, &mut rng);
@@ -367,7 +367,7 @@ proptest! {
     /// ±127 in every block: every output is an exact integer in every tier.
     #[test]
     fn q4_integer_dots_are_bit_identical(q41 in any::<bool>(), rows in 1usize..40, ci in 0usize..COLS.len(), n_pos in 1usize..=17, seed in any::<u64>()) {
-        let ty = if q41 { WType::Q4_1 } else { WType::Q4_0 };
+        let ty = if q41 { GgmlType::Q4_1 } else { GgmlType::Q4_0 };
         let cols = COLS[ci];
         let mut rng = Rng::new(seed);
         let buf = q4_weights(ty, rows, cols, true, &mut rng);
@@ -391,9 +391,9 @@ proptest! {
 
 #[test]
 fn q4_packing_refuses_other_types() {
-    let m = Matrix::new(WType::Q8_0, 1, 32, &[0u8; 34]).unwrap();
-    assert_eq!(PackedQ4::new(&m).unwrap_err(), KernelError::NotQ4 { ty: WType::Q8_0 });
-    let ok = PackedQ4::new(&Matrix::new(WType::Q4_1, 20, 64, &[0u8; 20 * 40]).unwrap()).unwrap();
+    let m = Matrix::new(GgmlType::Q8_0, 1, 32, &[0u8; 34]).unwrap();
+    assert_eq!(PackedQ4::new(&m).unwrap_err(), KernelError::NotQ4 { ty: GgmlType::Q8_0 });
+    let ok = PackedQ4::new(&Matrix::new(GgmlType::Q4_1, 20, 64, &[0u8; 20 * 40]).unwrap()).unwrap();
     assert_eq!((ok.rows(), ok.cols(), ok.heap_bytes()), (20, 64, 2 * 320 * 2));
 }
 
@@ -403,7 +403,7 @@ fn zero_activations_give_the_bias_exactly() {
     for cols in COLS {
         let rows = 13;
         let buf = weights(rows, cols, 0, false, &mut rng);
-        let m = Matrix::new(WType::Q8_0, rows, cols, &buf).unwrap();
+        let m = Matrix::new(GgmlType::Q8_0, rows, cols, &buf).unwrap();
         let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
         for k in isas() {
             let xq = quantize(k, &vec![0.0; 5 * cols]);
@@ -429,7 +429,7 @@ fn model_shapes() {
     let mut rng = Rng::new(11);
     for (rows, cols, n_pos) in [(128, 128, 16), (512, 128, 16), (128, 512, 16), (128, 128, 1), (20000, 128, 1)] {
         let buf = weights(rows, cols, 0, false, &mut rng);
-        let m = Matrix::new(WType::Q8_0, rows, cols, &buf).unwrap();
+        let m = Matrix::new(GgmlType::Q8_0, rows, cols, &buf).unwrap();
         let x = activations(n_pos * cols, &mut rng);
         let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
         let xq = quantize(Kernels::scalar(), &x);
@@ -473,20 +473,20 @@ fn detection_prefers_the_widest_int8_set() {
 #[should_panic(expected = "needs Q8_0, Q4_0 or Q4_1")]
 fn matmul_q8_refuses_other_types() {
     let w = [0u8; 64];
-    let m = Matrix::new(WType::F16, 1, 32, &w).unwrap();
+    let m = Matrix::new(GgmlType::F16, 1, 32, &w).unwrap();
     Kernels::detect().matmul_q8(&m, &[ActBlock::ZERO], 1, None, &mut [0.0]);
 }
 
 #[test]
 fn packing_refuses_other_types_and_bad_lengths() {
     let w = [0u8; 18];
-    let m = Matrix::new(WType::Q4_0, 1, 32, &w).unwrap();
-    assert_eq!(PackedQ8::new(&m).unwrap_err(), KernelError::NotQ8_0 { ty: WType::Q4_0 });
+    let m = Matrix::new(GgmlType::Q4_0, 1, 32, &w).unwrap();
+    assert_eq!(PackedQ8::new(&m).unwrap_err(), KernelError::NotQ8_0 { ty: GgmlType::Q4_0 });
     assert!(PackedQ8::new(&m).unwrap_err().to_string().contains("Q4_0"));
     // A hand-built Matrix whose bytes do not match its shape.
-    let short = Matrix { ty: WType::Q8_0, rows: 2, cols: 32, data: &[0u8; 34] };
+    let short = Matrix { ty: GgmlType::Q8_0, rows: 2, cols: 32, data: &[0u8; 34] };
     assert!(matches!(PackedQ8::new(&short), Err(KernelError::DataLength { .. })));
-    let ok = PackedQ8::new(&Matrix::new(WType::Q8_0, 17, 64, &[0u8; 17 * 68]).unwrap()).unwrap();
+    let ok = PackedQ8::new(&Matrix::new(GgmlType::Q8_0, 17, 64, &[0u8; 17 * 68]).unwrap()).unwrap();
     assert_eq!((ok.rows(), ok.cols()), (17, 64));
     assert_eq!(ok.heap_bytes(), 2 * (64 + 2 * 512)); // two groups of 16 rows
 }
@@ -515,7 +515,7 @@ proptest! {
     ) {
         let cols = COLS[ci];
         let mut rng = Rng::new(seed);
-        let (ty, buf) = if q4 { (WType::Q4_1, q4_weights(WType::Q4_1, rows, cols, false, &mut rng)) } else { (WType::Q8_0, weights(rows, cols, 0, false, &mut rng)) };
+        let (ty, buf) = if q4 { (GgmlType::Q4_1, q4_weights(GgmlType::Q4_1, rows, cols, false, &mut rng)) } else { (GgmlType::Q8_0, weights(rows, cols, 0, false, &mut rng)) };
         let m = Matrix::new(ty, rows, cols, &buf).unwrap();
         let x = activations(n_pos * cols, &mut rng);
         let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, PositionScheme, TensorRef};
-use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8, WType};
+use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8};
 
 use crate::error::LoadError;
 use crate::lexicon::Lexicon;
@@ -73,7 +73,7 @@ pub struct ModelInfo {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Mat {
-    pub ty: WType,
+    pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     pub range: Range<usize>,
@@ -95,8 +95,8 @@ impl Packed {
     /// or Q4_1, on x86 with AVX2); `None` for other types and CPUs.
     fn of(w: &Matrix, kernels: Kernels) -> Result<Option<Packed>, laya_kernels::KernelError> {
         Ok(match w.ty {
-            WType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(w)?)),
-            WType::Q4_0 | WType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(w)?)),
+            GgmlType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::new(w)?)),
+            GgmlType::Q4_0 | GgmlType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::new(w)?)),
             _ => None,
         })
     }
@@ -289,7 +289,7 @@ impl Model {
         let mut file = LayaFile::parse(bytes)?;
         let base = bytes.as_ptr() as usize;
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
-            let ty = wtype(t.ty);
+            let ty = t.ty;
             let start = t.data.as_ptr() as usize - base;
             let (cols, rows) = (t.ne[0] as usize, t.ne.get(1).copied().unwrap_or(1) as usize);
             // Re-check through the kernel crate's own constructor so a disagreement between
@@ -530,17 +530,6 @@ impl Model {
     #[inline]
     pub(crate) fn matrix(&self, m: &Mat) -> Matrix<'_> {
         Matrix { ty: m.ty, rows: m.rows, cols: m.cols, data: &self.storage.bytes()[m.range.clone()] }
-    }
-}
-
-fn wtype(t: GgmlType) -> WType {
-    match t {
-        GgmlType::F32 => WType::F32,
-        GgmlType::F16 => WType::F16,
-        GgmlType::BF16 => WType::BF16,
-        GgmlType::Q8_0 => WType::Q8_0,
-        GgmlType::Q4_0 => WType::Q4_0,
-        GgmlType::Q4_1 => WType::Q4_1,
     }
 }
 

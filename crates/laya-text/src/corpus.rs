@@ -4,7 +4,7 @@
 //! files every other tool reads: one line per sentence/paragraph, gold words space-separated
 //! (`train`, `heldout`, English `valid`) or raw text (Chinese `valid`).
 
-use crate::normalize::fullwidth_ascii;
+use crate::normalize::normalize_text;
 use std::collections::HashSet;
 use std::fmt;
 use std::fs;
@@ -82,7 +82,7 @@ fn is_date_id(tok: &str) -> bool {
 
 /// Words of one line of the People's Daily 1998 corpus (`word/TAG` tokens): tags and the leading
 /// paragraph id are dropped, bracketed compounds `[中央/n 人民/n]nt` are flattened into their
-/// parts, and every word is normalised with `fullwidth_ascii`.
+/// parts, and every word is normalised with [`normalize_text`].
 ///
 /// ```
 /// let w = laya_text::parse_peoples_daily_line(
@@ -107,7 +107,7 @@ pub fn parse_peoples_daily_line(line: &str) -> Vec<String> {
             _ => t,
         };
         if !word.is_empty() {
-            out.push(fullwidth_ascii(word));
+            out.push(normalize_text(word));
         }
     }
     out
@@ -130,7 +130,7 @@ pub fn parse_brown_line(line: &str) -> Vec<String> {
             match word {
                 "``" | "''" => Some("\"".to_string()),
                 "" => None,
-                w => Some(fullwidth_ascii(w)),
+                w => Some(normalize_text(w)),
             }
         })
         .collect()
@@ -238,7 +238,7 @@ pub fn prepare_zh(tag: &Path, pos: &Path, neg: &Path, out_dir: &Path, heldout_ev
             // De-duplicated on the raw text (the 17,410 lines SPEC.md counts); normalisation
             // then makes a handful of lines equal, which are kept (counted in the report).
             if seen_raw.insert(t.to_string()) {
-                let norm = fullwidth_ascii(t);
+                let norm = normalize_text(t);
                 let norm = norm.trim();
                 if !seen.insert(norm.to_string()) {
                     dup_after_norm += 1;

@@ -1,6 +1,6 @@
 //! Word counts, the jieba dictionary, and lexicon building.
 
-use crate::normalize::fullwidth_ascii;
+use crate::normalize::normalize_text;
 use crate::segment::Segmenter;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -89,7 +89,7 @@ impl std::error::Error for DictError {
 }
 
 /// Reads a jieba-style dictionary (`word freq [tag]` per line, blank lines allowed). Words are
-/// normalised with `fullwidth_ascii`; duplicates add up.
+/// normalised with [`normalize_text`]; duplicates add up.
 ///
 /// ```
 /// let d = laya_text::read_dict("明天 100 t\nＡＢ 3\n\nAB 2 n\n".as_bytes()).unwrap();
@@ -106,7 +106,7 @@ pub fn read_dict<R: BufRead>(reader: R) -> Result<Counts, DictError> {
         let Some(freq) = freq else {
             return Err(DictError::BadLine { line: i + 1, text: line.chars().take(80).collect() });
         };
-        *out.entry(fullwidth_ascii(word)).or_insert(0) += freq;
+        *out.entry(normalize_text(word)).or_insert(0) += freq;
     }
     Ok(out)
 }

@@ -1,6 +1,6 @@
 //! Text for Laya's training and evaluation.
 //!
-//! * [`normalize`](fullwidth_ascii): the character rules of docs/format.md §5.
+//! * [`normalize_text`]: which of laya-format's character rules (docs/format.md §5) the text pipeline applies.
 //! * [`Segmenter`]: words of raw text (jieba for Han, whitespace and punctuation otherwise) or of
 //!   gold-segmented text, and the text as a person types it.
 //! * Corpus preparation ([`prepare_zh`], [`prepare_en`]) for `scripts/fetch-data.sh`.
@@ -44,7 +44,7 @@ pub use logs::{
     Shown, SimulateError, SimulateStats, LOG_VERSION,
 };
 pub use ngram::{NgramError, NgramPredictor};
-pub use normalize::{fullwidth_ascii, fullwidth_ascii_char, lowercase_ascii_char};
+pub use normalize::{normalize_text, TEXT_RULES};
 pub use segment::{is_han, is_unspaced_script, SegmentMode, Segmenter, TypedLine};
 
 /// Adapts an [`indicatif::ProgressBar`] to the `progress` callbacks of this crate (they report

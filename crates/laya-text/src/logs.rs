@@ -2,7 +2,7 @@
 //! events from plain text.
 
 use crate::eval::{Candidate, PredictError, Predictor};
-use crate::normalize::fullwidth_ascii;
+use crate::normalize::normalize_text;
 use crate::segment::Segmenter;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -172,13 +172,13 @@ pub fn parse_event(line: &str) -> Result<Event, EventErrorKind> {
             return Err(EventErrorKind::Version(v));
         }
     }
-    let ctx_norm: Vec<char> = fullwidth_ascii(&raw.context).chars().collect();
+    let ctx_norm: Vec<char> = normalize_text(&raw.context).chars().collect();
     for (i, s) in raw.shown.iter().enumerate() {
         if !is_shown_word(&s.word) {
             return Err(EventErrorKind::BadWord(i));
         }
         let r = s.replace as usize;
-        let wn: Vec<char> = fullwidth_ascii(&s.word).chars().collect();
+        let wn: Vec<char> = normalize_text(&s.word).chars().collect();
         if r >= wn.len() || r > ctx_norm.len() || ctx_norm[ctx_norm.len() - r..] != wn[..r] {
             return Err(EventErrorKind::BadReplace(i));
         }

@@ -30,7 +30,7 @@
 //! come from the unigram level, where the 64 best are kept, so misses are rare and harmless.)
 
 use crate::eval::{Candidate, PredictError, Predictor};
-use crate::normalize::fullwidth_ascii;
+use crate::normalize::normalize_text;
 use crate::segment::{is_unspaced_script, SegmentMode, Segmenter};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -481,7 +481,7 @@ impl Predictor for NgramPredictor {
     fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
         out.clear();
         self.scratch.clear();
-        let ctx = fullwidth_ascii(context);
+        let ctx = normalize_text(context);
         let line = ctx.rsplit_once('\n').map_or(ctx.as_str(), |(_, l)| l);
         let class = class_of(line.chars().last());
         // The trailing whitespace-free run and the word boundaries inside it.
@@ -598,7 +598,7 @@ mod tests {
             let mut out = Vec::new();
             m.predict(&ctx, 5, &mut out).unwrap();
             prop_assert!(out.len() <= 5);
-            let norm: Vec<char> = fullwidth_ascii(&ctx).chars().collect();
+            let norm: Vec<char> = normalize_text(&ctx).chars().collect();
             let mut sum = 0.0;
             for c in &out {
                 let w: Vec<char> = c.word.chars().collect();

@@ -87,7 +87,7 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     let events = synthetic_events(batch_size * (steps + 4), vocab, 1);
     let mapping = match mapping {
         "direct" => Mapping::Direct,
-        _ => Mapping::table_from_texts(events.iter().map(|e| e.context.as_str()), 4096, 1, &[NormRule::FullwidthAscii]),
+        _ => laya_train::table_mapping(events.iter().map(|e| e.context.as_str()), 4096, 1, &[NormRule::FullwidthAscii]),
     };
     let mut mc = ModelConfig::standard(words, vec![1; vocab], mapping);
     // LAYA_FFN / LAYA_LAYERS: the blocks (default 512 / 3; the default model is 256 / 2).

@@ -1,19 +1,9 @@
 //! Model and training configuration (every size is a setting, not a constant).
 
-use crate::codec::{encode_causal_into, encode_context_into, Mapping, NormRule};
+use crate::codec::{encode_causal_into, encode_context_into};
 use crate::error::{Result, TrainError};
-use laya_format::PositionScheme;
+use laya_format::{Activation, Mapping, NormRule, PositionScheme};
 use serde::{Deserialize, Serialize};
-
-/// FFN activation (format.md §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activation {
-    /// `0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))`
-    GeluTanh,
-    /// `max(x, 0)`
-    Relu,
-}
 
 /// The shape of the network and how text reaches it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,12 +19,15 @@ pub struct ModelConfig {
     /// `C`: replace classes (a click with replace `i ≥ C` is trained as class `C − 1`).
     pub replace_classes: usize,
     /// FFN activation.
+    #[serde(with = "activation_name")]
     pub activation: Activation,
     /// LayerNorm epsilon.
     pub eps: f32,
     /// Codepoint → row mapping (decides the embedding rows `R`).
+    #[serde(with = "mapping_serde")]
     pub mapping: Mapping,
     /// Normalisation rules applied to every context, in order.
+    #[serde(with = "rule_names")]
     pub normalization: Vec<NormRule>,
     /// The lexicon: `V` distinct words, the output classes of the word head.
     pub words: Vec<String>,
@@ -69,6 +62,66 @@ mod scheme_name {
     pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<PositionScheme, D::Error> {
         let name = String::deserialize(de)?;
         PositionScheme::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown position scheme '{name}'")))
+    }
+}
+
+/// `Activation` as its model-file name (`"gelu_tanh"`), as checkpoints have always stored it.
+mod activation_name {
+    use laya_format::Activation;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(a: &Activation, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(a.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Activation, D::Error> {
+        let name = String::deserialize(de)?;
+        Activation::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown activation '{name}'")))
+    }
+}
+
+/// Normalisation rules as their model-file names (`["fullwidth_ascii"]`).
+mod rule_names {
+    use laya_format::NormRule;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(rules: &[NormRule], ser: S) -> Result<S::Ok, S::Error> {
+        rules.iter().map(|r| r.name()).collect::<Vec<_>>().serialize(ser)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<NormRule>, D::Error> {
+        let names = Vec::<String>::deserialize(de)?;
+        names
+            .iter()
+            .map(|n| NormRule::from_name(n).ok_or_else(|| serde::de::Error::custom(format!("unknown normalisation rule '{n}'"))))
+            .collect()
+    }
+}
+
+/// `Mapping` as checkpoints store it: `"Direct"` or `{"Table": [codepoints]}`.
+mod mapping_serde {
+    use laya_format::Mapping;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    enum Stored {
+        Direct,
+        Table(Vec<u32>),
+    }
+
+    pub fn serialize<S: Serializer>(m: &Mapping, ser: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Mapping::Direct => Stored::Direct,
+            Mapping::Table(t) => Stored::Table(t.clone()),
+        }
+        .serialize(ser)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Mapping, D::Error> {
+        Ok(match Stored::deserialize(de)? {
+            Stored::Direct => Mapping::Direct,
+            Stored::Table(t) => Mapping::Table(t),
+        })
     }
 }
 
@@ -138,7 +191,7 @@ impl ModelConfig {
 
     /// Embedding rows `R`.
     pub fn rows(&self) -> usize {
-        self.mapping.rows()
+        self.mapping.rows() as usize
     }
 
     /// Lexicon size `V`.

@@ -1,8 +1,7 @@
 //! Export to the `.laya` model file (docs/format.md) through `laya_format`, and import back
 //! (to fine-tune a shipped model).
 
-use crate::codec::{Mapping, NormRule};
-use crate::config::{Activation, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::{Result, TrainError};
 use crate::model::LayaNet;
 use laya_format::{GgmlType, HParams, LayaFile, ModelMeta, PositionScheme, Provenance, TensorData};
@@ -45,30 +44,17 @@ impl ModelConfig {
                 head_count: self.heads as u32,
                 layer_norm_epsilon: self.eps,
                 feed_forward_length: self.ffn.iter().map(|&f| f as u32).collect(),
-                activation: match self.activation {
-                    Activation::GeluTanh => laya_format::Activation::GeluTanh,
-                    Activation::Relu => laya_format::Activation::Relu,
-                },
+                activation: self.activation,
                 position_scheme: self.position_scheme,
                 embedding_rows: self.rows() as u32,
-                mapping: match &self.mapping {
-                    Mapping::Direct => laya_format::Mapping::Direct,
-                    Mapping::Table(t) => laya_format::Mapping::Table(t.clone()),
-                },
+                mapping: self.mapping.clone(),
                 replace_classes: self.replace_classes as u32,
             },
             words: self.words.iter().collect(),
             frequencies: self.frequencies.clone(),
             dict_frequencies: None,
             word_class: self.word_class.clone(),
-            normalization: self
-                .normalization
-                .iter()
-                .map(|r| match r {
-                    NormRule::FullwidthAscii => laya_format::NormRule::FullwidthAscii,
-                    NormRule::LowercaseAscii => laya_format::NormRule::LowercaseAscii,
-                })
-                .collect(),
+            normalization: self.normalization.clone(),
             provenance: Provenance {
                 language: info.language.clone(),
                 training_data: info.training_data.clone(),
@@ -87,23 +73,10 @@ impl ModelConfig {
             heads: h.head_count as usize,
             ffn: h.feed_forward_length.iter().map(|&f| f as usize).collect(),
             replace_classes: h.replace_classes as usize,
-            activation: match h.activation {
-                laya_format::Activation::GeluTanh => Activation::GeluTanh,
-                laya_format::Activation::Relu => Activation::Relu,
-            },
+            activation: h.activation,
             eps: h.layer_norm_epsilon,
-            mapping: match &h.mapping {
-                laya_format::Mapping::Direct => Mapping::Direct,
-                laya_format::Mapping::Table(t) => Mapping::Table(t.clone()),
-            },
-            normalization: meta
-                .normalization
-                .iter()
-                .map(|r| match r {
-                    laya_format::NormRule::FullwidthAscii => NormRule::FullwidthAscii,
-                    laya_format::NormRule::LowercaseAscii => NormRule::LowercaseAscii,
-                })
-                .collect(),
+            mapping: h.mapping.clone(),
+            normalization: meta.normalization.clone(),
             words: meta.words.to_vec(),
             frequencies: meta.frequencies.clone(),
             position_scheme: h.position_scheme,

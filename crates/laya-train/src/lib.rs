@@ -5,18 +5,19 @@
 //! embedding updates, the training loop with validation, checkpoints and resume, and export
 //! to the `.laya` file.
 
-mod ce;
 mod codec;
 mod config;
 mod error;
 mod model;
+mod ops;
 mod optim;
 mod rng;
 
-pub use codec::{encode_causal_into, encode_context, encode_context_into, normalize, Mapping, NormRule, PAD_ROW};
-pub use config::{Activation, Decay, ModelConfig, Objective, ShownScope, TrainConfig};
+pub use codec::{encode_causal_into, encode_context, encode_context_into, table_mapping, PAD_ROW};
+pub use config::{Decay, ModelConfig, Objective, ShownScope, TrainConfig};
 pub use error::{Result, TrainError};
-pub use laya_format::PositionScheme;
+/// The meaning of a model file is laya-format's: the trainer configures networks in its terms.
+pub use laya_format::{normalize, Activation, Mapping, NormRule, PositionScheme};
 pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recency_prior, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
 pub use rng::Rng;
@@ -26,12 +27,12 @@ mod export;
 mod prune;
 mod train;
 
-pub use ce::{
+pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
+pub use export::{ExportInfo, Precision};
+pub use ops::{
     add_columns, biased_soft_cross_entropy, class_log_softmax, class_sums, gelu_tanh, normalize_rows, scale_shift_columns,
     soft_cross_entropy, softmax_rows, within_class_soft_cross_entropy, WordClasses,
 };
-pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
-pub use export::{ExportInfo, Precision};
 pub use prune::{
     check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError,
     PruneReport, Saliency, PRUNE_GROUP, WIDTH_MULTIPLE,

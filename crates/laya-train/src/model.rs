@@ -3,13 +3,14 @@
 //! candle 0.11's fused `candle_nn::LayerNorm` and `ops::softmax_last_dim` have no backward pass
 //! (gradients silently stop there), so LayerNorm and softmax are written here from ops that do.
 
-use crate::ce::{add_columns, class_log_softmax, scale_shift_columns, WordClasses};
 use crate::codec::PAD_ROW;
-use crate::config::{Activation, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::{Result, TrainError};
+use crate::ops::{add_columns, class_log_softmax, scale_shift_columns, WordClasses};
 use crate::rng::Rng;
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
+use laya_format::Activation;
 use laya_format::PositionScheme;
 
 /// The score given to a key a query must not see (outside the causal window, a padding key):
@@ -88,7 +89,7 @@ struct Factorised {
 
 /// Differentiable softmax over the last dimension (a fused op, see [`crate::softmax_rows`]).
 pub fn softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
-    crate::ce::softmax_rows(x)
+    crate::ops::softmax_rows(x)
 }
 
 /// Differentiable log-softmax over the last dimension.
@@ -103,11 +104,11 @@ pub fn log_softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     if x.rank() == 2 {
         // Already rows: no reshape nodes (their backward is not free in candle).
-        return scale_shift_columns(&crate::ce::normalize_rows(x, eps)?, w, b);
+        return scale_shift_columns(&crate::ops::normalize_rows(x, eps)?, w, b);
     }
     let dims = x.dims().to_vec();
     let x = x.reshape(((), w.dim(0)?))?;
-    scale_shift_columns(&crate::ce::normalize_rows(&x, eps)?, w, b)?.reshape(dims)
+    scale_shift_columns(&crate::ops::normalize_rows(&x, eps)?, w, b)?.reshape(dims)
 }
 
 fn linear(x: &Tensor, wb: &(Tensor, Tensor)) -> candle_core::Result<Tensor> {
@@ -380,7 +381,7 @@ impl LayaNet {
         let hf = layer_norm(&x1, &blk.ffn_norm.0, &blk.ffn_norm.1, self.cfg.eps as f64)?;
         let up = linear(&hf, &blk.up)?;
         let act = match self.cfg.activation {
-            Activation::GeluTanh => crate::ce::gelu_tanh(&up)?,
+            Activation::GeluTanh => crate::ops::gelu_tanh(&up)?,
             Activation::Relu => up.relu()?,
         };
         x1 + linear(&act, &blk.down)?

@@ -1,11 +1,11 @@
 //! The training loop: batching, loss, AdamW steps, validation, checkpoints, resume, early
 //! stopping, the loss-curve SVG and the summary table.
 
-use crate::ce::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy, within_class_soft_cross_entropy};
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
 use crate::model::{LayaNet, ParamKind};
+use crate::ops::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy, within_class_soft_cross_entropy};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
 use candle_core::{Tensor, Var};

@@ -58,7 +58,7 @@ fn reference(net: &LayaNet, context: &str) -> (Vec<f64>, Vec<f64>) {
     let pos = p("pos_embd.weight"); // [L·H, T] row-major
     let mut rows = vec![0usize]; // BOS
     for c in normalize(context, &cfg.normalization).chars() {
-        rows.push(cfg.mapping.row(c as u32) as usize);
+        rows.push(cfg.mapping.row(c as u32, cfg.mapping.rows()) as usize);
     }
     let n = rows.len();
     let mut x: Vec<Vec<f64>> = rows.iter().map(|&r| emb[r * d..(r + 1) * d].to_vec()).collect();
@@ -242,7 +242,7 @@ fn padding_is_invisible() {
 fn encoding_is_bos_then_characters() {
     let cfg = causal_cfg(4, vec![32, 32]); // R = 7
     assert_eq!(cfg.seq_len(), 7);
-    let row = |c: char| cfg.mapping.row(c as u32);
+    let row = |c: char| cfg.mapping.row(c as u32, cfg.mapping.rows());
     let mut out = vec![0u32; 7];
     cfg.encode_into("ab", &mut out);
     assert_eq!(out, vec![PAD_ROW, PAD_ROW, PAD_ROW, PAD_ROW, 0, row('a'), row('b')]);

@@ -14,7 +14,7 @@ const CONTEXTS: &[&str] =
 fn config() -> ModelConfig {
     let words: Vec<String> = ["今天", "天气", "明天", "明白", "hello", "world", "的", "好"].iter().map(|s| s.to_string()).collect();
     let freqs = vec![1; words.len()];
-    let mapping = Mapping::table_from_texts(CONTEXTS.iter().copied(), 40, 1, &[NormRule::FullwidthAscii]);
+    let mapping = laya_train::table_mapping(CONTEXTS.iter().copied(), 40, 1, &[NormRule::FullwidthAscii]);
     let mut cfg = ModelConfig::standard(words, freqs, mapping);
     cfg.d_model = 64;
     cfg.ffn = vec![96, 64];

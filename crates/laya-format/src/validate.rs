@@ -1,0 +1,764 @@
+//! Validation: how a container becomes a [`LayaFile`] — every key, the lexicon and the tensor
+//! table checked against docs/format.md before anything reads them.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::error::FormatError;
+use crate::gguf::{Array, GgufFile, TensorInfo, Value};
+use crate::strings::Strings;
+use crate::types::GgmlType;
+
+use crate::checksum::checksum_report_of;
+use crate::schema::*;
+
+/// Typed access to the keys of a parsed container.
+struct Keys<'f, 'a> {
+    file: &'f GgufFile<'a>,
+}
+
+impl Keys<'_, '_> {
+    fn req(&self, key: &str) -> Result<&Value, FormatError> {
+        self.file.get(key).ok_or_else(|| FormatError::MissingKey(key.to_string()))
+    }
+
+    fn wrong(key: &str, expected: &str, v: &Value) -> FormatError {
+        FormatError::WrongKeyType { key: key.into(), expected: expected.into(), found: v.type_name() }
+    }
+
+    fn u32(&self, key: &str) -> Result<u32, FormatError> {
+        let v = self.req(key)?;
+        v.as_u32().ok_or_else(|| Self::wrong(key, "u32", v))
+    }
+
+    fn f32(&self, key: &str) -> Result<f32, FormatError> {
+        let v = self.req(key)?;
+        v.as_f32().ok_or_else(|| Self::wrong(key, "f32", v))
+    }
+
+    fn str(&self, key: &str) -> Result<&str, FormatError> {
+        let v = self.req(key)?;
+        v.as_str().ok_or_else(|| Self::wrong(key, "string", v))
+    }
+
+    fn opt_str(&self, key: &str) -> Result<Option<&str>, FormatError> {
+        match self.file.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| Self::wrong(key, "string", v)),
+        }
+    }
+
+    fn u32s(&self, key: &str) -> Result<&[u32], FormatError> {
+        let v = self.req(key)?;
+        v.as_u32_array().ok_or_else(|| Self::wrong(key, "u32 array", v))
+    }
+
+    fn strings(&self, key: &str) -> Result<&Strings, FormatError> {
+        let v = self.req(key)?;
+        v.as_string_array().ok_or_else(|| Self::wrong(key, "string array", v))
+    }
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> FormatError {
+    FormatError::InvalidValue { key: key.to_string(), reason: reason.into() }
+}
+
+fn range_u32(k: &Keys<'_, '_>, key: &str, lo: u32, hi: u32) -> Result<u32, FormatError> {
+    let v = k.u32(key)?;
+    if v < lo || v > hi {
+        return Err(invalid(key, format!("{v} is outside {lo}..={hi}")));
+    }
+    Ok(v)
+}
+
+/// Reads and checks every key; returns the metadata and the alignment.
+fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatError> {
+    let k = Keys { file };
+
+    let alignment = k.u32(keys::ALIGNMENT)?;
+    if !alignment.is_power_of_two() || !(8..=4096).contains(&alignment) {
+        return Err(invalid(keys::ALIGNMENT, format!("{alignment} is not a power of two in 8..=4096")));
+    }
+    let name = k.str(keys::NAME)?.to_string();
+
+    let context_length = range_u32(&k, keys::CONTEXT_LENGTH, 1, 256)?;
+    let embedding_length = range_u32(&k, keys::EMBEDDING_LENGTH, 32, 4096)?;
+    if embedding_length % 32 != 0 {
+        return Err(invalid(keys::EMBEDDING_LENGTH, format!("{embedding_length} is not a multiple of 32")));
+    }
+    let block_count = range_u32(&k, keys::BLOCK_COUNT, 1, 64)?;
+    let head_count = range_u32(&k, keys::HEAD_COUNT, 1, embedding_length)?;
+    if embedding_length % head_count != 0 {
+        return Err(invalid(keys::HEAD_COUNT, format!("{head_count} does not divide laya.embedding_length = {embedding_length}")));
+    }
+    let layer_norm_epsilon = k.f32(keys::LAYER_NORM_EPSILON)?;
+    if !(layer_norm_epsilon.is_finite() && layer_norm_epsilon > 0.0) {
+        return Err(invalid(keys::LAYER_NORM_EPSILON, format!("{layer_norm_epsilon} is not finite and > 0")));
+    }
+    let ffn = k.u32s(keys::FEED_FORWARD_LENGTH)?;
+    if ffn.len() != block_count as usize {
+        return Err(invalid(keys::FEED_FORWARD_LENGTH, format!("has {} entries but laya.block_count = {block_count}", ffn.len())));
+    }
+    if let Some((l, f)) = ffn.iter().enumerate().find(|(_, &f)| f == 0 || f % 32 != 0) {
+        return Err(invalid(keys::FEED_FORWARD_LENGTH, format!("entry {l} is {f}; widths must be positive multiples of 32")));
+    }
+    let activation_name = k.str(keys::ACTIVATION)?;
+    let activation = Activation::from_name(activation_name)
+        .ok_or_else(|| invalid(keys::ACTIVATION, format!("'{activation_name}' is not gelu_tanh or relu")))?;
+    let pos_name = k.str(keys::POSITION_SCHEME)?;
+    let position_scheme = PositionScheme::from_name(pos_name)
+        .ok_or_else(|| invalid(keys::POSITION_SCHEME, format!("'{pos_name}' is not learned_absolute or relative_causal")))?;
+
+    let embedding_rows = k.u32(keys::EMBEDDING_ROWS)?;
+    let mapping_name = k.str(keys::EMBEDDING_MAPPING)?;
+    let mapping = match mapping_name {
+        "direct" => {
+            if embedding_rows != 65536 {
+                return Err(invalid(keys::EMBEDDING_ROWS, format!("{embedding_rows} rows, but the direct mapping needs 65536")));
+            }
+            if file.get(keys::EMBEDDING_CODEPOINTS).is_some() {
+                return Err(invalid(keys::EMBEDDING_CODEPOINTS, "present, but laya.embedding.mapping is direct (only table uses it)"));
+            }
+            Mapping::Direct
+        }
+        "table" => {
+            let cps = k.u32s(keys::EMBEDDING_CODEPOINTS)?;
+            if embedding_rows < 2 || cps.len() as u64 != u64::from(embedding_rows) - 2 {
+                return Err(invalid(
+                    keys::EMBEDDING_CODEPOINTS,
+                    format!("has {} entries but laya.embedding.rows = {embedding_rows} requires rows − 2", cps.len()),
+                ));
+            }
+            for (j, &cp) in cps.iter().enumerate() {
+                if cp == 0 || char::from_u32(cp).is_none() {
+                    return Err(invalid(keys::EMBEDDING_CODEPOINTS, format!("entry {j} = {cp:#x} is not a non-zero Unicode scalar value")));
+                }
+                if j > 0 && cps[j - 1] >= cp {
+                    return Err(invalid(
+                        keys::EMBEDDING_CODEPOINTS,
+                        format!("entry {j} = {cp:#x} does not follow {:#x} in strictly increasing order", cps[j - 1]),
+                    ));
+                }
+            }
+            Mapping::Table(cps.to_vec())
+        }
+        other => {
+            return Err(invalid(keys::EMBEDDING_MAPPING, format!("'{other}' is not direct or table")));
+        }
+    };
+    let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
+
+    let words = k.strings(keys::LEXICON_WORDS)?;
+    let word_order = checked_lexicon_order(words)?;
+    let frequencies = k.u32s(keys::LEXICON_FREQUENCIES)?;
+    if frequencies.len() != words.len() {
+        return Err(invalid(
+            keys::LEXICON_FREQUENCIES,
+            format!("has {} entries but the lexicon has {} words", frequencies.len(), words.len()),
+        ));
+    }
+    let dict_frequencies = match k.file.get(keys::LEXICON_DICT_FREQUENCIES) {
+        None => None,
+        Some(_) => {
+            let f = k.u32s(keys::LEXICON_DICT_FREQUENCIES)?;
+            if f.len() != words.len() {
+                return Err(invalid(
+                    keys::LEXICON_DICT_FREQUENCIES,
+                    format!("has {} entries but the lexicon has {} words", f.len(), words.len()),
+                ));
+            }
+            Some(f.to_vec())
+        }
+    };
+    let word_class = match k.file.get(keys::LEXICON_WORD_CLASS) {
+        None => None,
+        Some(_) => {
+            let c = k.u32s(keys::LEXICON_WORD_CLASS)?;
+            check_word_class(c, words.len()).map_err(|r| invalid(keys::LEXICON_WORD_CLASS, r))?;
+            Some(c.to_vec())
+        }
+    };
+    let normalization = k
+        .strings(keys::NORMALIZATION)?
+        .iter()
+        .map(|s| {
+            NormRule::from_name(s).ok_or_else(|| {
+                invalid(
+                    keys::NORMALIZATION,
+                    format!("unknown rule '{s}' (known: fullwidth_ascii, lowercase_ascii); a newer runtime may be needed"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let provenance = Provenance {
+        language: k.str(keys::PROVENANCE_LANGUAGE)?.to_string(),
+        training_data: k.str(keys::PROVENANCE_TRAINING_DATA)?.to_string(),
+        created: k.str(keys::PROVENANCE_CREATED)?.to_string(),
+        tool: k.opt_str(keys::PROVENANCE_TOOL)?.map(str::to_string),
+    };
+
+    let hparams = HParams {
+        context_length,
+        embedding_length,
+        block_count,
+        head_count,
+        layer_norm_epsilon,
+        feed_forward_length: ffn.to_vec(),
+        activation,
+        position_scheme,
+        embedding_rows,
+        mapping,
+        replace_classes,
+    };
+    let meta = ModelMeta {
+        name,
+        hparams,
+        // Filled by the caller, which moves the (possibly large) lexicon out of the container.
+        words: Strings::new(),
+        frequencies: frequencies.to_vec(),
+        dict_frequencies,
+        word_class,
+        normalization,
+        provenance,
+    };
+    Ok((meta, alignment, word_order))
+}
+
+/// Moves a string array out of the container (already validated by `parse_meta`).
+fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Strings {
+    match file.kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
+        _ => Strings::new(),
+    }
+}
+
+/// `K` for a class map: one more than its largest class (0 for an empty map).
+pub(crate) fn class_count(c: &[u32]) -> usize {
+    c.iter().max().map_or(0, |&m| m as usize + 1)
+}
+
+/// The rules of `laya.lexicon.word_class`: one entry per word, and every class from 0 to the
+/// largest has at least one word (an empty class would take probability from every word and
+/// give it to none).
+pub fn check_word_class(c: &[u32], words: usize) -> Result<(), String> {
+    if c.len() != words {
+        return Err(format!("has {} entries but the lexicon has {words} words", c.len()));
+    }
+    let k = class_count(c);
+    let mut seen = vec![false; k];
+    for &x in c {
+        seen[x as usize] = true;
+    }
+    match seen.iter().position(|&s| !s) {
+        Some(e) => Err(format!("class {e} has no word (classes are 0..{k}, each with at least one word)")),
+        None => Ok(()),
+    }
+}
+
+/// The rules of `laya.lexicon.words`.
+pub fn check_lexicon(words: &Strings) -> Result<(), FormatError> {
+    checked_lexicon_order(words).map(|_| ())
+}
+
+/// [`check_lexicon`], returning the word ids in byte order ([`lexicon_order`]) that the
+/// duplicate check sorts anyway, so a loader need not sort again. Errors are reported at the
+/// lowest offending index, as a front-to-back scan would.
+///
+/// A lexicon already in byte order (what Laya's tools write, docs/format.md §4) is checked in
+/// one pass: strictly increasing neighbours are sorted and free of duplicates at once.
+pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
+    if words.is_empty() || words.len() > MAX_WORDS {
+        return Err(invalid(keys::LEXICON_WORDS, format!("has {} words; 1..={MAX_WORDS} allowed", words.len())));
+    }
+    let sorted = (1..words.len()).all(|i| words[i - 1] < words[i]);
+    let (order, duplicate) = if sorted {
+        ((0..words.len() as u32).collect(), None)
+    } else {
+        let order = lexicon_order(words);
+        // Equal words are adjacent and in id order, so the first pair of each run is
+        // (first occurrence, second occurrence); the file's first duplicate is the smallest second.
+        let mut duplicate: Option<(usize, usize)> = None;
+        for (j, pair) in order.windows(2).enumerate() {
+            let (a, b) = (pair[0] as usize, pair[1] as usize);
+            let run_start = j == 0 || words[order[j - 1] as usize] != words[a];
+            if run_start && words[a] == words[b] && duplicate.is_none_or(|(second, _)| b < second) {
+                duplicate = Some((b, a));
+            }
+        }
+        (order, duplicate)
+    };
+    let scan_to = duplicate.map_or(words.len(), |(second, _)| second);
+    for (index, w) in words.iter().take(scan_to).enumerate() {
+        let err = |reason: String| FormatError::Lexicon { index, reason };
+        if w.is_empty() {
+            return Err(err("the word is empty".into()));
+        }
+        // One pass over the characters for both rules (this runs for every word at load).
+        let (mut n, mut bad) = (0usize, None);
+        for c in w.chars() {
+            n += 1;
+            // No character above U+3000 is whitespace or control: CJK skips both lookups.
+            if bad.is_none() && c <= '\u{3000}' && (c.is_whitespace() || c.is_control()) {
+                bad = Some(c);
+            }
+        }
+        if n > MAX_WORD_CHARS {
+            return Err(err(format!("{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed")));
+        }
+        if let Some(c) = bad {
+            return Err(err(format!("{w:?} contains whitespace or control character U+{:04X}", c as u32)));
+        }
+    }
+    if let Some((index, first)) = duplicate {
+        let w = &words[index];
+        return Err(FormatError::Lexicon { index, reason: format!("{w:?} duplicates laya.lexicon.words[{first}]") });
+    }
+    Ok(order)
+}
+
+/// Word ids of `words` in byte order, equal words by id. The sort runs on an 8-byte big-endian
+/// prefix of each word and touches the strings only on a tie: most Chinese words (2–3
+/// characters, 6–9 bytes) are decided by the key alone, which keeps a 20,000-word lexicon's
+/// sort well under a millisecond. Zero padding sorts a prefix before its extensions, as byte
+/// order does; the tie-break on the full bytes makes it exact for any bytes.
+///
+/// ```
+/// let words: laya_format::Strings = ["天气", "a", "天", "ab", "a"].into_iter().collect();
+/// assert_eq!(laya_format::lexicon_order(&words), vec![1, 4, 3, 2, 0]);
+/// ```
+pub fn lexicon_order(words: &Strings) -> Vec<u32> {
+    let key = |w: &str| {
+        let mut k = [0u8; 8];
+        let n = w.len().min(8);
+        k[..n].copy_from_slice(&w.as_bytes()[..n]);
+        u64::from_be_bytes(k)
+    };
+    let mut keyed: Vec<(u64, u32)> = words.iter().enumerate().map(|(i, w)| (key(w), i as u32)).collect();
+    keyed.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0).then_with(|| words[a.1 as usize].as_bytes().cmp(words[b.1 as usize].as_bytes())).then(a.1.cmp(&b.1))
+    });
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+const MATRIX_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1];
+const FLOAT_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+const F32_ONLY: &[GgmlType] = &[GgmlType::F32];
+const COMP_TYPES: &[GgmlType] = &[GgmlType::F32, GgmlType::F16];
+
+/// One row of the §7 table, instantiated for a given set of hyper-parameters.
+struct TensorSpec {
+    name: String,
+    ne: Vec<u64>,
+    allowed: &'static [GgmlType],
+    /// Norms and biases: must be finite.
+    finite: bool,
+    /// Which keys fix the shape, for messages.
+    rule: String,
+    /// May be absent (`token_embd_comp.weight`).
+    optional: bool,
+}
+
+/// Block tensor name suffixes in canonical order.
+const BLOCK_TENSORS: [&str; 16] = [
+    "attn_norm.weight",
+    "attn_norm.bias",
+    "attn_q.weight",
+    "attn_q.bias",
+    "attn_k.weight",
+    "attn_k.bias",
+    "attn_v.weight",
+    "attn_v.bias",
+    "attn_output.weight",
+    "attn_output.bias",
+    "ffn_norm.weight",
+    "ffn_norm.bias",
+    "ffn_up.weight",
+    "ffn_up.bias",
+    "ffn_down.weight",
+    "ffn_down.bias",
+];
+
+/// The tensors a model with these hyper-parameters and `v` words must have, canonical order.
+fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
+    let d = u64::from(h.embedding_length);
+    let dr = format!("laya.embedding_length = {d}");
+    let spec = |name: String, ne: Vec<u64>, allowed, finite, rule: String| TensorSpec { name, ne, allowed, finite, rule, optional: false };
+    let rows = u64::from(h.embedding_rows);
+    let comp_rows = rows.div_ceil(u64::from(COMP_GROUP_ROWS));
+    let mut out = vec![
+        spec(
+            "token_embd.weight".into(),
+            vec![d, u64::from(h.embedding_rows)],
+            MATRIX_TYPES,
+            false,
+            format!("{dr} and laya.embedding.rows = {}", h.embedding_rows),
+        ),
+        TensorSpec {
+            optional: true,
+            ..spec(
+                TOKEN_EMBD_COMP.into(),
+                vec![d, comp_rows],
+                COMP_TYPES,
+                true,
+                format!(
+                    "{dr} and ceil(laya.embedding.rows / {COMP_GROUP_ROWS}) = ceil({rows} / {COMP_GROUP_ROWS})"
+                ),
+            )
+        },
+        match h.position_scheme {
+            PositionScheme::LearnedAbsolute => spec(
+                "pos_embd.weight".into(),
+                vec![d, u64::from(h.context_length)],
+                FLOAT_TYPES,
+                false,
+                format!("{dr} and laya.context_length = {}", h.context_length),
+            ),
+            // One bias per (block, head) row and distance column; added to attention scores,
+            // so it must be finite.
+            PositionScheme::RelativeCausal => spec(
+                "pos_embd.weight".into(),
+                vec![u64::from(h.context_length), u64::from(h.block_count) * u64::from(h.head_count)],
+                FLOAT_TYPES,
+                true,
+                format!(
+                    "laya.position_scheme = relative_causal: laya.context_length = {} by laya.block_count · laya.attention.head_count = {}·{}",
+                    h.context_length, h.block_count, h.head_count
+                ),
+            ),
+        },
+    ];
+    for (l, &f) in h.feed_forward_length.iter().enumerate() {
+        let f = u64::from(f);
+        let fr = format!("{dr} and laya.feed_forward_length[{l}] = {f}");
+        for suffix in BLOCK_TENSORS {
+            let name = format!("blk.{l}.{suffix}");
+            let s = match suffix {
+                "ffn_up.weight" => spec(name, vec![d, f], MATRIX_TYPES, false, fr.clone()),
+                "ffn_up.bias" => spec(name, vec![f], F32_ONLY, true, format!("laya.feed_forward_length[{l}] = {f}")),
+                "ffn_down.weight" => spec(name, vec![f, d], MATRIX_TYPES, false, fr.clone()),
+                s if s.ends_with("norm.weight") || s.ends_with(".bias") => spec(name, vec![d], F32_ONLY, true, dr.clone()),
+                _ => spec(name, vec![d, d], MATRIX_TYPES, false, dr.clone()),
+            };
+            out.push(s);
+        }
+    }
+    let c = u64::from(h.replace_classes);
+    out.extend([
+        spec("output_norm.weight".into(), vec![d], F32_ONLY, true, dr.clone()),
+        spec("output_norm.bias".into(), vec![d], F32_ONLY, true, dr.clone()),
+        spec("output.weight".into(), vec![d, v], MATRIX_TYPES, false, format!("{dr} and the lexicon size {v}")),
+        spec("output.bias".into(), vec![v], F32_ONLY, true, format!("the lexicon size {v}")),
+        spec("replace.weight".into(), vec![d, c], FLOAT_TYPES, false, format!("{dr} and laya.replace_classes = {c}")),
+        spec("replace.bias".into(), vec![c], F32_ONLY, true, format!("laya.replace_classes = {c}")),
+    ]);
+    if k > 0 {
+        let kr = format!("the {k} classes of laya.lexicon.word_class");
+        out.extend([
+            spec(OUTPUT_CLASS_W.into(), vec![d, k], MATRIX_TYPES, false, format!("{dr} and {kr}")),
+            spec(OUTPUT_CLASS_B.into(), vec![k], F32_ONLY, true, kr),
+        ]);
+    }
+    out
+}
+
+fn check_finite(name: &str, ty: GgmlType, data: &[u8]) -> Result<(), FormatError> {
+    let bad = match ty {
+        GgmlType::F32 => data.chunks_exact(4).position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+        GgmlType::F16 => data.chunks_exact(2).position(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
+        GgmlType::BF16 => data.chunks_exact(2).position(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
+        _ => None,
+    };
+    match bad {
+        Some(index) => Err(FormatError::NonFinite { name: name.to_string(), index }),
+        None => Ok(()),
+    }
+}
+
+impl<'a> LayaFile<'a> {
+    /// Parses and validates a model file against every rule of docs/format.md: container, then
+    /// architecture, checksum, format version, keys, lexicon and tensors.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
+        let mut file = GgufFile::parse(bytes)?;
+
+        let k = Keys { file: &file };
+        let arch = k.str(keys::ARCHITECTURE)?;
+        if arch != "laya" {
+            return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
+        }
+        // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
+        let report = checksum_report_of(&file)?;
+        if !report.is_ok() {
+            return Err(FormatError::ChecksumMismatch { stored: report.stored, computed: report.computed });
+        }
+        let version = k.u32(keys::FORMAT_VERSION)?;
+        if version != FORMAT_VERSION {
+            return Err(FormatError::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION });
+        }
+        if let Some((k, _)) = file.kv.iter().find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str())) {
+            return Err(FormatError::UnknownKey(k.clone()));
+        }
+        let (mut meta, alignment, word_order) = parse_meta(&file)?;
+        meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
+
+        let specs = tensor_specs(&meta.hparams, meta.words.len() as u64, meta.word_classes() as u64);
+        let by_name: HashMap<&str, &TensorSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        for t in &file.tensors {
+            let spec = by_name.get(t.name.as_str()).ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
+            if !spec.allowed.contains(&t.ty) {
+                return Err(FormatError::UnsupportedTensorType { name: t.name.clone(), ty: t.ty, allowed: spec.allowed.to_vec() });
+            }
+            if t.ne != spec.ne {
+                return Err(FormatError::BadShape {
+                    name: t.name.clone(),
+                    expected: spec.ne.clone(),
+                    found: t.ne.clone(),
+                    rule: spec.rule.clone(),
+                });
+            }
+            if spec.finite {
+                check_finite(&t.name, t.ty, file.tensor_data(t))?;
+            }
+        }
+        let present: HashMap<&str, &TensorInfo> = file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        if let Some(missing) = specs.iter().find(|s| !s.optional && !present.contains_key(s.name.as_str())) {
+            return Err(FormatError::MissingTensor(missing.name.clone()));
+        }
+
+        let get = |name: &str| -> Result<TensorRef<'a>, FormatError> {
+            let t = present.get(name).ok_or_else(|| FormatError::MissingTensor(name.to_string()))?;
+            Ok(TensorRef { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: file.tensor_data(t) })
+        };
+        let token_embd = get("token_embd.weight")?;
+        let token_embd_comp = match present.contains_key(TOKEN_EMBD_COMP) {
+            true => Some(get(TOKEN_EMBD_COMP)?),
+            false => None,
+        };
+        if token_embd_comp.is_some() && !token_embd.ty.is_quantized() {
+            // Compensating an exact table would only add noise; such a file is a tool bug.
+            return Err(FormatError::BadTensor {
+                name: TOKEN_EMBD_COMP.into(),
+                reason: format!("present only with a quantised token_embd.weight (Q8_0, Q4_0, Q4_1), but it is {}", token_embd.ty.name()),
+            });
+        }
+        let mut layers = Vec::with_capacity(meta.hparams.block_count as usize);
+        for l in 0..meta.hparams.block_count {
+            let b = |s: &str| get(&format!("blk.{l}.{s}"));
+            layers.push(LayerTensors {
+                attn_norm_w: b("attn_norm.weight")?,
+                attn_norm_b: b("attn_norm.bias")?,
+                attn_q_w: b("attn_q.weight")?,
+                attn_q_b: b("attn_q.bias")?,
+                attn_k_w: b("attn_k.weight")?,
+                attn_k_b: b("attn_k.bias")?,
+                attn_v_w: b("attn_v.weight")?,
+                attn_v_b: b("attn_v.bias")?,
+                attn_out_w: b("attn_output.weight")?,
+                attn_out_b: b("attn_output.bias")?,
+                ffn_norm_w: b("ffn_norm.weight")?,
+                ffn_norm_b: b("ffn_norm.bias")?,
+                ffn_up_w: b("ffn_up.weight")?,
+                ffn_up_b: b("ffn_up.bias")?,
+                ffn_down_w: b("ffn_down.weight")?,
+                ffn_down_b: b("ffn_down.bias")?,
+            });
+        }
+        Ok(LayaFile {
+            token_embd,
+            token_embd_comp,
+            pos_embd: get("pos_embd.weight")?,
+            layers,
+            output_norm_w: get("output_norm.weight")?,
+            output_norm_b: get("output_norm.bias")?,
+            output_w: get("output.weight")?,
+            output_b: get("output.bias")?,
+            replace_w: get("replace.weight")?,
+            replace_b: get("replace.bias")?,
+            output_class: match meta.word_class {
+                Some(_) => Some((get(OUTPUT_CLASS_W)?, get(OUTPUT_CLASS_B)?)),
+                None => None,
+            },
+            checksum: report.stored,
+            word_order,
+            file_len: bytes.len(),
+            alignment,
+            meta,
+        })
+    }
+
+    /// Every tensor in canonical order (embeddings with the optional compensation, blocks,
+    /// output heads).
+    pub fn tensors(&self) -> Vec<&TensorRef<'a>> {
+        let mut v = vec![&self.token_embd];
+        v.extend(self.token_embd_comp.as_ref());
+        v.push(&self.pos_embd);
+        for l in &self.layers {
+            v.extend(l.all());
+        }
+        v.extend([&self.output_norm_w, &self.output_norm_b, &self.output_w, &self.output_b, &self.replace_w, &self.replace_b]);
+        if let Some((w, b)) = &self.output_class {
+            v.extend([w, b]);
+        }
+        v
+    }
+
+    /// A human-readable report: hyper-parameters, lexicon, provenance, tensor table, checksum.
+    pub fn summary(&self) -> String {
+        let m = &self.meta;
+        let h = &m.hparams;
+        let mut s = String::new();
+        let _ = writeln!(s, "model            {}", m.name);
+        let _ = writeln!(s, "format version   {FORMAT_VERSION} (GGUF v3, alignment {})", self.alignment);
+        let _ = writeln!(s, "file size        {} bytes", self.file_len);
+        let _ = writeln!(s, "context length   {}", h.context_length);
+        let _ = writeln!(s, "embedding        {} (heads {}, head dim {})", h.embedding_length, h.head_count, h.head_dim());
+        let _ = writeln!(s, "blocks           {} (ffn widths {:?})", h.block_count, h.feed_forward_length);
+        let _ = writeln!(s, "activation       {}", h.activation.name());
+        let _ = writeln!(s, "layer norm eps   {}", h.layer_norm_epsilon);
+        match h.position_scheme {
+            PositionScheme::LearnedAbsolute => {
+                let _ = writeln!(s, "positions        {}", h.position_scheme.name());
+            }
+            PositionScheme::RelativeCausal => {
+                let _ = writeln!(
+                    s,
+                    "positions        {} (window {}, the last {} tokens reach the output)",
+                    h.position_scheme.name(),
+                    h.context_length,
+                    h.position_scheme.receptive_field(h.block_count, h.context_length)
+                );
+            }
+        }
+        let table = match &h.mapping {
+            Mapping::Direct => String::new(),
+            Mapping::Table(t) => format!(", {} codepoints", t.len()),
+        };
+        let _ = writeln!(s, "embedding rows   {} ({} mapping{table})", h.embedding_rows, h.mapping.name());
+        let _ = writeln!(s, "replace classes  {}", h.replace_classes);
+        let _ = writeln!(s, "lexicon          {} words", m.words.len());
+        if let Some(c) = &m.word_class {
+            let k = m.word_classes();
+            let mut sizes = vec![0usize; k];
+            for &x in c {
+                sizes[x as usize] += 1;
+            }
+            let _ =
+                writeln!(s, "word head        factorised over {k} classes (largest {} words)", sizes.iter().max().copied().unwrap_or(0));
+        }
+        if let Some(d) = &m.dict_frequencies {
+            let found = d.iter().filter(|&&f| f > 0).count();
+            let _ = writeln!(s, "dict prior       {found} of {} words have a dictionary frequency (completion prior)", m.words.len());
+        }
+        let rules: Vec<&str> = m.normalization.iter().map(|r| r.name()).collect();
+        let _ = writeln!(s, "normalization    [{}]", rules.join(", "));
+        let p = &m.provenance;
+        let _ = writeln!(s, "language         {}", p.language);
+        let _ = writeln!(s, "training data    {}", p.training_data);
+        let _ = writeln!(s, "created          {}", p.created);
+        if let Some(tool) = &p.tool {
+            let _ = writeln!(s, "tool             {tool}");
+        }
+        let _ = writeln!(s, "checksum         {:#018x} (verified)", self.checksum);
+        let _ = writeln!(s, "tensors:");
+        let mut total = 0usize;
+        for t in self.tensors() {
+            total += t.data.len();
+            let _ = writeln!(s, "  {:<28} {:<5} {:<14} {:>10} bytes", t.name, t.ty.name(), format!("{:?}", t.ne), t.data.len());
+        }
+        let _ = writeln!(s, "  total tensor data {total} bytes");
+        s
+    }
+}
+
+#[cfg(test)]
+mod comp_tests {
+    use super::*;
+    use crate::quantize::QuantizeOptions;
+    use crate::testing::{random_model, random_quantized_model, TinyConfig};
+    use crate::writer::{write_model, TensorData};
+
+    fn quantized() -> (ModelMeta, Vec<TensorData>) {
+        // 48 table rows: two comp rows, the second one a short group of 16.
+        random_quantized_model(&TinyConfig::small(), 11, &QuantizeOptions::default())
+    }
+
+    fn comp_mut(tensors: &mut [TensorData]) -> &mut TensorData {
+        tensors.iter_mut().find(|t| t.name == TOKEN_EMBD_COMP).expect("the quantised model has a comp tensor")
+    }
+
+    #[test]
+    fn comp_tensor_is_read_with_its_shape() {
+        let (meta, tensors) = quantized();
+        let bytes = write_model(&meta, &tensors).unwrap();
+        let f = LayaFile::parse(&bytes).unwrap();
+        let comp = f.token_embd_comp.as_ref().unwrap();
+        assert_eq!(comp.ne, vec![32, 2]);
+        assert_eq!(comp.ty, GgmlType::F16);
+        assert_eq!(f.tensors()[1].name, TOKEN_EMBD_COMP);
+        assert!(f.summary().contains(TOKEN_EMBD_COMP));
+        // Without it the model is still valid (the tensor is optional).
+        let without: Vec<TensorData> = tensors.into_iter().filter(|t| t.name != TOKEN_EMBD_COMP).collect();
+        let bytes = write_model(&meta, &without).unwrap();
+        assert!(LayaFile::parse(&bytes).unwrap().token_embd_comp.is_none());
+    }
+
+    /// Tests as data: an edit of the comp tensor and the error it must produce.
+    #[test]
+    fn bad_comp_tensors_are_refused() {
+        type Edit = fn(&mut TensorData);
+        type Expect = fn(&FormatError) -> bool;
+        let cases: [(&str, Edit, Expect); 5] = [
+            (
+                "one group too many",
+                |t| {
+                    t.ne[1] += 1;
+                    t.data.extend(vec![0u8; 64]);
+                },
+                |e| matches!(e, FormatError::BadShape { name, .. } if name == TOKEN_EMBD_COMP),
+            ),
+            (
+                "one row per embedding row instead of per group",
+                |t| {
+                    t.ne[1] = 48;
+                    t.data = vec![0u8; 48 * 32 * 2];
+                },
+                |e| matches!(e, FormatError::BadShape { expected, .. } if expected == &vec![32, 2]),
+            ),
+            (
+                "BF16 is not a comp type",
+                |t| t.ty = GgmlType::BF16,
+                |e| matches!(e, FormatError::UnsupportedTensorType { name, .. } if name == TOKEN_EMBD_COMP),
+            ),
+            (
+                "Q8_0 is not a comp type",
+                |t| {
+                    t.ty = GgmlType::Q8_0;
+                    t.data = vec![0u8; 2 * GgmlType::Q8_0.block_bytes()];
+                },
+                |e| matches!(e, FormatError::UnsupportedTensorType { .. }),
+            ),
+            (
+                "a NaN",
+                |t| t.data[6..8].copy_from_slice(&half::f16::NAN.to_le_bytes()),
+                |e| matches!(e, FormatError::NonFinite { name, index: 3 } if name == TOKEN_EMBD_COMP),
+            ),
+        ];
+        for (what, edit, ok) in cases {
+            let (meta, mut tensors) = quantized();
+            edit(comp_mut(&mut tensors));
+            match write_model(&meta, &tensors) {
+                Err(e) => assert!(ok(&e), "{what}: unexpected error {e}"),
+                Ok(_) => panic!("{what}: accepted"),
+            }
+        }
+    }
+
+    #[test]
+    fn comp_with_a_float_embedding_is_refused() {
+        let (meta, mut tensors) = random_model(&TinyConfig::small(), 11, GgmlType::F32);
+        let comp = TensorData::from_f32(TOKEN_EMBD_COMP, GgmlType::F16, &[32, 2], &[0.0; 64]);
+        tensors.insert(1, comp.unwrap());
+        let err = write_model(&meta, &tensors).unwrap_err();
+        assert!(matches!(&err, FormatError::BadTensor { name, .. } if name == TOKEN_EMBD_COMP), "{err}");
+        assert!(err.to_string().contains("quantised"), "{err}");
+    }
+}
