@@ -4,6 +4,7 @@
 //! no backtraces for mistakes like a missing file or a corrupt model.
 
 // Linked for its malloc/free override (see Cargo.toml); nothing is called by name.
+#[cfg(feature = "train")]
 extern crate mimalloc;
 
 /// `println!` that returns from the enclosing function with a [`CliError`] when stdout fails
@@ -34,10 +35,14 @@ mod predict;
 mod predictors;
 mod prior;
 mod progress;
+#[cfg(feature = "train")]
 mod prune;
 mod quantize;
 mod simulate;
+#[cfg(feature = "train")]
 mod train;
+#[cfg(feature = "train")]
+mod train_io;
 mod user;
 
 use std::process::ExitCode;
@@ -70,12 +75,14 @@ enum Command {
     /// Turn text into simulated keyboard logs (docs/logs.md).
     Simulate(simulate::Args),
     /// Train a model from keyboard logs (click-weighted), with checkpoints, resume and a loss curve.
+    #[cfg(feature = "train")]
     Train(train::Args),
     /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
     Install(install::Args),
     /// Quantise a float model: INT4 embedding with error compensation, INT8 linears.
     Quantize(quantize::Args),
     /// Prune FFN blocks in whole 4×4 blocks to narrower widths, optionally fine-tuning after.
+    #[cfg(feature = "train")]
     Prune(prune::Args),
     /// Store each lexicon word's dictionary frequency in a model: the completion prior.
     Prior(prior::Args),
@@ -121,8 +128,6 @@ pub fn load_model(path: Option<&std::path::Path>) -> Result<Arc<Model>, CliError
 }
 
 fn main() -> ExitCode {
-    // Before any thread or candle operation: training runs its batch shards side by side.
-    laya_train::configure_candle_threads();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Predict(a) => predict::run(a),
@@ -132,9 +137,11 @@ fn main() -> ExitCode {
         Command::Lexicon(a) => lexicon::run(a),
         Command::Ngram(a) => ngram::run(a),
         Command::Simulate(a) => simulate::run(a),
+        #[cfg(feature = "train")]
         Command::Train(a) => train::run(a),
         Command::Install(a) => install::run(a),
         Command::Quantize(a) => quantize::run(a),
+        #[cfg(feature = "train")]
         Command::Prune(a) => prune::run(a),
         Command::Prior(a) => prior::run(a),
         Command::User(a) => user::run(a),

@@ -4,9 +4,7 @@
 
 use std::path::PathBuf;
 
-use std::collections::HashMap;
-
-use laya_format::{write_model, LayaFile, ModelMeta, TensorData};
+use laya_format::{write_model, LayaFile, TensorData};
 
 use crate::CliError;
 
@@ -43,7 +41,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let out_bytes = write_model(&meta, &tensors)?;
     let out = args.output.display().to_string();
     // OUT may be IN: an interrupted run must leave the old file whole.
-    crate::train::write_atomically(&args.output, &out_bytes)?;
+    laya_format::write_file_atomically(&args.output, &out_bytes).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
     outln!("{path} -> {out}");
     outln!(
         "dictionary {dict_path}: {} entries; {found} of {} lexicon words found ({:.1}%){}",
@@ -57,20 +55,4 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
 fn owned_tensors(file: &LayaFile) -> Vec<TensorData> {
     file.tensors().into_iter().map(|t| t.to_owned_data()).collect()
-}
-
-/// After `laya train --init` or `laya prune`: gives the model just exported (`bytes`) the
-/// dictionary frequencies of the model it came from, word by word, so the completion prior
-/// survives fine-tuning. Returns `None` when `source` has none; `Some(false)` (bytes unchanged)
-/// when a word of the export is not in `source`'s lexicon, since its frequency is unknown.
-pub(crate) fn carry_dict_frequencies(bytes: &mut Vec<u8>, source: &ModelMeta) -> Result<Option<bool>, CliError> {
-    let Some(freqs) = &source.dict_frequencies else { return Ok(None) };
-    let by_word: HashMap<&str, u32> = source.words.iter().zip(freqs).map(|(w, &f)| (w, f)).collect();
-    let file = LayaFile::parse(bytes)?;
-    let carried: Option<Vec<u32>> = file.meta.words.iter().map(|w| by_word.get(w).copied()).collect();
-    let Some(carried) = carried else { return Ok(Some(false)) };
-    let mut meta = file.meta.clone();
-    meta.dict_frequencies = Some(carried);
-    *bytes = write_model(&meta, &owned_tensors(&file))?;
-    Ok(Some(true))
 }

@@ -8,7 +8,8 @@ use laya_train::{
     float_precision, prune, train_from, widths_for_keep, ExportInfo, LayaNet, Precision, PruneReport, RunOptions, Saliency, TrainConfig,
 };
 
-use crate::train::{read_log, stride, today, write_atomically, BarHooks, PrecisionArg};
+use crate::train::PrecisionArg;
+use crate::train_io::{read_log, BarHooks};
 use crate::CliError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -121,14 +122,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Some(p) => {
             let ev = read_log(p, args.strict, "training log")?;
             match args.max_events {
-                Some(max) => stride(ev, max),
+                Some(max) => laya_train::even_stride(ev, max),
                 None => ev,
             }
         }
         None => Vec::new(),
     };
     let valid = match &args.valid_events {
-        Some(p) => stride(read_log(p, args.strict, "validation log")?, args.max_valid_events),
+        Some(p) => laya_train::even_stride(read_log(p, args.strict, "validation log")?, args.max_valid_events),
         None => Vec::new(),
     };
     let tc = TrainConfig {
@@ -168,11 +169,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         (small, None)
     };
 
-    let precision = match args.precision {
-        Some(PrecisionArg::F32) => Precision::F32,
-        Some(PrecisionArg::F16) => Precision::F16,
-        None => input_precision,
-    };
+    let precision = args.precision.map_or(input_precision, Precision::from);
     let m = &file.meta;
     let widths_now: Vec<String> = small.config().ffn.iter().map(|w| w.to_string()).collect();
     let info = ExportInfo {
@@ -188,12 +185,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
             },
             if fine_tuned { format!(", fine-tuned on {} events", events.len()) } else { String::new() }
         ),
-        created: today(),
+        created: laya_train::today_utc(),
     };
-    let mut out_bytes = small.export_bytes(&info, precision)?;
     // Pruning keeps the lexicon, so the completion prior's frequencies carry over whole.
-    crate::prior::carry_dict_frequencies(&mut out_bytes, m)?;
-    write_atomically(&args.out, &out_bytes)?;
+    let (out_bytes, _) = small.export_carrying(&info, precision, Some(m))?;
+    laya_train::save_model(&args.out, &out_bytes)?;
     let out = args.out.display().to_string();
 
     if args.json {

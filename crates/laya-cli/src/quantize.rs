@@ -101,7 +101,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     sort_lexicon(&mut q.meta, &mut q.tensors)?;
     let out_bytes = write_model(&q.meta, &q.tensors)?;
     let out = args.output.display().to_string();
-    std::fs::write(&args.output, &out_bytes).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
+    laya_format::write_file_atomically(&args.output, &out_bytes).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
 
     let e = q.embedding;
     if args.json {

@@ -2,18 +2,16 @@
 //! progress bar, checkpoints and resume, early stopping, loss curve, final table).
 
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use laya_format::{GgmlType, LayaFile};
-use laya_text::{read_events, Event, Lexicon, OnError};
+use laya_text::Lexicon;
 use laya_train::{
-    train, train_from, EpochReport, ExportInfo, LayaNet, Mapping, ModelConfig, NormRule, Objective, PositionScheme, Precision, RunOptions,
-    StepReport, TrainConfig, TrainHooks,
+    even_stride, load_init, train, train_from, ExportInfo, InitOptions, Mapping, ModelConfig, NormRule, Objective, PositionScheme,
+    Precision, PriorCarry, RunOptions, TrainConfig,
 };
 
+use crate::train_io::{read_log, BarHooks};
 use crate::CliError;
 
 /// Thread set-up of the commands that train (`train`, and `prune` for its fine-tuning). Call it
@@ -24,6 +22,8 @@ pub fn set_training_threads(threads: Option<u16>) {
     if let Some(n) = threads {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
+    // Training runs its batch shards side by side, each with one candle thread.
+    laya_train::configure_candle_threads();
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -46,6 +46,15 @@ pub enum ShownScopeArg {
 pub enum PrecisionArg {
     F32,
     F16,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Precision {
+        match p {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::F16 => Precision::F16,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -193,197 +202,72 @@ pub struct Args {
     training_data: String,
 }
 
-pub(crate) fn read_log(path: &Path, strict: bool, what: &str) -> Result<Vec<Event>, CliError> {
-    let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-    let mode = if strict { OnError::Stop } else { OnError::Skip };
-    let (events, stats) = read_events(BufReader::new(f), mode)?;
-    if stats.skipped > 0 {
-        eprintln!("{what}: skipped {} malformed line(s) of {}; first ones:", stats.skipped, path.display());
-        for e in &stats.errors {
-            eprintln!("  {e}");
-        }
-    }
-    if events.is_empty() {
-        return Err(CliError(format!("{} has no usable events", path.display())));
-    }
-    Ok(events)
-}
-
-/// An even stride through the log keeps every part of the corpus represented.
-pub(crate) fn stride(events: Vec<Event>, max: usize) -> Vec<Event> {
-    if events.len() <= max || max == 0 {
-        return events;
-    }
-    let n = events.len();
-    events.into_iter().enumerate().filter(|(i, _)| (i * max) / n != ((i + 1) * max) / n).map(|(_, e)| e).collect()
-}
-
-pub(crate) struct BarHooks {
-    pub(crate) bar: ProgressBar,
-    pub(crate) stop: Arc<AtomicBool>,
-}
-
-impl BarHooks {
-    /// A step progress bar plus a Ctrl-C handler that asks the loop to stop at the next batch.
-    pub(crate) fn start() -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        {
-            let stop = stop.clone();
-            // A second Ctrl-C while the checkpoint is written still kills the process.
-            let _ = ctrlc::set_handler(move || {
-                if stop.swap(true, Ordering::Relaxed) {
-                    std::process::exit(130);
-                }
-            });
-        }
-        let bar = ProgressBar::new(1);
-        bar.set_style(
-            ProgressStyle::with_template("[{elapsed_precise}] [{bar:30}] {pos}/{len} steps ETA {eta} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        BarHooks { bar, stop }
-    }
-}
-
-impl TrainHooks for BarHooks {
-    fn on_step(&mut self, r: &StepReport) {
-        self.bar.set_length(r.total_steps as u64);
-        self.bar.set_position(r.step as u64);
-        self.bar.set_message(format!(
-            "epoch {} loss {:.3} (word {:.3} replace {:.3}) {:.0} samples/s",
-            r.epoch + 1,
-            r.loss.total,
-            r.loss.word,
-            r.loss.replace,
-            r.samples_per_sec
-        ));
-    }
-    fn on_epoch(&mut self, r: &EpochReport) {
-        self.bar.println(format!(
-            "epoch {}: train loss {:.4}, valid loss {:.4}, valid top1 {:.2}% top5 {:.2}%{}",
-            r.epoch + 1,
-            r.train_loss,
-            r.valid.loss.total,
-            100.0 * r.valid.top1,
-            100.0 * r.valid.top5,
-            if r.best { " (best)" } else { "" }
-        ));
-    }
-    fn should_stop(&mut self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-}
-
-/// Loads a model file to continue training from; quantised files are refused because their
-/// rounding would be baked into the starting weights.
-fn load_init(path: &Path) -> Result<LayaNet, CliError> {
-    let bytes = std::fs::read(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-    let file = laya_format::LayaFile::parse(&bytes).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
-    if let Some(t) = file.tensors().iter().find(|t| !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)) {
-        return Err(CliError(format!(
-            "{}: tensor {} is {:?}; continue training from the f32/f16 model, before `laya quantize`",
-            path.display(),
-            t.name,
-            t.ty
-        )));
-    }
-    Ok(LayaNet::from_laya(&file)?)
-}
-
 pub fn run(args: Args) -> Result<(), CliError> {
     set_training_threads(args.threads);
     // Before the first step, not after the last: a run must never end with nowhere to go.
-    check_output_path(&args.out)?;
+    laya_train::check_output_path(&args.out)?;
     if args.resume && args.checkpoint_dir.is_none() {
         return Err(CliError("--resume needs --checkpoint-dir (where the interrupted run saved its state)".into()));
     }
+    let classes = args.word_classes.map(|k| (k, args.own_class_words));
     let init = match &args.init {
-        Some(p) => Some(load_init(p)?),
+        Some(p) => Some(load_init(p, InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme) })?),
         None => None,
     };
-    if let (Some(net), Some(pos)) = (&init, args.positions) {
-        let have = net.config().position_scheme;
-        if pos.scheme() != have {
-            return Err(CliError(format!(
-                "--positions {} conflicts with --init {}, a {} model; a model's position scheme cannot change (leave --positions out to keep it)",
-                pos.scheme().name(),
-                args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-                have.name()
-            )));
-        }
-    }
-    // --word-classes with --init: a flat model gains a class head (its word rows kept, the class
-    // head started from them); a factorised one keeps its own, and another map is refused.
-    let init = match (init, args.word_classes) {
-        (Some(net), Some(k)) => {
-            let cfg = net.config();
-            let want = (k > 0).then(|| {
-                laya_format::assign_word_classes_own(cfg.words.iter().map(String::as_str), &cfg.frequencies, k, args.own_class_words)
-            });
-            match (&cfg.word_class, want) {
-                (None, Some(map)) => {
-                    let path = args.init.as_ref().expect("init was loaded from a path");
-                    let bytes = std::fs::read(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-                    let file = laya_format::LayaFile::parse(&bytes).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
-                    Some(LayaNet::from_laya_with_classes(&file, Some(map))?)
-                }
-                (have, want) if *have == want => Some(net),
-                (have, _) => {
-                    return Err(CliError(format!(
-                        "--word-classes {k} conflicts with --init {}, a model with {}; a factorised model's classes cannot change (leave --word-classes out to keep them)",
-                        args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-                        head_description(have.as_deref())
-                    )));
-                }
-            }
-        }
-        (init, _) => init,
-    };
-    let lexicon = match (&args.lexicon, &init) {
-        (Some(path), _) => {
+    let lexicon = match &args.lexicon {
+        Some(path) if init.is_none() => {
             let lex_file = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-            let mut lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
+            let lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
             if lexicon.is_empty() {
                 return Err(CliError(format!("{} has no words", path.display())));
             }
-            // Word ids in byte order: the runtime then checks the lexicon in one pass at load
-            // instead of sorting it (docs/format.md §4, "Lexicon order").
-            let mut pairs: Vec<(String, u32)> = lexicon.words.into_iter().zip(lexicon.freqs).collect();
-            pairs.sort_unstable();
-            (lexicon.words, lexicon.freqs) = pairs.into_iter().unzip();
-            Some(lexicon)
+            Some(laya_train::lexicon_in_file_order(lexicon.words, lexicon.freqs))
         }
         _ => None,
     };
     let mut events = read_log(&args.events, args.strict, "training log")?;
     if let Some(max) = args.max_events {
-        events = stride(events, max);
+        events = even_stride(events, max);
     }
     let valid = match &args.valid_events {
-        Some(p) => stride(read_log(p, args.strict, "validation log")?, args.max_valid_events),
+        Some(p) => even_stride(read_log(p, args.strict, "validation log")?, args.max_valid_events),
         None => Vec::new(),
     };
-    let words = init.as_ref().map_or_else(|| lexicon.as_ref().map_or(0, |l| l.len()), |n| n.config().vocab());
-    let threads = laya_train::training_threads();
-    let scheme = init
-        .as_ref()
-        .map_or_else(|| args.positions.map_or(PositionScheme::RelativeCausal, PositionsArg::scheme), |n| n.config().position_scheme);
-    let word_class = match (&init, &lexicon) {
-        (Some(n), _) => n.config().word_class.clone(),
-        (None, Some(l)) => args
-            .word_classes
-            .filter(|&k| k > 0)
-            .map(|k| laya_format::assign_word_classes_own(l.words.iter().map(String::as_str), &l.freqs, k, args.own_class_words)),
-        (None, None) => None,
+    let model_cfg = match (&init, lexicon) {
+        (Some(_), _) => None,
+        (None, Some((words, freqs))) => {
+            let rules = vec![NormRule::FullwidthAscii];
+            let mapping = match args.mapping {
+                MappingArg::Direct => Mapping::Direct,
+                MappingArg::Table => laya_train::table_mapping(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
+            };
+            let word_class = classes
+                .filter(|&(k, _)| k > 0)
+                .map(|(k, own)| laya_format::assign_word_classes_own(words.iter().map(String::as_str), &freqs, k, own));
+            Some(ModelConfig {
+                context: args.context,
+                d_model: args.d_model,
+                heads: args.heads,
+                ffn: vec![args.ffn; args.layers],
+                replace_classes: args.replace_classes,
+                normalization: rules,
+                position_scheme: args.positions.map_or(PositionScheme::RelativeCausal, PositionsArg::scheme),
+                word_class,
+                ..ModelConfig::standard(words, freqs, mapping)
+            })
+        }
+        (None, None) => return Err(CliError("give --lexicon (a new model) or --init (continue a model)".into())),
     };
+    let shape = init.as_ref().map_or_else(|| model_cfg.as_ref().expect("a new model has a config"), |i| i.net.config());
+    let threads = laya_train::training_threads();
     eprintln!(
-        "training on {} events, validating on {} events, lexicon {words} words, {threads} thread{}, positions {}, {}",
+        "training on {} events, validating on {} events, lexicon {} words, {threads} thread{}, positions {}, {}",
         events.len(),
         valid.len(),
+        shape.vocab(),
         if threads == 1 { "" } else { "s" },
-        scheme.name(),
-        head_description(word_class.as_deref())
+        shape.position_scheme.name(),
+        laya_train::head_description(shape.word_class.as_deref())
     );
     let cfg = TrainConfig {
         batch_size: args.batch_size,
@@ -412,28 +296,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
     let mut hooks = BarHooks::start();
     let (bar, stop) = (hooks.bar.clone(), hooks.stop.clone());
-    let outcome = match (init, lexicon) {
-        (Some(net), _) => train_from(net, cfg, &events, &valid, &opts, &mut hooks)?,
-        (None, Some(lexicon)) => {
-            let rules = vec![NormRule::FullwidthAscii];
-            let mapping = match args.mapping {
-                MappingArg::Direct => Mapping::Direct,
-                MappingArg::Table => laya_train::table_mapping(events.iter().map(|e| e.context.as_str()), args.table_rows, 1, &rules),
-            };
-            let model_cfg = ModelConfig {
-                context: args.context,
-                d_model: args.d_model,
-                heads: args.heads,
-                ffn: vec![args.ffn; args.layers],
-                replace_classes: args.replace_classes,
-                normalization: rules,
-                position_scheme: scheme,
-                word_class,
-                ..ModelConfig::standard(lexicon.words, lexicon.freqs, mapping)
-            };
-            train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?
-        }
-        (None, None) => return Err(CliError("give --lexicon (a new model) or --init (continue a model)".into())),
+    let (outcome, source) = match (init, model_cfg) {
+        (Some(i), _) => (train_from(i.net, cfg, &events, &valid, &opts, &mut hooks)?, Some(i.source)),
+        (None, Some(model_cfg)) => (train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?, None),
+        (None, None) => unreachable!("checked above"),
     };
     bar.finish_and_clear();
 
@@ -452,93 +318,20 @@ pub fn run(args: Args) -> Result<(), CliError> {
         name: args.name.clone(),
         language: args.language.clone(),
         training_data: args.training_data.clone(),
-        created: today(),
+        created: laya_train::today_utc(),
     };
-    let precision = match args.precision {
-        PrecisionArg::F32 => Precision::F32,
-        PrecisionArg::F16 => Precision::F16,
-    };
-    let mut bytes = outcome.net.export_bytes(&info, precision)?;
-    if let Some(init) = &args.init {
-        let source = LayaFile::parse(&std::fs::read(init)?)?.meta;
-        match crate::prior::carry_dict_frequencies(&mut bytes, &source)? {
-            Some(true) => outln!("kept the dictionary frequencies (completion prior) of {}", init.display()),
-            Some(false) => outln!(
-                "note: {} has dictionary frequencies but the lexicon changed; run `laya prior --dict DICT` on the new model",
-                init.display()
-            ),
-            None => {}
+    let (bytes, carry) = outcome.net.export_carrying(&info, args.precision.into(), source.as_ref())?;
+    let init_name = args.init.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    match carry {
+        PriorCarry::Kept => outln!("kept the dictionary frequencies (completion prior) of {init_name}"),
+        PriorCarry::Dropped => {
+            outln!("note: {init_name} has dictionary frequencies but the lexicon changed; run `laya prior --dict DICT` on the new model")
         }
+        PriorCarry::Absent => {}
     }
-    if let Err(e) = write_atomically(&args.out, &bytes) {
-        // The output went away during the run: the trained weights are kept somewhere.
-        let rescue = std::env::temp_dir().join(format!("laya-train-{}.laya", std::process::id()));
-        return Err(match write_atomically(&rescue, &bytes) {
-            Ok(()) => CliError(format!("{}; the trained model was written to {} instead", e.0, rescue.display())),
-            Err(e2) => CliError(format!("{}; writing it to {} failed too: {}", e.0, rescue.display(), e2.0)),
-        });
-    }
+    laya_train::save_model(&args.out, &bytes)?;
     let svg = args.out.with_extension("loss.svg");
     std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;
     outln!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
     Ok(())
-}
-
-/// "a flat word head" or "a word head factorised over K classes (largest N words)".
-fn head_description(word_class: Option<&[u32]>) -> String {
-    match word_class {
-        None => "a flat word head".into(),
-        Some(c) => {
-            let k = c.iter().max().map_or(0, |&m| m as usize + 1);
-            let mut sizes = vec![0usize; k];
-            c.iter().for_each(|&x| sizes[x as usize] += 1);
-            format!("a word head factorised over {k} classes (largest {} words)", sizes.iter().max().copied().unwrap_or(0))
-        }
-    }
-}
-
-/// Refuses an output path a finished run could not write: a directory, a missing or
-/// unwritable directory (probed by creating and removing a file in it).
-pub(crate) fn check_output_path(path: &Path) -> Result<(), CliError> {
-    if path.is_dir() {
-        return Err(CliError(format!(
-            "--out {} is a directory; name the model file to write (e.g. {}/model.laya)",
-            path.display(),
-            path.display()
-        )));
-    }
-    if path.file_name().is_none() {
-        return Err(CliError(format!("--out {} names no file", path.display())));
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        return Err(CliError(format!("--out {}: the directory {} does not exist; create it first", path.display(), dir.display())));
-    }
-    let probe = dir.join(format!(".laya-write-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).map_err(|e| CliError(format!("--out {}: cannot write in {}: {e}", path.display(), dir.display())))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
-}
-
-/// Temp file in the same directory, fsync, rename: an interrupted write never leaves a torn
-/// model, and a failed one leaves no temporary file behind.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    use std::io::Write;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("model"), std::process::id()));
-    let write = || -> Result<(), CliError> {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| CliError(format!("cannot write {}: {e}", tmp.display())))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(|e| CliError(format!("cannot move the model to {}: {e}", path.display())))
-    };
-    write().inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// UTC date as ISO 8601 (YYYY-MM-DD).
-pub(crate) fn today() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()[..10].to_string()
 }

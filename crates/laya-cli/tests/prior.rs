@@ -78,6 +78,7 @@ fn bad_dictionaries_are_refused_and_nothing_is_written() {
 }
 
 #[test]
+#[cfg(feature = "train")]
 fn pruning_keeps_the_dictionary_frequencies_word_by_word() {
     let cfg = TinyConfig { feed_forward_length: vec![128, 96], vocab: 40, ..TinyConfig::small() };
     let (mut meta0, tensors) = random_model(&cfg, 9, GgmlType::F32);

@@ -1,5 +1,7 @@
 //! `laya prune` as a user sees it: a float model in, a smaller valid model out, clear refusals.
 
+#![cfg(feature = "train")]
+
 mod common;
 use common::{assert_one_line_error, laya, ok, tmp};
 

@@ -32,6 +32,8 @@ pub mod gguf;
 pub mod punct;
 pub mod quant;
 pub mod quantize;
+pub mod rng;
+pub mod save;
 pub mod schema;
 pub mod strings;
 pub mod testing;
@@ -44,6 +46,7 @@ pub use classes::{assign_word_classes, assign_word_classes_own, class_members};
 pub use error::FormatError;
 pub use gguf::{Array, GgufFile, TensorInfo, Value, ValueType};
 pub use punct::{cjk_punctuation, is_punctuation_word};
+pub use save::write_file_atomically;
 pub use schema::{
     keys, normalize, Activation, HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
     COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,

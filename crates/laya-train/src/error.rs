@@ -23,6 +23,10 @@ pub enum TrainError {
     NoData(String),
     /// Writing the model file failed.
     Export(String),
+    /// The model to continue from (`--init`) cannot be used as asked.
+    Init(String),
+    /// The output path cannot take the model (checked before training, and at the write).
+    Output(String),
 }
 
 impl fmt::Display for TrainError {
@@ -34,6 +38,8 @@ impl fmt::Display for TrainError {
             TrainError::Checkpoint(m) => write!(f, "cannot use checkpoint: {m}"),
             TrainError::NoData(m) => write!(f, "no usable training data: {m}"),
             TrainError::Export(m) => write!(f, "cannot export model: {m}"),
+            TrainError::Init(m) => write!(f, "cannot continue from {m}"),
+            TrainError::Output(m) => write!(f, "output {m}"),
         }
     }
 }

@@ -118,8 +118,16 @@ impl LayaNet {
     /// assert!(laya_format::LayaFile::parse(&bytes).is_ok());
     /// ```
     pub fn export_bytes(&self, info: &ExportInfo, precision: Precision) -> Result<Vec<u8>> {
+        self.export_bytes_with(info, precision, None)
+    }
+
+    /// [`LayaNet::export_bytes`] with the completion prior's dictionary frequencies (one per
+    /// lexicon word) stored in the same write.
+    pub fn export_bytes_with(&self, info: &ExportInfo, precision: Precision, dict_frequencies: Option<Vec<u32>>) -> Result<Vec<u8>> {
         let tensors = self.export_tensors(precision)?;
-        laya_format::write_model(&self.config().to_meta(info), &tensors).map_err(fmt_err)
+        let mut meta = self.config().to_meta(info);
+        meta.dict_frequencies = dict_frequencies;
+        laya_format::write_model(&meta, &tensors).map_err(fmt_err)
     }
 
     /// Builds a network from a parsed model file (any tensor type is dequantised to f32, and a

@@ -11,6 +11,7 @@ mod error;
 mod model;
 mod ops;
 mod optim;
+mod pipeline;
 mod rng;
 
 pub use codec::{encode_causal_into, encode_context, encode_context_into, table_mapping, PAD_ROW};
@@ -20,6 +21,10 @@ pub use error::{Result, TrainError};
 pub use laya_format::{normalize, Activation, Mapping, NormRule, PositionScheme};
 pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recency_prior, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
+pub use pipeline::{
+    check_output_path, even_stride, head_description, lexicon_in_file_order, load_init, save_model, today_utc, InitModel, InitOptions,
+    PriorCarry,
+};
 pub use rng::Rng;
 
 mod data;

@@ -1,25 +1,23 @@
 //! A tiny deterministic RNG (SplitMix64) so that initialisation and shuffling depend only on the
 //! seed, not on a dependency's version.
 
-/// SplitMix64 generator.
+use laya_format::rng::SplitMix64;
+
+/// The workspace's SplitMix64 generator with the draws training needs.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     /// A generator for `seed`; `stream` separates independent uses of one seed.
     pub fn new(seed: u64, stream: u64) -> Self {
-        let mut r = Rng(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
+        let mut r = Rng(SplitMix64::new(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F)));
         r.next_u64();
         r
     }
 
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).

@@ -347,6 +347,29 @@ pub struct EpochReport {
     pub best: bool,
 }
 
+/// One line per epoch, as the command line prints it.
+///
+/// ```
+/// use laya_train::{EpochReport, LossParts, ValidReport};
+/// let valid = ValidReport { loss: LossParts { total: 2.5, word: 2.0, replace: 0.5 }, top1: 0.25, top5: 0.5, replace_acc: 0.9, events: 10 };
+/// let r = EpochReport { epoch: 0, step: 10, train_loss: 3.0, valid, samples_per_sec: 1.0, secs: 1.0, best: true };
+/// assert_eq!(r.to_string(), "epoch 1: train loss 3.0000, valid loss 2.5000, valid top1 25.00% top5 50.00% (best)");
+/// ```
+impl std::fmt::Display for EpochReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "epoch {}: train loss {:.4}, valid loss {:.4}, valid top1 {:.2}% top5 {:.2}%{}",
+            self.epoch + 1,
+            self.train_loss,
+            self.valid.loss.total,
+            100.0 * self.valid.top1,
+            100.0 * self.valid.top5,
+            if self.best { " (best)" } else { "" }
+        )
+    }
+}
+
 /// Callbacks the loop calls; every method has a do-nothing default.
 pub trait TrainHooks {
     /// Called every `log_every` steps.
@@ -389,15 +412,7 @@ impl TrainHooks for PrintHooks {
         );
     }
     fn on_epoch(&mut self, r: &EpochReport) {
-        eprintln!(
-            "epoch {:>3} done: train {:.4} valid {:.4} top1 {:.2}% top5 {:.2}%{}",
-            r.epoch + 1,
-            r.train_loss,
-            r.valid.loss.total,
-            100.0 * r.valid.top1,
-            100.0 * r.valid.top5,
-            if r.best { " (best)" } else { "" }
-        );
+        eprintln!("{r}");
     }
     fn should_stop(&mut self) -> bool {
         self.stop.load(std::sync::atomic::Ordering::Relaxed)
