@@ -3,14 +3,13 @@
 //! docs/format.md §3 and allocates nothing.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use laya_format::{Activation, PositionScheme};
 use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
 use crate::lexicon::Lexicon;
 use crate::model::{Config, Layer, Mat, Model, Packed, WordClasses};
-use crate::stages::{Stage, StageTimes};
+use crate::stages::{Clock, Stage, StageTimes};
 use crate::user::{mix_into, MixParams, MixScratch, User, DEFAULT_MIX};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
@@ -1628,27 +1627,6 @@ pub(crate) fn push_top(hits: &mut Vec<Hit>, k: usize, h: Hit) {
         at -= 1;
     }
     hits.insert(at, h);
-}
-
-/// Accumulates time per stage when profiling; costs nothing else.
-struct Clock {
-    last: Option<Instant>,
-    acc: [u64; Stage::COUNT],
-}
-
-impl Clock {
-    fn new(on: bool) -> Clock {
-        Clock { last: on.then(Instant::now), acc: [0; Stage::COUNT] }
-    }
-
-    #[inline]
-    fn lap(&mut self, stage: Stage) {
-        if let Some(last) = self.last {
-            let now = Instant::now();
-            self.acc[stage as usize] += (now - last).as_nanos() as u64;
-            self.last = Some(now);
-        }
-    }
 }
 
 #[cfg(test)]
