@@ -26,6 +26,7 @@ mod install;
 mod learn;
 mod lexicon;
 mod model;
+mod scratch;
 mod session;
 mod stages;
 mod storage;

@@ -9,6 +9,7 @@ use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
 
 use crate::lexicon::Lexicon;
 use crate::model::{Config, Layer, Mat, Model, Packed, WordClasses};
+use crate::scratch::{ClassState, Scratch};
 use crate::stages::{Clock, Stage, StageTimes};
 use crate::user::{mix_into, MixParams, MixScratch, User, DEFAULT_MIX};
 
@@ -95,68 +96,6 @@ pub(crate) struct Hit {
     pub(crate) score: f32,
 }
 
-struct Scratch {
-    cps: Vec<u32>,
-    x: Vec<f32>,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    tmp: Vec<f32>,
-    ffn: Vec<f32>,
-    scores: Vec<f32>,
-    z: Vec<f32>,
-    logits: Vec<f32>,
-    rlogits: Vec<f32>,
-    suffix: Vec<u8>,
-    hits: Vec<Hit>,
-    /// Per replace class `i ≥ 1`: the factor its admissible words' `P(w)` is multiplied by.
-    fi: Vec<f32>,
-    /// Per replace class `i`: the sorted-lexicon range of the words starting with the last `i`
-    /// characters (entry 0 unused), found once per prediction.
-    ranges: Vec<std::ops::Range<usize>>,
-    /// Per word: the share of its `P(w)` already given to completions (1 under the split rule
-    /// for a word that continues the typed characters; zero between predictions).
-    share: Vec<f32>,
-    /// Next-word scores of every word (vocab), and the maximum of each run of 16 of them (with a
-    /// factorised head: of its class probabilities).
-    word_scores: Vec<f32>,
-    chunk_max: Vec<f32>,
-    /// Int8 blocks of whichever activation a Q8_0 layer consumes next (at most T x max(d, F)).
-    xq: Vec<ActBlock>,
-    /// Per word: `exp(λ·shift)` of the completion prior (empty when the model has none or
-    /// `λ = 0`); recomputed when the model or `λ` changes, never per prediction.
-    prior: Vec<f32>,
-    /// Per replace class `i ≥ 1`: the factor that keeps the class's admissible mass unchanged
-    /// after the prior reweights its words.
-    prior_norm: Vec<f32>,
-    /// `relative_causal` only: the keys and values kept between predictions.
-    kv: KvCache,
-    /// Factorised word heads only (otherwise empty): the class logits, then `P(class)`; each
-    /// class's state in this prediction (`COLD`, `EXPANDED`: its words' `P(w)` are in
-    /// `logits`, `SCORED`: also ranked as next words); one class's logits; the words whose
-    /// `share` is non-zero; whether the class rows take int8 activations (those of `z` in `xq`).
-    clogits: Vec<f32>,
-    class_state: Vec<u8>,
-    class_tmp: Vec<f32>,
-    touched: Vec<u32>,
-    /// The classes ranking's second pass may still visit (a factorised head's K at most), and the
-    /// best few with their probabilities that the first pass visits.
-    order: Vec<u32>,
-    top: Vec<(f32, u32)>,
-    rows_int8: bool,
-    /// Word-head rows computed in this prediction.
-    word_rows: usize,
-    /// Per replace class: the network's probability mass on it (unnormalised until the end of
-    /// ranking).
-    class_mass: Vec<f32>,
-}
-
-const COLD: u8 = 0;
-const EXPANDED: u8 = 1;
-const SCORED: u8 = 2;
-
 /// The last characters of a context as tokens (normalised scalar values, oldest first), with
 /// [`BOS`] in front when the whole context fits.
 const BOS: u32 = 0x11_0000;
@@ -165,58 +104,6 @@ const BOS: u32 = 0x11_0000;
 /// keys and values before it recomputes from scratch (a committed candidate adds several
 /// characters at once; a longer jump is cheaper computed whole).
 pub const MAX_INCREMENTAL_CHARS: usize = 8;
-
-/// Each block's keys and values at the last positions of the token stream of the previous
-/// prediction (docs/format.md §3, `relative_causal`), and that stream's last `R` tokens, which
-/// decide whether the next context extends it.
-struct KvCache {
-    /// Positions each block can hold; when full, the last `T − 1` move to the front.
-    cap: usize,
-    /// `[block][position][d]`, positions oldest first.
-    k: Vec<f32>,
-    v: Vec<f32>,
-    /// Valid positions per block (the last ones of the stream).
-    len: Vec<usize>,
-    /// The previous stream's last `min(len, R)` tokens, oldest first.
-    toks: Vec<u32>,
-    /// Whether `k`, `v` and `toks` describe the previous prediction (false after a model swap,
-    /// a precision change, or on a learned-positions model).
-    valid: bool,
-    /// Whether the last prediction was computed from the kept keys and values.
-    reused: bool,
-    /// Tokens of the current context: its last `R + MAX_INCREMENTAL_CHARS`, oldest first.
-    cur: Vec<u32>,
-}
-
-impl KvCache {
-    fn new(c: &Config) -> KvCache {
-        if c.position_scheme != PositionScheme::RelativeCausal {
-            return KvCache {
-                cap: 0,
-                k: Vec::new(),
-                v: Vec::new(),
-                len: Vec::new(),
-                toks: Vec::new(),
-                valid: false,
-                reused: false,
-                cur: Vec::new(),
-            };
-        }
-        let r = c.receptive_field;
-        let cap = r + 4 * MAX_INCREMENTAL_CHARS;
-        let n = c.ffn.len() * cap * c.d_model;
-        KvCache {
-            cap,
-            k: vec![0.0; n],
-            v: vec![0.0; n],
-            len: vec![0; c.ffn.len()],
-            toks: Vec::with_capacity(r),
-            valid: false,
-            reused: false,
-            cur: Vec::with_capacity(r + MAX_INCREMENTAL_CHARS + 1),
-        }
-    }
-}
 
 /// A prediction context for one thread: owns every buffer a prediction needs, so predicting
 /// allocates nothing. Create one per thread from a shared `Arc<Model>`.
@@ -384,47 +271,7 @@ impl Session {
     /// A session returning at most `max_k` candidates per prediction; larger `k` is clamped.
     pub fn with_max_k(model: Arc<Model>, max_k: usize) -> Session {
         let c = &model.cfg;
-        let (d, fmax) = (c.d_model, c.ffn.iter().copied().max().unwrap_or(0));
-        let t = c.context_length;
-        // Positions computed at once: the window, or the causal receptive field.
-        let rows = t.max(c.receptive_field);
-        let td = rows * d;
-        let s = Scratch {
-            cps: vec![0; t],
-            x: vec![0.0; td],
-            h: vec![0.0; td],
-            q: vec![0.0; td],
-            k: vec![0.0; td],
-            v: vec![0.0; td],
-            att: vec![0.0; td],
-            tmp: vec![0.0; td],
-            ffn: vec![0.0; rows * fmax],
-            scores: vec![0.0; rows],
-            z: vec![0.0; d],
-            logits: vec![0.0; c.vocab],
-            rlogits: vec![0.0; c.replace_classes],
-            suffix: Vec::with_capacity(4 * c.replace_classes),
-            hits: Vec::with_capacity(max_k),
-            fi: vec![0.0; c.replace_classes],
-            ranges: vec![0..0; c.replace_classes],
-            share: vec![0.0; c.vocab],
-            word_scores: vec![0.0; c.vocab],
-            chunk_max: vec![0.0; c.vocab.div_ceil(16)],
-            xq: vec![ActBlock::ZERO; rows * d.max(fmax) / QK],
-            // Reserved even without a prior, so a hot swap to a model with one does not allocate.
-            prior: Vec::with_capacity(c.vocab),
-            prior_norm: vec![1.0; c.replace_classes],
-            kv: KvCache::new(c),
-            clogits: vec![0.0; c.word_classes],
-            class_state: vec![COLD; c.word_classes],
-            class_tmp: vec![0.0; c.largest_class],
-            touched: Vec::with_capacity(if c.word_classes > 0 { c.vocab } else { 0 }),
-            order: Vec::with_capacity(c.word_classes),
-            top: Vec::with_capacity(max_k + 3),
-            rows_int8: false,
-            word_rows: 0,
-            class_mass: vec![0.0; c.replace_classes],
-        };
+        let s = Scratch::new(c, max_k);
         let personal = Personal::new(User::new(), DEFAULT_MIX, c, max_k);
         let mut session = Session {
             model,
@@ -446,9 +293,9 @@ impl Session {
     /// Recomputes the per-word prior factors into the existing buffer.
     fn refresh_prior(&mut self) {
         let (shift, lambda) = (&self.model.prior_shift, self.completion_prior);
-        self.s.prior.clear();
+        self.s.prior_factor.clear();
         if lambda != 0.0 && !shift.is_empty() {
-            self.s.prior.extend(shift.iter().map(|&x| (lambda * x).exp()));
+            self.s.prior_factor.extend(shift.iter().map(|&x| (lambda * x).exp()));
         }
     }
 
@@ -540,7 +387,7 @@ impl Session {
     pub fn forget_context(&mut self) {
         let kv = &mut self.s.kv;
         kv.valid = false;
-        kv.toks.clear();
+        kv.kept_tokens.clear();
     }
 
     /// The activation precision of Q8_0 layers.
@@ -685,7 +532,7 @@ impl Session {
             self.times.add(&clock.acc);
         }
         let cjk = context.chars().rev().find(|c| !c.is_whitespace()).is_some_and(laya_format::punct::is_unspaced_script);
-        Predictions { model: &self.model, hits: &self.s.hits, cjk, user_text: &self.personal.text, user_spans: &self.personal.spans }
+        Predictions { model: &self.model, hits: &self.s.candidates, cjk, user_text: &self.personal.text, user_spans: &self.personal.spans }
     }
 
     /// Mixes the learned history into the network's candidates (docs/personalisation.md) and
@@ -693,21 +540,21 @@ impl Session {
     fn personalise(&mut self, context: &str, n_chars: usize, k: usize) {
         let Session { model, s, personal, .. } = self;
         let user = personal.user.read();
-        let max_i = (s.class_mass.len() - 1).min(n_chars);
+        let max_i = (s.replace_mass.len() - 1).min(n_chars);
         let lexicon = &model.lexicon;
         let word = |id: u32| lexicon.word(id as usize);
         mix_into(
             &user,
             &personal.mix,
             context,
-            &s.class_mass[..=max_i],
-            &s.rlogits[..=max_i],
-            &mut s.hits,
+            &s.replace_mass[..=max_i],
+            &s.replace_probs[..=max_i],
+            &mut s.candidates,
             k,
             &word,
             &mut personal.scratch,
         );
-        for h in s.hits.iter_mut() {
+        for h in s.candidates.iter_mut() {
             if h.id & crate::user::USER_BIT != 0 {
                 let w = user.word_of(h.id & !crate::user::USER_BIT);
                 let a = personal.text.len() as u32;
@@ -824,7 +671,7 @@ impl Session {
     /// ranking expanded have their `P(w)` here (the others hold stale values); use
     /// [`Session::logits`] for the whole distribution. For parity tests and tools.
     pub fn last_distributions(&self) -> (&[f32], &[f32]) {
-        (&self.s.logits, &self.s.rlogits)
+        (&self.s.word_probs, &self.s.replace_probs)
     }
 
     /// Runs the network on `context` and returns the word logits and the replace logits
@@ -837,40 +684,41 @@ impl Session {
         let mut clock = Clock::new(false);
         self.forward_logits(context, &mut clock);
         let Some(wc) = self.model.classes.as_ref() else {
-            return (self.s.logits.clone(), self.s.rlogits.clone());
+            return (self.s.word_probs.clone(), self.s.replace_probs.clone());
         };
         let s = &mut self.s;
         // ln P(class) as a log-softmax, so that a class whose probability underflows keeps a
         // finite log-probability.
-        let cmax = s.clogits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let clse = cmax + s.clogits.iter().map(|&v| (v - cmax).exp()).sum::<f32>().ln();
+        let cmax = s.class_probs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let clse = cmax + s.class_probs.iter().map(|&v| (v - cmax).exp()).sum::<f32>().ln();
         let nbd = self.model.cfg.d_model / QK;
         for c in 0..wc.len() {
-            let y = class_logits(&self.model, wc, c, &s.z, &s.xq[..nbd], s.rows_int8, &mut s.class_tmp);
+            let y = class_logits(&self.model, wc, c, &s.head_in, &s.act_q8[..nbd], s.class_rows_int8, &mut s.class_word_logits);
             let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
-            let lc = s.clogits[c] - clse;
+            let lc = s.class_probs[c] - clse;
             for (&id, &v) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
-                s.logits[id as usize] = lc + v - lse;
+                s.word_probs[id as usize] = lc + v - lse;
             }
         }
-        (s.logits.clone(), s.rlogits.clone())
+        (s.word_probs.clone(), s.replace_probs.clone())
     }
 
-    /// Fills `logits`/`rlogits` with softmaxed distributions; returns the number of context
-    /// characters available for completion (capped at the context length).
+    /// Fills `word_probs`/`replace_probs` with softmaxed distributions (a factorised head:
+    /// `class_probs`); returns the number of context characters available for completion
+    /// (capped at the context length).
     fn forward(&mut self, context: &str, clock: &mut Clock) -> usize {
         let n = self.forward_logits(context, clock);
         let kern = self.model.kernels;
         if self.model.classes.is_some() {
             // Word probabilities come class by class, when ranking asks for them.
-            kern.softmax(&mut self.s.clogits);
-            self.s.class_state.fill(COLD);
+            kern.softmax(&mut self.s.class_probs);
+            self.s.class_state.fill(ClassState::Cold);
         } else {
-            kern.softmax(&mut self.s.logits);
-            self.s.word_rows = self.s.logits.len();
+            kern.softmax(&mut self.s.word_probs);
+            self.s.word_rows = self.s.word_probs.len();
         }
-        kern.softmax(&mut self.s.rlogits);
+        kern.softmax(&mut self.s.replace_probs);
         clock.lap(Stage::Softmax);
         n
     }
@@ -910,10 +758,10 @@ impl Session {
         let mut n = 0;
         for c in context.chars().rev().take(t) {
             let c = cfg.normalization.iter().fold(c, |c, r| r.apply(c));
-            s.cps[t - 1 - n] = c as u32;
+            s.last_chars[t - 1 - n] = c as u32;
             n += 1;
         }
-        s.cps[..t - n].fill(0);
+        s.last_chars[..t - n].fill(0);
         clock.lap(Stage::Normalize);
 
         // 2. Token + position embeddings.
@@ -921,8 +769,8 @@ impl Session {
         let pos = m.matrix(&m.pos);
         let comp = m.tok_comp.as_ref().map(|c| m.matrix(c));
         for p in 0..t {
-            let row = cfg.mapping.row(s.cps[p], cfg.embedding_rows) as usize;
-            let xp = &mut s.x[p * d..(p + 1) * d];
+            let row = cfg.mapping.row(s.last_chars[p], cfg.embedding_rows) as usize;
+            let xp = &mut s.resid[p * d..(p + 1) * d];
             kern.dequant_row(&tok, row, xp);
             if let Some(comp) = &comp {
                 // The quantised table's mean error over this row's group of 32 (format.md §7).
@@ -940,7 +788,7 @@ impl Session {
 
             for p in 0..t {
                 let r = p * d..(p + 1) * d;
-                kern.layer_norm(&s.x[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.h[r]);
+                kern.layer_norm(&s.resid[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.normed[r]);
             }
             clock.lap(Stage::AttnNorm);
 
@@ -949,15 +797,25 @@ impl Session {
             let (k8, v8) = (q8n(&l.k, t), q8n(&l.v, t));
             if k8 || v8 || q8(&l.q) {
                 // Quantised once for all three projections (Q reads the rows from `first`).
-                kern.quantize_act(&s.h[..t * d], &mut s.xq[..t * nbd]);
+                kern.quantize_act(&s.normed[..t * d], &mut s.act_q8[..t * nbd]);
             }
-            let xq = &s.xq[..t * nbd];
-            linear(kern, &wk, l.k.packed.as_ref(), &s.h, xq, t, &l.k_b, &mut s.k, k8);
-            linear(kern, &wv, l.v.packed.as_ref(), &s.h, xq, t, &l.v_b, &mut s.v, v8);
-            linear(kern, &wq, l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.q[first * d..], q8(&l.q));
+            let xq = &s.act_q8[..t * nbd];
+            linear(kern, &wk, l.k.packed.as_ref(), &s.normed, xq, t, &l.k_b, &mut s.key, k8);
+            linear(kern, &wv, l.v.packed.as_ref(), &s.normed, xq, t, &l.v_b, &mut s.value, v8);
+            linear(
+                kern,
+                &wq,
+                l.q.packed.as_ref(),
+                &s.normed[first * d..],
+                &xq[first * nbd..],
+                np,
+                &l.q_b,
+                &mut s.query[first * d..],
+                q8(&l.q),
+            );
             clock.lap(Stage::Qkv);
 
-            kern.attention(&s.q[first * d..], &s.k, &s.v, np, t, d, heads, scale, &mut s.scores, &mut s.att[first * d..]);
+            kern.attention(&s.query[first * d..], &s.key, &s.value, np, t, d, heads, scale, &mut s.attn_weights, &mut s.attn[first * d..]);
             clock.lap(Stage::Attention);
 
             out_and_ffn(m, l, s, first, np, first, &q8, false, clock);
@@ -996,63 +854,64 @@ impl Session {
         //    the context is shorter; and the last T characters for ranking, as learned models.
         let want = r + MAX_INCREMENTAL_CHARS;
         let kv = &mut s.kv;
-        kv.cur.clear();
+        kv.tokens.clear();
         for c in context.chars().rev() {
-            if kv.cur.len() == want {
+            if kv.tokens.len() == want {
                 break;
             }
-            kv.cur.push(cfg.normalization.iter().fold(c, |c, r| r.apply(c)) as u32);
+            kv.tokens.push(cfg.normalization.iter().fold(c, |c, r| r.apply(c)) as u32);
         }
-        if kv.cur.len() < want {
-            kv.cur.push(BOS);
+        if kv.tokens.len() < want {
+            kv.tokens.push(BOS);
         }
-        kv.cur.reverse();
-        let nt = kv.cur.len();
+        kv.tokens.reverse();
+        let nt = kv.tokens.len();
         let mut n = 0;
-        for &tok in kv.cur.iter().rev().take(t) {
+        for &tok in kv.tokens.iter().rev().take(t) {
             if tok == BOS {
                 break;
             }
-            s.cps[t - 1 - n] = tok;
+            s.last_chars[t - 1 - n] = tok;
             n += 1;
         }
-        s.cps[..t - n].fill(0);
+        s.last_chars[..t - n].fill(0);
 
         // 2. Does the stream extend the previous one? The kept state is a function of the
         //    previous stream's last R tokens; if they reappear k tokens before the end, only
         //    those k are new. BOS matches only BOS, so a short stream must align at its start.
         let mut step = 0;
         if kv.valid {
-            let old = kv.toks.len();
-            step = (1..=MAX_INCREMENTAL_CHARS).find(|&k| nt >= old + k && kv.cur[nt - k - old..nt - k] == kv.toks[..]).unwrap_or(0);
+            let old = kv.kept_tokens.len();
+            step =
+                (1..=MAX_INCREMENTAL_CHARS).find(|&k| nt >= old + k && kv.tokens[nt - k - old..nt - k] == kv.kept_tokens[..]).unwrap_or(0);
         }
         kv.reused = step > 0;
         clock.lap(Stage::Normalize);
 
         if step > 0 {
             for j in nt - step..nt {
-                embed_token(m, s, s.kv.cur[j], 0);
+                embed_token(m, s, s.kv.tokens[j], 0);
                 clock.lap(Stage::Embed);
                 for (li, l) in m.layers.iter().enumerate() {
                     let kv = &mut s.kv;
-                    if kv.len[li] == kv.cap {
+                    if kv.filled[li] == kv.capacity {
                         // Full: the last T − 1 positions are all a new one can attend.
-                        let (cap, d) = (kv.cap, cfg.d_model);
+                        let (cap, d) = (kv.capacity, cfg.d_model);
                         let base = li * cap * d;
                         let keep = (t - 1) * d;
-                        kv.k.copy_within(base + cap * d - keep..base + cap * d, base);
-                        kv.v.copy_within(base + cap * d - keep..base + cap * d, base);
-                        kv.len[li] = t - 1;
+                        kv.keys.copy_within(base + cap * d - keep..base + cap * d, base);
+                        kv.values.copy_within(base + cap * d - keep..base + cap * d, base);
+                        kv.filled[li] = t - 1;
                     }
-                    let pos0 = s.kv.len[li];
+                    let pos0 = s.kv.filled[li];
                     causal_block(m, l, li, s, pos0, 1, 1, &q8, clock);
-                    s.kv.len[li] = pos0 + 1;
+                    s.kv.filled[li] = pos0 + 1;
                 }
             }
         } else {
             let nf = nt.min(r);
             for p in 0..nf {
-                embed_token(m, s, s.kv.cur[nt - nf + p], p);
+                embed_token(m, s, s.kv.tokens[nt - nf + p], p);
             }
             clock.lap(Stage::Embed);
             let nl = m.layers.len();
@@ -1061,13 +920,13 @@ impl Session {
                 // Block li's output is needed at the last (L−1−li)(T−1)+1 positions only.
                 let n_q = n_in.min((nl - 1 - li) * (t - 1) + 1);
                 causal_block(m, l, li, s, 0, n_in, n_q, &q8, clock);
-                s.kv.len[li] = n_in;
+                s.kv.filled[li] = n_in;
                 n_in = n_q;
             }
         }
         let kv = &mut s.kv;
-        kv.toks.clear();
-        kv.toks.extend_from_slice(&kv.cur[nt - nt.min(r)..]);
+        kv.kept_tokens.clear();
+        kv.kept_tokens.extend_from_slice(&kv.tokens[nt - nt.min(r)..]);
         kv.valid = true;
 
         run_heads(m, s, 0, &q8, clock);
@@ -1083,9 +942,34 @@ impl Session {
         let m: &Model = model;
         let t = m.cfg.context_length;
         let Scratch {
-            logits: pw, rlogits: pi, hits, fi: fis, ranges, share, word_scores, chunk_max, prior, prior_norm, suffix, cps, ..
+            word_probs: pw,
+            replace_probs: pi,
+            candidates: hits,
+            replace_factor: fis,
+            prefix_ranges: ranges,
+            completion_share: share,
+            next_word_scores: word_scores,
+            run_max: chunk_max,
+            prior_factor: prior,
+            prior_renorm: prior_norm,
+            typed_utf8: suffix,
+            last_chars: cps,
+            ..
         } = s;
-        let Scratch { clogits: pc, class_state, class_tmp, touched, order, top, z, xq, rows_int8, word_rows, class_mass, .. } = s;
+        let Scratch {
+            class_probs: pc,
+            class_state,
+            class_word_logits: class_tmp,
+            shared_words: touched,
+            classes_left: order,
+            best_classes: top,
+            head_in: z,
+            act_q8: xq,
+            class_rows_int8: rows_int8,
+            word_rows,
+            replace_mass: class_mass,
+            ..
+        } = s;
         class_mass.fill(0.0);
         let classes = m.classes.as_ref();
         hits.clear();
@@ -1094,11 +978,11 @@ impl Session {
             return;
         }
         // A factorised head's words get their P(w) when a class is first needed.
-        let mut expand = |c: usize, pw: &mut [f32], state: &mut [u8]| {
+        let mut expand = |c: usize, pw: &mut [f32], state: &mut [ClassState]| {
             if let Some(wc) = classes {
-                if state[c] == COLD {
+                if state[c] == ClassState::Cold {
                     *word_rows += expand_class(m, wc, c, z, xq, *rows_int8, pc[c], class_tmp, pw);
-                    state[c] = EXPANDED;
+                    state[c] = ClassState::Expanded;
                 }
             }
         };
@@ -1210,19 +1094,20 @@ impl Session {
                 // enter the bar is skipped whole.
                 let run_max = &mut chunk_max[..pc.len().div_ceil(16)];
                 m.kernels.run_max(pc, run_max);
-                let mut score_class = |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [u8], best_punct: &mut Hit| {
-                    expand(c, pw, class_state);
-                    class_state[c] = SCORED;
-                    for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
-                        let score = pw[id as usize] * (c0 - share[id as usize]);
-                        if score > *threshold {
-                            offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
-                            if hits.len() == k {
-                                *threshold = hits[k - 1].score;
+                let mut score_class =
+                    |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [ClassState], best_punct: &mut Hit| {
+                        expand(c, pw, class_state);
+                        class_state[c] = ClassState::Scored;
+                        for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
+                            let score = pw[id as usize] * (c0 - share[id as usize]);
+                            if score > *threshold {
+                                offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
+                                if hits.len() == k {
+                                    *threshold = hits[k - 1].score;
+                                }
                             }
                         }
-                    }
-                };
+                    };
                 // First the best k + 3 classes, best first: typically enough to fill the bar
                 // and raise the threshold past every other class.
                 let first = (k + 3).min(pc.len());
@@ -1256,7 +1141,7 @@ impl Session {
                     }
                     for (j, &p) in chunk.iter().enumerate() {
                         let c = run * 16 + j;
-                        if class_state[c] != SCORED && !(hits.len() == k && beaten(p, threshold)) {
+                        if class_state[c] != ClassState::Scored && !(hits.len() == k && beaten(p, threshold)) {
                             order.push(c as u32);
                         }
                     }
@@ -1317,27 +1202,27 @@ impl Session {
 
 /// The final norm of the residual row at `last`, then the word and replace heads. A
 /// factorised word head computes its class logits here and its words' logits in ranking
-/// ([`expand_class`]), from the same `z` (and its int8 blocks in `xq`).
+/// ([`expand_class`]), from the same `head_in` (and its int8 blocks in `act_q8`).
 fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
     let (kern, d) = (m.kernels, m.cfg.d_model);
-    kern.layer_norm(&s.x[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.z);
+    kern.layer_norm(&s.resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);
     clock.lap(Stage::OutputNorm);
     match &m.classes {
         None => {
             let int8 = q8(&m.output);
-            quantize_if(kern, int8, &s.z, &mut s.xq);
-            linear(kern, &m.matrix(&m.output), m.output.packed.as_ref(), &s.z, &s.xq, 1, &m.output_b, &mut s.logits, int8);
+            quantize_if(kern, int8, &s.head_in, &mut s.act_q8);
+            linear(kern, &m.matrix(&m.output), m.output.packed.as_ref(), &s.head_in, &s.act_q8, 1, &m.output_b, &mut s.word_probs, int8);
         }
         Some(wc) => {
             let int8 = q8(&wc.head);
-            s.rows_int8 = wc.rows.first().is_some_and(|r| q8(&r.mat));
+            s.class_rows_int8 = wc.rows.first().is_some_and(|r| q8(&r.mat));
             s.word_rows = 0;
-            quantize_if(kern, int8 || s.rows_int8, &s.z, &mut s.xq);
-            linear(kern, &m.matrix(&wc.head), wc.head.packed.as_ref(), &s.z, &s.xq, 1, &wc.head_b, &mut s.clogits, int8);
+            quantize_if(kern, int8 || s.class_rows_int8, &s.head_in, &mut s.act_q8);
+            linear(kern, &m.matrix(&wc.head), wc.head.packed.as_ref(), &s.head_in, &s.act_q8, 1, &wc.head_b, &mut s.class_probs, int8);
         }
     }
     clock.lap(Stage::WordHead);
-    kern.matmul(&m.matrix(&m.replace), &s.z, 1, Some(&m.replace_b), &mut s.rlogits);
+    kern.matmul(&m.matrix(&m.replace), &s.head_in, 1, Some(&m.replace_b), &mut s.replace_probs);
     clock.lap(Stage::ReplaceHead);
 }
 
@@ -1394,7 +1279,7 @@ fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
     let (kern, cfg) = (m.kernels, &m.cfg);
     let d = cfg.d_model;
     let row = cfg.mapping.row(if tok == BOS { 0 } else { tok }, cfg.embedding_rows) as usize;
-    let xp = &mut s.x[p * d..(p + 1) * d];
+    let xp = &mut s.resid[p * d..(p + 1) * d];
     kern.dequant_row(&m.matrix(&m.tok), row, xp);
     if let Some(comp) = &m.tok_comp {
         kern.add_row(&m.matrix(comp), row / laya_format::COMP_GROUP_ROWS as usize, xp);
@@ -1402,10 +1287,10 @@ fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
 }
 
 /// One pre-norm block of a relative_causal model over the `n_in` residual rows at the front of
-/// `s.x`, whose positions in the block's key/value cache are `pos0..pos0 + n_in`: their keys
+/// `s.resid`, whose positions in the block's key/value cache are `pos0..pos0 + n_in`: their keys
 /// and values go into the cache, and the last `n_q` rows get queries, windowed attention (each
 /// over the at most `T` cached positions ending at its own, oldest first, plus the block's
-/// relative bias) and the FFN. Those `n_q` rows end at the front of `s.x`, the next block's
+/// relative bias) and the FFN. Those `n_q` rows end at the front of `s.resid`, the next block's
 /// input.
 #[allow(clippy::too_many_arguments)]
 fn causal_block(
@@ -1427,51 +1312,61 @@ fn causal_block(
 
     for p in 0..n_in {
         let r = p * d..(p + 1) * d;
-        kern.layer_norm(&s.x[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.h[r]);
+        kern.layer_norm(&s.resid[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.normed[r]);
     }
     clock.lap(Stage::AttnNorm);
 
     let (k8, v8, qq8) = (q8(&l.k), q8(&l.v), q8(&l.q));
     if k8 || v8 || qq8 {
-        kern.quantize_act(&s.h[..n_in * d], &mut s.xq[..n_in * nbd]);
+        kern.quantize_act(&s.normed[..n_in * d], &mut s.act_q8[..n_in * nbd]);
     }
-    let base = li * s.kv.cap * d;
+    let base = li * s.kv.capacity * d;
     let slot = base + pos0 * d..base + (pos0 + n_in) * d;
-    let xq = &s.xq[..n_in * nbd];
-    linear_rows(kern, &m.matrix(&l.k), l.k.packed.as_ref(), &s.h, xq, n_in, &l.k_b, &mut s.kv.k[slot.clone()], k8);
-    linear_rows(kern, &m.matrix(&l.v), l.v.packed.as_ref(), &s.h, xq, n_in, &l.v_b, &mut s.kv.v[slot], v8);
-    linear_rows(kern, &m.matrix(&l.q), l.q.packed.as_ref(), &s.h[first * d..], &xq[first * nbd..], n_q, &l.q_b, &mut s.q[..n_q * d], qq8);
+    let xq = &s.act_q8[..n_in * nbd];
+    linear_rows(kern, &m.matrix(&l.k), l.k.packed.as_ref(), &s.normed, xq, n_in, &l.k_b, &mut s.kv.keys[slot.clone()], k8);
+    linear_rows(kern, &m.matrix(&l.v), l.v.packed.as_ref(), &s.normed, xq, n_in, &l.v_b, &mut s.kv.values[slot], v8);
+    linear_rows(
+        kern,
+        &m.matrix(&l.q),
+        l.q.packed.as_ref(),
+        &s.normed[first * d..],
+        &xq[first * nbd..],
+        n_q,
+        &l.q_b,
+        &mut s.query[..n_q * d],
+        qq8,
+    );
     clock.lap(Stage::Qkv);
 
     let bias = &m.rel_bias[li * heads * t..(li + 1) * heads * t];
     for j in 0..n_q {
         let qp = pos0 + first + j;
         let k0 = (qp + 1).saturating_sub(t);
-        let sc = &mut s.scores[..qp + 1 - k0];
+        let sc = &mut s.attn_weights[..qp + 1 - k0];
         for h in 0..heads {
             let hs = h * dh..(h + 1) * dh;
-            let qh = &s.q[j * d + hs.start..j * d + hs.end];
+            let qh = &s.query[j * d + hs.start..j * d + hs.end];
             for (i, key) in (k0..=qp).enumerate() {
                 let kr = base + key * d;
-                sc[i] = kern.dot(qh, &s.kv.k[kr + hs.start..kr + hs.end]) * scale + bias[h * t + (qp - key)];
+                sc[i] = kern.dot(qh, &s.kv.keys[kr + hs.start..kr + hs.end]) * scale + bias[h * t + (qp - key)];
             }
             kern.softmax(sc);
-            let out = &mut s.att[j * d + hs.start..j * d + hs.end];
+            let out = &mut s.attn[j * d + hs.start..j * d + hs.end];
             out.fill(0.0);
             for (i, key) in (k0..=qp).enumerate() {
                 let vr = base + key * d;
-                kern.axpy(sc[i], &s.kv.v[vr + hs.start..vr + hs.end], out);
+                kern.axpy(sc[i], &s.kv.values[vr + hs.start..vr + hs.end], out);
             }
         }
     }
     clock.lap(Stage::Attention);
 
     out_and_ffn(m, l, s, first, n_q, 0, q8, true, clock);
-    s.x.copy_within(first * d..n_in * d, 0);
+    s.resid.copy_within(first * d..n_in * d, 0);
 }
 
 /// The rest of a block after attention, under both position schemes: the output projection of
-/// `s.att` rows `att0..att0 + n` added to the residual rows `first..first + n` of `s.x`, then
+/// `s.attn` rows `att0..att0 + n` added to the residual rows `first..first + n` of `s.resid`, then
 /// the pre-norm FFN and its residual on those rows. `per_row` multiplies one position at a
 /// time ([`linear_rows`]: relative_causal models, whose positions must not depend on how many
 /// are computed together).
@@ -1491,29 +1386,29 @@ fn out_and_ffn(
     let (d, f) = (cfg.d_model, l.up.rows);
     let lin = if per_row { linear_rows } else { linear };
     let rows = first * d..(first + n) * d;
-    let att = &s.att[att0 * d..(att0 + n) * d];
-    quantize_if(kern, q8(&l.o), att, &mut s.xq);
-    lin(kern, &m.matrix(&l.o), l.o.packed.as_ref(), att, &s.xq, n, &l.o_b, &mut s.tmp[..n * d], q8(&l.o));
-    kern.add(&s.tmp[..n * d], &mut s.x[rows.clone()]);
+    let att = &s.attn[att0 * d..(att0 + n) * d];
+    quantize_if(kern, q8(&l.o), att, &mut s.act_q8);
+    lin(kern, &m.matrix(&l.o), l.o.packed.as_ref(), att, &s.act_q8, n, &l.o_b, &mut s.sublayer_out[..n * d], q8(&l.o));
+    kern.add(&s.sublayer_out[..n * d], &mut s.resid[rows.clone()]);
     clock.lap(Stage::AttnOut);
 
     for j in 0..n {
         let p = first + j;
-        kern.layer_norm(&s.x[p * d..(p + 1) * d], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.h[j * d..(j + 1) * d]);
+        kern.layer_norm(&s.resid[p * d..(p + 1) * d], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.normed[j * d..(j + 1) * d]);
     }
     clock.lap(Stage::FfnNorm);
-    let hidden = &mut s.ffn[..n * f];
-    quantize_if(kern, q8(&l.up), &s.h[..n * d], &mut s.xq);
-    lin(kern, &m.matrix(&l.up), l.up.packed.as_ref(), &s.h[..n * d], &s.xq, n, &l.up_b, hidden, q8(&l.up));
+    let hidden = &mut s.ffn_hidden[..n * f];
+    quantize_if(kern, q8(&l.up), &s.normed[..n * d], &mut s.act_q8);
+    lin(kern, &m.matrix(&l.up), l.up.packed.as_ref(), &s.normed[..n * d], &s.act_q8, n, &l.up_b, hidden, q8(&l.up));
     clock.lap(Stage::FfnUp);
     match cfg.activation {
         Activation::GeluTanh => kern.gelu_tanh(hidden),
         Activation::Relu => kern.relu(hidden),
     }
     clock.lap(Stage::Activation);
-    quantize_if(kern, q8(&l.down), hidden, &mut s.xq);
-    lin(kern, &m.matrix(&l.down), l.down.packed.as_ref(), hidden, &s.xq, n, &l.down_b, &mut s.tmp[..n * d], q8(&l.down));
-    kern.add(&s.tmp[..n * d], &mut s.x[rows]);
+    quantize_if(kern, q8(&l.down), hidden, &mut s.act_q8);
+    lin(kern, &m.matrix(&l.down), l.down.packed.as_ref(), hidden, &s.act_q8, n, &l.down_b, &mut s.sublayer_out[..n * d], q8(&l.down));
+    kern.add(&s.sublayer_out[..n * d], &mut s.resid[rows]);
     clock.lap(Stage::FfnDown);
 }
 
