@@ -22,6 +22,7 @@
 
 mod engine;
 mod error;
+mod forward;
 mod install;
 mod learn;
 mod lexicon;
