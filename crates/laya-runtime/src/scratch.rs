@@ -11,7 +11,7 @@ use laya_format::PositionScheme;
 use laya_kernels::{ActBlock, QK};
 
 use crate::model::Config;
-use crate::session::Hit;
+use crate::rank::Hit;
 use crate::session::MAX_INCREMENTAL_CHARS;
 
 /// The buffers of the forward pass and of ranking. Sizes are fixed by the model's [`Config`]
