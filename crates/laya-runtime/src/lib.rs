@@ -27,6 +27,7 @@ mod install;
 mod learn;
 mod lexicon;
 mod model;
+mod personal;
 mod rank;
 mod scratch;
 mod session;

@@ -1,15 +1,17 @@
-//! One thread's view of a model: the scratch buffers of the forward pass, allocated once, and
-//! the ranking of candidates. `predict` reads top to bottom like the model description in
-//! docs/format.md §3 and allocates nothing.
+//! One thread's view of a model: the public [`Session`], its settings, and what a prediction
+//! returns. `predict` runs the forward pass (forward.rs, docs/format.md §3 steps 1–5) and the
+//! ranking of candidates (rank.rs, step 6) in the session's scratch buffers (scratch.rs),
+//! allocated once, then mixes in the learned history (personal.rs); it allocates nothing.
 
 use std::sync::Arc;
 
 use crate::forward;
-use crate::model::{Config, Model};
+use crate::model::Model;
+use crate::personal::Personal;
 use crate::rank::{self, Hit, Ranking};
 use crate::scratch::Scratch;
 use crate::stages::{Clock, Stage, StageTimes};
-use crate::user::{mix_into, MixParams, MixScratch, User, DEFAULT_MIX};
+use crate::user::{MixParams, User, DEFAULT_MIX};
 
 /// Largest `k` a session returns unless created with [`Session::with_max_k`].
 pub const DEFAULT_MAX_K: usize = 64;
@@ -117,36 +119,6 @@ pub struct Session {
     ranking: Ranking,
     times: StageTimes,
     personal: Personal,
-}
-
-/// A session's learned history and what it derives from it.
-struct Personal {
-    user: User,
-    mix: MixParams,
-    scratch: MixScratch,
-    /// Per lexicon id: blocked by the user (empty when nothing is blocked).
-    blocked: Vec<bool>,
-    /// The blocklist generation `blocked` was built from (`None`: rebuild).
-    blocked_seen: Option<u64>,
-    /// The learned words on the bar, copied out of the history: `text[spans[j]]`.
-    text: String,
-    spans: Vec<(u32, u32)>,
-}
-
-impl Personal {
-    fn new(user: User, mix: MixParams, c: &Config, max_k: usize) -> Personal {
-        let hits = max_k;
-        Personal {
-            user,
-            mix,
-            scratch: MixScratch::new(c.replace_classes, hits),
-            // Reserved, so that a block after the session was made does not allocate in predict.
-            blocked: Vec::with_capacity(c.vocab),
-            blocked_seen: None,
-            text: String::with_capacity(hits * 4 * crate::user::MAX_WORD_CHARS),
-            spans: Vec::with_capacity(hits),
-        }
-    }
 }
 
 /// How a session turns the two heads into scores of `(w, i)` pairs (docs/format.md §3 step 6):
@@ -491,13 +463,13 @@ impl Session {
         let k = k.min(self.max_k);
         let mut clock = Clock::new(self.profiling);
         let n_chars = forward::forward(&self.model, &mut self.s, self.act, context, &mut clock);
-        self.refresh_blocked();
+        self.personal.refresh_blocked(&self.model.lexicon);
         let personal = k > 0 && !self.personal.user.read().is_empty();
         rank::rank(&self.model, &mut self.s, self.ranking, &self.personal.blocked, n_chars, k, &mut clock);
         self.personal.spans.clear();
         self.personal.text.clear();
         if personal {
-            self.personalise(context, n_chars, k);
+            self.personal.personalise(&self.model.lexicon, &mut self.s, context, n_chars, k);
             clock.lap(Stage::Rank);
         }
         if self.profiling {
@@ -508,55 +480,6 @@ impl Session {
         }
         let cjk = context.chars().rev().find(|c| !c.is_whitespace()).is_some_and(laya_format::punct::is_unspaced_script);
         Predictions { model: &self.model, hits: &self.s.candidates, cjk, user_text: &self.personal.text, user_spans: &self.personal.spans }
-    }
-
-    /// Mixes the learned history into the network's candidates (docs/personalisation.md) and
-    /// copies the learned words that reach the bar out of it. Allocates nothing.
-    fn personalise(&mut self, context: &str, n_chars: usize, k: usize) {
-        let Session { model, s, personal, .. } = self;
-        let user = personal.user.read();
-        let max_i = (s.replace_mass.len() - 1).min(n_chars);
-        let lexicon = &model.lexicon;
-        let word = |id: u32| lexicon.word(id as usize);
-        mix_into(
-            &user,
-            &personal.mix,
-            context,
-            &s.replace_mass[..=max_i],
-            &s.replace_probs[..=max_i],
-            &mut s.candidates,
-            k,
-            &word,
-            &mut personal.scratch,
-        );
-        for h in s.candidates.iter_mut() {
-            if h.id & crate::user::USER_BIT != 0 {
-                let w = user.word_of(h.id & !crate::user::USER_BIT);
-                let a = personal.text.len() as u32;
-                personal.text.push_str(w);
-                h.id = crate::user::USER_BIT | personal.spans.len() as u32;
-                personal.spans.push((a, personal.text.len() as u32));
-            }
-        }
-    }
-
-    /// Rebuilds the per-lexicon marks of blocked words when the blocklist or the model changed.
-    fn refresh_blocked(&mut self) {
-        let p = &mut self.personal;
-        let user = p.user.read();
-        let generation = user.block_generation();
-        if p.blocked_seen == Some(generation) {
-            return;
-        }
-        p.blocked_seen = Some(generation);
-        p.blocked.clear();
-        let lex = &self.model.lexicon;
-        for id in user.blocklist().filter_map(|w| lex.id_of(w)) {
-            if p.blocked.is_empty() {
-                p.blocked.resize(lex.len(), false);
-            }
-            p.blocked[id] = true;
-        }
     }
 
     /// The learned history this session ranks with (an empty in-memory one unless
