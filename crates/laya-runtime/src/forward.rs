@@ -378,7 +378,7 @@ fn out_and_ffn(
 
 /// The final norm of the residual row at `last`, then the word and replace heads. A
 /// factorised word head computes its class logits here and its words' logits in ranking
-/// ([`expand_class`]), from the same `head_in` (and its int8 blocks in `act_q8`).
+/// (`expand_class` in rank.rs), from the same `head_in` (and its int8 blocks in `act_q8`).
 fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
     let (kern, d) = (m.kernels, m.cfg.d_model);
     kern.layer_norm(&s.resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);

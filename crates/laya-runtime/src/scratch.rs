@@ -28,9 +28,9 @@ pub(crate) struct Scratch {
     pub(crate) normed: Vec<f32>,
     /// `(N, d)` queries. `relative_causal`: only the queried rows, from the front.
     pub(crate) query: Vec<f32>,
-    /// `(N, d)` keys and values of learned-positions models; `relative_causal` models keep
-    /// theirs in `kv`.
+    /// `(N, d)` keys of learned-positions models; `relative_causal` models keep theirs in `kv`.
     pub(crate) key: Vec<f32>,
+    /// `(N, d)` values of learned-positions models; `relative_causal` models keep theirs in `kv`.
     pub(crate) value: Vec<f32>,
     /// `(N)` one query's scores over its keys, then (softmaxed in place) its attention weights:
     /// one head at a time.
@@ -175,8 +175,9 @@ pub(crate) struct KvCache {
     /// Positions each block can hold, `R + 4·MAX_INCREMENTAL_CHARS`; when full, the last
     /// `T − 1` move to the front.
     pub(crate) capacity: usize,
-    /// `(L, capacity, d)` each block's keys and values, positions oldest first.
+    /// `(L, capacity, d)` each block's keys, positions oldest first.
     pub(crate) keys: Vec<f32>,
+    /// `(L, capacity, d)` each block's values, positions oldest first.
     pub(crate) values: Vec<f32>,
     /// `(L)` valid positions per block (the last ones of the stream).
     pub(crate) filled: Vec<usize>,
