@@ -402,17 +402,19 @@ fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool,
     clock.lap(Stage::ReplaceHead);
 }
 
+/// What a factorised word head's class rows multiply: the last position after the output norm
+/// (`Scratch::head_in`), its int8 blocks, and whether the rows take those.
+#[derive(Clone, Copy)]
+pub(crate) struct HeadIn<'a> {
+    pub(crate) z: &'a [f32],
+    pub(crate) zq: &'a [ActBlock],
+    pub(crate) int8: bool,
+}
+
 /// The word logits of class `c`'s words (in `wc.ids` order), from its gathered or packed rows,
 /// into the front of `tmp`.
-pub(crate) fn class_logits<'a>(
-    m: &Model,
-    wc: &WordClasses,
-    c: usize,
-    z: &[f32],
-    xq: &[ActBlock],
-    int8: bool,
-    tmp: &'a mut [f32],
-) -> &'a mut [f32] {
+pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, tmp: &'a mut [f32]) -> &'a mut [f32] {
+    let HeadIn { z, zq, int8 } = input;
     let rows = &wc.rows[c];
     let y = &mut tmp[..rows.mat.rows];
     if rows.data.is_empty() && !int8 {
@@ -424,7 +426,7 @@ pub(crate) fn class_logits<'a>(
             m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
         }
     } else {
-        linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &xq[..z.len() / QK], 1, &rows.bias, y, int8);
+        linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &zq[..z.len() / QK], 1, &rows.bias, y, int8);
     }
     y
 }
@@ -438,8 +440,9 @@ pub(crate) fn word_log_probs(m: &Model, wc: &WordClasses, s: &mut Scratch) {
     let cmax = s.class_probs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let clse = cmax + s.class_probs.iter().map(|&v| (v - cmax).exp()).sum::<f32>().ln();
     let nbd = m.cfg.d_model / QK;
+    let input = HeadIn { z: &s.head_in, zq: &s.act_q8[..nbd], int8: s.class_rows_int8 };
     for c in 0..wc.len() {
-        let y = class_logits(m, wc, c, &s.head_in, &s.act_q8[..nbd], s.class_rows_int8, &mut s.class_word_logits);
+        let y = class_logits(m, wc, c, input, &mut s.class_word_logits);
         let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
         let lc = s.class_probs[c] - clse;

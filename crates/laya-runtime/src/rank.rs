@@ -4,9 +4,7 @@
 //! `Scratch::candidates`. A factorised word head's classes are expanded here, only as far as
 //! the bar needs. Allocates nothing.
 
-use laya_kernels::ActBlock;
-
-use crate::forward::class_logits;
+use crate::forward::{class_logits, HeadIn};
 use crate::lexicon::Lexicon;
 use crate::model::{Model, WordClasses};
 use crate::scratch::{ClassState, Scratch};
@@ -71,10 +69,11 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         return;
     }
     // A factorised head's words get their P(w) when a class is first needed.
+    let input = HeadIn { z: head_in, zq: act_q8, int8: *class_rows_int8 };
     let mut expand = |c: usize, pw: &mut [f32], state: &mut [ClassState]| {
         if let Some(wc) = classes {
             if state[c] == ClassState::Cold {
-                *word_rows += expand_class(m, wc, c, head_in, act_q8, *class_rows_int8, pc[c], class_word_logits, pw);
+                *word_rows += expand_class(m, wc, c, input, pc[c], class_word_logits, pw);
                 state[c] = ClassState::Expanded;
             }
         }
@@ -288,24 +287,13 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
 /// Fills `pw` (by word id) with `P(w)` of the words of class `c` of a factorised head
 /// (docs/format.md §3 step 5): their logits from the class's gathered rows, a softmax within
 /// the class, times `P(c)` (a class of one word needs no row). Returns the rows computed.
-#[allow(clippy::too_many_arguments)]
-fn expand_class(
-    m: &Model,
-    wc: &WordClasses,
-    c: usize,
-    z: &[f32],
-    xq: &[ActBlock],
-    int8: bool,
-    pc: f32,
-    tmp: &mut [f32],
-    pw: &mut [f32],
-) -> usize {
+fn expand_class(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
     if wc.rows[c].mat.rows == 1 {
         // A word alone in its class has its class's probability: no row to compute.
         pw[wc.ids[wc.start[c]] as usize] = pc;
         return 0;
     }
-    let y = class_logits(m, wc, c, z, xq, int8, tmp);
+    let y = class_logits(m, wc, c, input, tmp);
     m.kernels.softmax(y);
     for (&id, &p) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
         pw[id as usize] = p * pc;
