@@ -22,10 +22,14 @@
 
 mod engine;
 mod error;
+mod forward;
 mod install;
 mod learn;
 mod lexicon;
 mod model;
+mod personal;
+mod rank;
+mod scratch;
 mod session;
 mod stages;
 mod storage;

@@ -18,7 +18,7 @@
 //! cache share; a learned word the network also ranks gets both.
 
 use super::UserModel;
-use crate::session::Hit;
+use crate::rank::Hit;
 
 /// Settings of the mix (see the module docs). Chosen on the dev genres by typing them in order
 /// with learning on (docs/personalisation.md, "Choosing the mix").
@@ -239,7 +239,7 @@ pub(crate) fn mix_into<'w>(
         seen.push((slot, i as u32));
         let score = user.cache(sc_ro, i, mass[i], slot) as f32;
         if score > 0.0 {
-            crate::session::push_top(hits, k, Hit { id: USER_BIT | slot, replace: i as u32, score });
+            crate::rank::push_top(hits, k, Hit { id: USER_BIT | slot, replace: i as u32, score });
         }
     };
     for (i, (v, &start)) in sc_ro.views.iter().zip(&starts).enumerate() {

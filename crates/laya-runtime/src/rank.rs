@@ -1,0 +1,382 @@
+//! Ranking of candidates (docs/format.md §3 step 6): the admissible `(word, replace)` pairs
+//! scored by the session's [`CompletionRule`] from the heads' distributions in [`Scratch`], the
+//! completion prior's reweighting, the punctuation slot, and the top `k` kept in
+//! `Scratch::candidates`. A factorised word head's classes are expanded here, only as far as
+//! the bar needs. Allocates nothing.
+
+use crate::forward::{class_logits, HeadIn};
+use crate::lexicon::Lexicon;
+use crate::model::{Model, WordClasses};
+use crate::scratch::{ClassState, Scratch};
+use crate::session::CompletionRule;
+use crate::stages::{Clock, Stage};
+
+/// A candidate while ranking: a lexicon id, or a learned word's slot with `user::mix::USER_BIT`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hit {
+    pub(crate) id: u32,
+    pub(crate) replace: u32,
+    pub(crate) score: f32,
+}
+
+/// The session's settings that ranking reads (see [`crate::Session::set_completion_rule`],
+/// [`crate::Session::set_completion_exponent`] and [`crate::Session::set_punctuation_slot`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ranking {
+    pub(crate) rule: CompletionRule,
+    /// `β` of [`CompletionRule::Product`].
+    pub(crate) completion_exponent: f32,
+    /// Whether one punctuation candidate may join the bar.
+    pub(crate) punctuation_slot: bool,
+}
+
+/// Top-k admissible (word, replace) pairs scored by the session's [`CompletionRule`],
+/// normalised over all admissible pairs (docs/format.md §3 step 6).
+pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool], n_chars: usize, k: usize, clock: &mut Clock) {
+    let Ranking { rule, completion_exponent: beta, punctuation_slot } = ranking;
+    let t = m.cfg.context_length;
+    let Scratch {
+        word_probs: pw,
+        replace_probs: pi,
+        candidates: hits,
+        replace_factor,
+        prefix_ranges,
+        completion_share,
+        next_word_scores,
+        run_max,
+        prior_factor,
+        prior_renorm,
+        typed_utf8,
+        last_chars,
+        class_probs: pc,
+        class_state,
+        class_word_logits,
+        shared_words,
+        classes_left,
+        best_classes,
+        head_in,
+        act_q8,
+        class_rows_int8,
+        word_rows,
+        replace_mass,
+        ..
+    } = s;
+    replace_mass.fill(0.0);
+    let classes = m.classes.as_ref();
+    hits.clear();
+    if k == 0 {
+        clock.lap(Stage::Rank);
+        return;
+    }
+    // A factorised head's words get their P(w) when a class is first needed.
+    let input = HeadIn { z: head_in, zq: act_q8, int8: *class_rows_int8 };
+    let mut expand = |c: usize, pw: &mut [f32], state: &mut [ClassState]| {
+        if let Some(wc) = classes {
+            if state[c] == ClassState::Cold {
+                *word_rows += expand_class(m, wc, c, input, pc[c], class_word_logits, pw);
+                state[c] = ClassState::Expanded;
+            }
+        }
+    };
+
+    let max_i = (pi.len() - 1).min(n_chars);
+    let admissible = |i: usize, posn: usize| {
+        let id = m.lexicon.id_at(posn);
+        (m.lexicon.char_len(id) > i).then_some(id)
+    };
+    // The admissible words of `i >= 1` are those that start with the last `i` characters
+    // and are longer than `i`: one sorted-lexicon range per `i`.
+    let mut suffix_range = |i: usize| {
+        typed_utf8.clear();
+        for &cp in &last_chars[t - i..t] {
+            let c = char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER);
+            let mut buf = [0u8; 4];
+            typed_utf8.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+        m.lexicon.prefix_range(typed_utf8)
+    };
+    let mut total = 0.0f32;
+    for (i, &p_i) in pi.iter().enumerate().take(max_i + 1).skip(1) {
+        let range = suffix_range(i);
+        prefix_ranges[i] = range.clone();
+        if let Some(wc) = classes {
+            for id in range.clone().filter_map(|p| admissible(i, p)) {
+                expand(wc.class_of[id] as usize, pw, class_state);
+            }
+        }
+        let mass: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id]).sum();
+        let fi = match rule {
+            CompletionRule::Product if beta == 1.0 => p_i,
+            CompletionRule::Product => p_i.powf(beta),
+            // An empty or underflowed admissible set offers nothing to renormalise.
+            CompletionRule::Conditional if mass > 0.0 => p_i / mass,
+            CompletionRule::Marginal if mass > 0.0 => (p_i / mass).min(1.0),
+            CompletionRule::Conditional | CompletionRule::Marginal => 0.0,
+            CompletionRule::Split => p_i,
+        };
+        replace_factor[i] = fi;
+        if !prior_factor.is_empty() {
+            let weighted: f32 = range.clone().filter_map(|p| admissible(i, p)).map(|id| pw[id] * prior_factor[id]).sum();
+            prior_renorm[i] = if weighted > 0.0 && weighted.is_finite() { mass / weighted } else { 1.0 };
+        }
+        match rule {
+            CompletionRule::Marginal => {
+                total += mass * fi;
+                for id in range.filter_map(|p| admissible(i, p)) {
+                    if completion_share[id] == 0.0 && fi != 0.0 && classes.is_some() {
+                        shared_words.push(id as u32);
+                    }
+                    completion_share[id] += fi;
+                }
+            }
+            // A share of 1 takes the whole P(w) off the word's (w, 0) pair; a word whose
+            // admissible P(i) all underflowed stays a next word.
+            CompletionRule::Split if p_i > 0.0 => {
+                for id in range.filter_map(|p| admissible(i, p)) {
+                    if completion_share[id] == 0.0 && classes.is_some() {
+                        shared_words.push(id as u32);
+                    }
+                    completion_share[id] = 1.0;
+                }
+            }
+            _ => total += mass * fi,
+        }
+    }
+    // i = 0: every word is admissible; it scores P(w)·(c0 − share), share being zero except
+    // under the marginal and split rules.
+    let c0 = if matches!(rule, CompletionRule::Marginal | CompletionRule::Split) { 1.0 } else { pi[0] };
+    // The best punctuation candidate seen, kept off the bar (see `offer`).
+    let mut best_punct = Hit { id: 0, replace: 0, score: f32::NEG_INFINITY };
+    match classes {
+        // One kernel pass scores the lexicon, sums the scores and keeps each run of 16's
+        // maximum; a run touches the bar only when that maximum could enter it.
+        None => {
+            total += m.kernels.score_chunks(pw, completion_share, c0, next_word_scores, run_max);
+            let mut threshold = f32::NEG_INFINITY;
+            for (chunk, &mx) in run_max.iter().enumerate() {
+                if mx > threshold {
+                    for (j, &score) in next_word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
+                        if score > threshold {
+                            offer(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score }, &m.lexicon, blocked, &mut best_punct);
+                            if hits.len() == k {
+                                threshold = hits[k - 1].score;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Classes best first: no word of class c scores above P(c)·c0 (share ≥ 0), so
+        // once the best class not yet ranked cannot beat the k-th candidate, none can.
+        // The next-word mass Σ P(w)(c0 − share) is c0 less the shared part, since the
+        // P(w) sum to one; the shared words are all in expanded classes.
+        Some(wc) => {
+            total += c0 - shared_words.iter().map(|&id| pw[id as usize] * completion_share[id as usize]).sum::<f32>();
+            let mut threshold = f32::NEG_INFINITY;
+            // The margin covers the rounding of P(c)·P(w | c) against P(c).
+            let beaten = |p: f32, threshold: f32| p * c0 * (1.0 + 1e-5) <= threshold;
+            // Each run of 16 classes' largest P(c), in one vector pass: a run that cannot
+            // enter the bar is skipped whole.
+            let run_max = &mut run_max[..pc.len().div_ceil(16)];
+            m.kernels.run_max(pc, run_max);
+            let mut score_class =
+                |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [ClassState], best_punct: &mut Hit| {
+                    expand(c, pw, class_state);
+                    class_state[c] = ClassState::Scored;
+                    for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
+                        let score = pw[id as usize] * (c0 - completion_share[id as usize]);
+                        if score > *threshold {
+                            offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
+                            if hits.len() == k {
+                                *threshold = hits[k - 1].score;
+                            }
+                        }
+                    }
+                };
+            // First the best k + 3 classes, best first: typically enough to fill the bar
+            // and raise the threshold past every other class.
+            let first = (k + 3).min(pc.len());
+            for (run, chunk) in pc.chunks(16).enumerate() {
+                if best_classes.len() == first && run_max[run] <= best_classes[first - 1].0 {
+                    continue;
+                }
+                for (j, &p) in chunk.iter().enumerate() {
+                    if best_classes.len() < first || p > best_classes[first - 1].0 {
+                        if best_classes.len() == first {
+                            best_classes.pop();
+                        }
+                        let at = best_classes.partition_point(|&(q, _)| q >= p);
+                        best_classes.insert(at, (p, (run * 16 + j) as u32));
+                    }
+                }
+            }
+            for &(p, c) in best_classes.iter() {
+                if hits.len() == k && beaten(p, threshold) {
+                    break;
+                }
+                score_class(c as usize, hits, &mut threshold, class_state, &mut best_punct);
+            }
+            best_classes.clear();
+            // Then any other class that could still beat the k-th candidate, best first;
+            // few remain and fewer are taken, so each is picked by a scan, not a sort.
+            classes_left.clear();
+            for (run, chunk) in pc.chunks(16).enumerate() {
+                if hits.len() == k && beaten(run_max[run], threshold) {
+                    continue;
+                }
+                for (j, &p) in chunk.iter().enumerate() {
+                    let c = run * 16 + j;
+                    if class_state[c] != ClassState::Scored && !(hits.len() == k && beaten(p, threshold)) {
+                        classes_left.push(c as u32);
+                    }
+                }
+            }
+            while let Some(at) = best_class(classes_left, pc) {
+                let c = classes_left[at] as usize;
+                if hits.len() == k && beaten(pc[c], threshold) {
+                    break;
+                }
+                classes_left.swap_remove(at);
+                score_class(c, hits, &mut threshold, class_state, &mut best_punct);
+            }
+            shared_words.clear();
+        }
+    }
+    for i in 1..=max_i {
+        let fi = replace_factor[i];
+        for posn in prefix_ranges[i].clone() {
+            let Some(id) = admissible(i, posn) else { continue };
+            completion_share[id] = 0.0;
+            // The completion prior moves P(w) between this class's words only.
+            let pw_id = if prior_factor.is_empty() { pw[id] } else { pw[id] * prior_factor[id] * prior_renorm[i] };
+            let score = if rule == CompletionRule::Split {
+                // Σ P(j) over the j this word is admissible with; prefix_ranges[j] and posn
+                // index the same sorted lexicon.
+                let len = m.lexicon.char_len(id);
+                let norm: f32 = (1..=max_i).filter(|&j| len > j && prefix_ranges[j].contains(&posn)).map(|j| replace_factor[j]).sum();
+                if norm > 0.0 {
+                    let score = pw_id * (fi / norm);
+                    total += score;
+                    score
+                } else {
+                    0.0
+                }
+            } else {
+                pw_id * fi
+            };
+            replace_mass[i] += score;
+            offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, blocked, &mut best_punct);
+        }
+    }
+    // At most one punctuation candidate, and only where the session allows it.
+    if punctuation_slot && best_punct.score > 0.0 {
+        push_top(hits, k, best_punct);
+    }
+    replace_mass[0] = total - replace_mass[1..].iter().sum::<f32>();
+    if total > 0.0 && total.is_finite() {
+        for h in hits.iter_mut() {
+            h.score /= total;
+        }
+        for m in replace_mass.iter_mut() {
+            *m = (*m / total).max(0.0);
+        }
+    }
+    clock.lap(Stage::Rank);
+}
+
+/// Fills `pw` (by word id) with `P(w)` of the words of class `c` of a factorised head
+/// (docs/format.md §3 step 5): their logits from the class's gathered rows, a softmax within
+/// the class, times `P(c)` (a class of one word needs no row). Returns the rows computed.
+fn expand_class(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
+    if wc.rows[c].mat.rows == 1 {
+        // A word alone in its class has its class's probability: no row to compute.
+        pw[wc.ids[wc.start[c]] as usize] = pc;
+        return 0;
+    }
+    let y = class_logits(m, wc, c, input, tmp);
+    m.kernels.softmax(y);
+    for (&id, &p) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
+        pw[id as usize] = p * pc;
+    }
+    y.len()
+}
+
+/// The completion prior's per-word factors `exp(λ·shift)` into `out`, or none when the model
+/// has no prior or `λ = 0` (ranking is then the network's alone). Allocates only when `out` is
+/// too small.
+pub(crate) fn prior_factors(shift: &[f32], lambda: f32, out: &mut Vec<f32>) {
+    out.clear();
+    if lambda != 0.0 && !shift.is_empty() {
+        out.extend(shift.iter().map(|&x| (lambda * x).exp()));
+    }
+}
+
+/// Where in `order` the class with the largest `p` is; among equal `p` the lower class index,
+/// as in ranking's first pass. `None` when `order` is empty.
+fn best_class(order: &[u32], p: &[f32]) -> Option<usize> {
+    let key = |at: usize| (p[order[at] as usize], order[at]);
+    (0..order.len()).reduce(|best, at| {
+        let ((pb, cb), (pa, ca)) = (key(best), key(at));
+        if pa.total_cmp(&pb).then(cb.cmp(&ca)).is_gt() {
+            at
+        } else {
+            best
+        }
+    })
+}
+
+/// Offers a candidate to the bar: a word competes for the top `k`; a punctuation word only for
+/// `best_punct`, which ranking adds at the end when the session has a punctuation slot.
+#[inline]
+fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, blocked: &[bool], best_punct: &mut Hit) {
+    if lexicon.is_punct(h.id as usize) {
+        if h.score > best_punct.score {
+            *best_punct = h;
+        }
+    } else if blocked.get(h.id as usize) == Some(&true) {
+        // The user blocked this word: never on the bar.
+    } else {
+        push_top(hits, k, h);
+    }
+}
+
+/// Keeps `hits` sorted best-first with at most `k` entries. Ties keep the earlier hit, so
+/// results are deterministic.
+#[inline]
+pub(crate) fn push_top(hits: &mut Vec<Hit>, k: usize, h: Hit) {
+    if hits.len() == k {
+        match hits.last() {
+            Some(last) if h.score > last.score => {
+                hits.pop();
+            }
+            _ => return,
+        }
+    }
+    let mut at = hits.len();
+    while at > 0 && hits[at - 1].score < h.score {
+        at -= 1;
+    }
+    hits.insert(at, h);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_class;
+
+    /// Taking `best_class` until `order` is empty visits the classes as a descending sort by
+    /// probability, ties by class index, would.
+    #[test]
+    fn best_class_picks_in_descending_order_ties_to_the_lower_index() {
+        let p = [0.1f32, 0.4, 0.4, 0.05, 0.3, 0.4, 0.0, 0.2];
+        let mut order: Vec<u32> = vec![7, 5, 0, 2, 6, 4, 1, 3];
+        let mut want = order.clone();
+        want.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+        let mut got = Vec::new();
+        while let Some(at) = best_class(&order, &p) {
+            got.push(order.swap_remove(at));
+        }
+        assert_eq!(got, want);
+        assert_eq!(want[..3], [1, 2, 5]);
+        assert_eq!(best_class(&[], &p), None);
+    }
+}
