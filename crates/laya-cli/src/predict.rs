@@ -194,30 +194,61 @@ fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), Cli
         }
         n += 1;
         let text = trim_newline(&line);
-        // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
-        let parsed = match serde_json::from_slice::<In>(text) {
-            Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
-            ok => ok,
-        };
-        let reply = match parsed {
-            Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
-            Ok(In { context: None, learn: Some(t), forget: None }) => {
-                let learned = backend.session().learn(&t);
-                serde_json::json!({ "learned": learned }).to_string()
+        // Checked before `In` is read: serde also reads a struct from an array
+        // (`["今天", null, null]` would be a context).
+        let reply = match not_an_object(text) {
+            Some(kind) => {
+                let msg = format!("line {n}: {kind}; a line must be a JSON object like {{\"context\": \"...\"}}");
+                serde_json::json!({ "error": msg }).to_string()
             }
-            Ok(In { context: None, learn: None, forget: Some(w) }) => {
-                let forgotten = backend.session().user().write().forget(&w);
-                *forgot |= forgotten;
-                serde_json::json!({ "forgotten": forgotten }).to_string()
-            }
-            Ok(_) => {
-                serde_json::json!({ "error": format!("line {n}: expected exactly one of \"context\", \"learn\", \"forget\"") }).to_string()
-            }
-            Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
+            None => reply(backend, text, n, top, forgot)?,
         };
         writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(crate::stdout_error)?;
     }
     Ok(())
+}
+
+/// The answer to one line that is a JSON object or not JSON at all.
+fn reply(backend: &mut Backend, text: &[u8], n: u64, top: usize, forgot: &mut bool) -> Result<String, CliError> {
+    // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
+    let parsed = match serde_json::from_slice::<In>(text) {
+        Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
+        ok => ok,
+    };
+    Ok(match parsed {
+        Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
+        Ok(In { context: None, learn: Some(t), forget: None }) => {
+            let learned = backend.session().learn(&t);
+            serde_json::json!({ "learned": learned }).to_string()
+        }
+        Ok(In { context: None, learn: None, forget: Some(w) }) => {
+            let forgotten = backend.session().user().write().forget(&w);
+            *forgot |= forgotten;
+            serde_json::json!({ "forgotten": forgotten }).to_string()
+        }
+        Ok(_) => {
+            serde_json::json!({ "error": format!("line {n}: expected exactly one of \"context\", \"learn\", \"forget\"") }).to_string()
+        }
+        Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
+    })
+}
+
+/// What `text` holds when it is valid JSON but not an object (`"an array"`, ...); `None` for an
+/// object, and for a line that is not JSON at all, which gets the parser's message instead.
+fn not_an_object(text: &[u8]) -> Option<&'static str> {
+    if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return None;
+    }
+    let value =
+        serde_json::from_slice::<serde_json::Value>(text).ok().or_else(|| serde_json::from_slice(&lone_surrogates_replaced(text)?).ok())?;
+    Some(match value {
+        serde_json::Value::Object(_) => return None,
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Null => "null",
+    })
 }
 
 /// `text` with every `\uD800`–`\uDFFF` escape that is not half of a surrogate pair

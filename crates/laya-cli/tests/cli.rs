@@ -495,3 +495,27 @@ fn punctuation_slot_flag_of_predict() {
     assert_eq!(marks.len(), 1, "{with:?}");
     assert!(marks[0] == "，" || marks[0] == "？", "{marks:?}");
 }
+
+/// The JSON lines of `laya predict --jsonl`, parsed.
+fn jsonl_replies(model: &std::path::Path, input: &[u8]) -> Vec<serde_json::Value> {
+    let out = run_stdin(laya().args(["predict", "--jsonl", "--top", "3", "--model"]).arg(model), input);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A line that is valid JSON but not an object is an error saying what a line must be, not a
+/// request: serde reads a struct from an array too (`["今天", null, null]` was a context).
+#[test]
+fn jsonl_refuses_a_line_that_is_not_an_object_and_goes_on() {
+    let m = model_file("not-object.laya", GgmlType::F32);
+    let lines = [r#"["今天"]"#, r#"["今天", null, null]"#, r#""今天""#, "5", "null", "true", r#"  ["\ud800"]"#, r#"{"context": "今天"}"#];
+    let kinds = ["an array", "an array", "a string", "a number", "null", "a boolean", "an array"];
+    let v = jsonl_replies(&m, (lines.join("\n") + "\n").as_bytes());
+    assert_eq!(v.len(), lines.len());
+    for (i, kind) in kinds.iter().enumerate() {
+        let err = v[i]["error"].as_str().unwrap_or_else(|| panic!("line {}: {}", i + 1, v[i]));
+        assert!(err.contains(&format!("line {}: {kind}", i + 1)), "{err}");
+        assert!(err.contains(r#"a line must be a JSON object like {"context": "..."}"#), "{err}");
+    }
+    assert_eq!(v[7]["candidates"].as_array().map(Vec::len), Some(3), "{}", v[7]);
+}
