@@ -193,7 +193,11 @@ fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), Cli
             break;
         }
         n += 1;
-        let text = trim_newline(&line);
+        let mut text = trim_newline(&line);
+        // Windows editors start UTF-8 files with a byte order mark; it is not part of the JSON.
+        if n == 1 {
+            text = text.strip_prefix(UTF8_BOM).unwrap_or(text);
+        }
         // Checked before `In` is read: serde also reads a struct from an array
         // (`["今天", null, null]` would be a context).
         let reply = match not_an_object(text) {
@@ -232,6 +236,9 @@ fn reply(backend: &mut Backend, text: &[u8], n: u64, top: usize, forgot: &mut bo
         Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
     })
 }
+
+/// The byte order mark some editors put at the start of a UTF-8 file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// What `text` holds when it is valid JSON but not an object (`"an array"`, ...); `None` for an
 /// object, and for a line that is not JSON at all, which gets the parser's message instead.

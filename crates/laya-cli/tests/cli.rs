@@ -519,3 +519,15 @@ fn jsonl_refuses_a_line_that_is_not_an_object_and_goes_on() {
     }
     assert_eq!(v[7]["candidates"].as_array().map(Vec::len), Some(3), "{}", v[7]);
 }
+
+/// A UTF-8 byte order mark (Windows editors write one) is skipped at the start of the stream;
+/// anywhere else it is a character the JSON does not allow.
+#[test]
+fn jsonl_skips_a_byte_order_mark_at_the_start_only() {
+    let m = model_file("bom.laya", GgmlType::F32);
+    let plain = jsonl_replies(&m, "{\"context\": \"今天\"}\n".as_bytes());
+    let v = jsonl_replies(&m, "\u{FEFF}{\"context\": \"今天\"}\n\u{FEFF}{\"context\": \"今天\"}\n".as_bytes());
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[0], plain[0]);
+    assert!(v[1]["error"].as_str().unwrap().contains("line 2"), "{}", v[1]);
+}
