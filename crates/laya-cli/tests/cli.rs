@@ -531,3 +531,13 @@ fn jsonl_skips_a_byte_order_mark_at_the_start_only() {
     assert_eq!(v[0], plain[0]);
     assert!(v[1]["error"].as_str().unwrap().contains("line 2"), "{}", v[1]);
 }
+
+/// EVAL.md §1: a lone surrogate escape is valid JSON and reads as U+FFFD, leading or trailing.
+#[test]
+fn jsonl_reads_a_lone_surrogate_as_the_replacement_character() {
+    let m = model_file("surrogate.laya", GgmlType::F32);
+    let v = jsonl_replies(&m, b"{\"context\":\"\\ud800\"}\n{\"context\":\"\\udc00\"}\n{\"context\":\"\\ufffd\"}\n");
+    assert!(v[2]["candidates"].is_array(), "{}", v[2]);
+    assert_eq!(v[0], v[2]);
+    assert_eq!(v[1], v[2]);
+}
