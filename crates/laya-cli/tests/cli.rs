@@ -541,3 +541,17 @@ fn jsonl_reads_a_lone_surrogate_as_the_replacement_character() {
     assert_eq!(v[0], v[2]);
     assert_eq!(v[1], v[2]);
 }
+
+/// `--model DIR` names the mistake (the runtime's `LoadError::IsDirectory`), not the "No such
+/// device" of mmap, in every command that loads a model.
+#[test]
+fn a_model_directory_is_named_as_a_directory() {
+    let dir = tmp("models-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    for cmd in [&["predict", "x"][..], &["bench", "--iterations", "1", "--cold-runs", "1"]] {
+        let out = laya().args(cmd).arg("--model").arg(&dir).output().unwrap();
+        assert_clean_error(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is a directory") && err.contains("model file") && !err.contains("No such device"), "{cmd:?}: {err}");
+    }
+}

@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     }
     printf("laya %s\n", laya_version());
 
-    /* Opening: NULL arguments, a missing file and a corrupt file are all refused with a reason. */
+    /* Opening: NULL arguments, a missing file, a directory and a corrupt file are all refused with
+     * a reason. */
     laya_engine* engine = (laya_engine*)1;
     CHECK_STATUS(laya_engine_open(NULL, &engine), LAYA_ERR_NULL_ARGUMENT);
     CHECK(engine == NULL);
@@ -110,6 +111,9 @@ int main(int argc, char** argv) {
     CHECK_STATUS(laya_engine_open(argv[1], NULL), LAYA_ERR_NULL_ARGUMENT);
     CHECK_STATUS(laya_engine_open("/nonexistent/model.laya", &engine), LAYA_ERR_IO);
     printf("missing file: %s\n", laya_last_error_message());
+    CHECK_STATUS(laya_engine_open(".", &engine), LAYA_ERR_IO);
+    CHECK(strstr(laya_last_error_message(), "is a directory") != NULL);
+    printf("a directory: %s\n", laya_last_error_message());
     CHECK_STATUS(laya_engine_open(argv[3], &engine), LAYA_ERR_INVALID_MODEL);
     printf("corrupt file: %s\n", laya_last_error_message());
     CHECK(engine == NULL);
