@@ -555,3 +555,37 @@ fn a_model_directory_is_named_as_a_directory() {
         assert!(err.contains("is a directory") && err.contains("model file") && !err.contains("No such device"), "{cmd:?}: {err}");
     }
 }
+
+/// `--completion-prior` and `--completion-exponent` are refused outside the range the session
+/// would clamp them into, with the range in clap's message (exit 2), in `predict` and `eval`.
+#[test]
+fn completion_flags_out_of_range_are_refused_with_the_range() {
+    let text = tmp("range.txt");
+    std::fs::write(&text, "hello world\n").unwrap();
+    let cases = [
+        ("--completion-prior", "3", "between 0 and 2"),
+        ("--completion-prior", "-0.5", "between 0 and 2"),
+        ("--completion-prior", "NaN", "between 0 and 2"),
+        ("--completion-prior", "much", "not a number"),
+        ("--completion-exponent", "1.5", "between 0 and 1"),
+        ("--completion-exponent", "inf", "between 0 and 1"),
+    ];
+    for (flag, value, needle) in cases {
+        for cmd in [&["predict", "x"][..], &["eval", "--text", text.to_str().unwrap()]] {
+            let out = laya().args(cmd).arg(format!("{flag}={value}")).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd:?} {flag}={value}: {err}");
+            assert!(err.contains(flag) && err.contains(needle), "{cmd:?} {flag}={value}: {err}");
+        }
+    }
+    let m = model_file("range.laya", GgmlType::F32);
+    for (prior, exponent) in [("0", "0"), ("2", "1")] {
+        let out = laya()
+            .args(["predict", "--json", "--completion-prior", prior, "--completion-exponent", exponent, "--model"])
+            .arg(&m)
+            .arg("hel")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
