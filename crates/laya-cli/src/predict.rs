@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use laya_runtime::{Session, User};
 use laya_text::{Candidate, Predictor};
 use serde::Serialize;
+use unicode_width::UnicodeWidthStr;
 
 use crate::predictors::{load_ngram, Kind, LearningNgram};
 use crate::CliError;
@@ -137,9 +138,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         outln!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
-    outln!("{:>4}  {:<20} {:>7}  {:>8}", "rank", "word", "replace", "p");
+    // `{:<20}` pads by chars, and a CJK character takes two columns: pad by display width, and
+    // widen the column for a longer word so the numbers after it stay in line.
+    let width = out.candidates.iter().map(|c| c.word.width()).fold(WORD_COLUMN, usize::max);
+    outln!("{:>4}  {} {:>7}  {:>8}", "rank", pad("word", width), "replace", "p");
     for (i, c) in out.candidates.iter().enumerate() {
-        outln!("{:>4}  {:<20} {:>7}  {:>8.4}", i + 1, pad(c.word, 20), c.replace, c.p);
+        outln!("{:>4}  {} {:>7}  {:>8.4}", i + 1, pad(c.word, width), c.replace, c.p);
     }
     Ok(())
 }
@@ -148,10 +152,12 @@ fn to_out<'a>(p: &laya_runtime::Predictions<'a>) -> Out<'a> {
     Out { candidates: p.iter().map(|c| OutCandidate { word: c.word, replace: c.replace, p: c.p }).collect() }
 }
 
-/// CJK characters take two terminal columns; pad by display width so the table lines up.
+/// The least display width of the table's word column.
+const WORD_COLUMN: usize = 20;
+
+/// `word` followed by spaces up to `width` terminal columns.
 fn pad(word: &str, width: usize) -> String {
-    let w: usize = word.chars().map(|c| if (c as u32) >= 0x1100 { 2 } else { 1 }).sum();
-    format!("{word}{}", " ".repeat(width.saturating_sub(w)))
+    format!("{word}{}", " ".repeat(width.saturating_sub(word.width())))
 }
 
 /// One input line: exactly one of the keys (EVAL.md §1 and §4).

@@ -589,3 +589,27 @@ fn completion_flags_out_of_range_are_refused_with_the_range() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// The `laya predict` table lines up in a terminal: every row, header included, has the same
+/// display width with CJK (two columns a character), mixed and longer-than-the-column words.
+#[test]
+fn predict_table_lines_up_by_display_width() {
+    use unicode_width::UnicodeWidthStr;
+    let (mut meta, tensors) = random_model(&TinyConfig::default(), 3, GgmlType::F32);
+    let mut words = meta.words.to_vec();
+    for (i, w) in ["今天", "天气很好", "wide", "Laya拉雅", "一二三四五六七八九十一二三四五", "é"].iter().enumerate()
+    {
+        words[10 + i] = (*w).into();
+    }
+    meta.words = words.iter().collect();
+    let path = tmp("table-width.laya");
+    std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
+    let out = laya().args(["predict", "--top", "2000", "--model"]).arg(&path).arg("今天").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("一二三四五六七八九十一二三四五") && table.contains("天气很好"), "{table}");
+    let header = table.lines().next().unwrap().width();
+    for line in table.lines() {
+        assert_eq!(line.width(), header, "misaligned:\n{table}");
+    }
+}
