@@ -4,8 +4,14 @@
  * commits (forget, block, incognito, save and reopen the user file, set a damaged one aside),
  * free everything.
  *
- *   cc example.c -I crates/laya-ffi/include -L target/debug -llaya_ffi -lpthread -o example
+ * Built and linked from the repository root as crates/laya-ffi/README.md ("Building") shows:
+ *
+ *   cargo build -p laya-ffi --release
+ *   cc crates/laya-ffi/tests/c/example.c -I crates/laya-ffi/include -L target/release \
+ *      -Wl,-rpath,"$PWD/target/release" -llaya_ffi -lpthread -o example
  *   ./example MODEL_A MODEL_B CORRUPT_MODEL USER_FILE
+ *
+ * (the rpath lets ./example find liblaya_ffi.so without LD_LIBRARY_PATH).
  *
  * USER_FILE is a path in a writable directory; the example creates, overwrites and sets aside
  * the file there (and its "<USER_FILE>.lock").
