@@ -29,21 +29,8 @@ pub struct Args {
     /// Which predictor types.
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
-    /// Exponent β of `--completion-rule product`: a completion of the typed characters scores
-    /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
-    #[arg(long, default_value_t = 1.0)]
-    completion_exponent: f32,
-    /// Weight λ of the completion prior (models made with `laya prior`): a word completing the
-    /// typed characters gets its P(w) times (dictionary share / corpus share)^λ, renormalised
-    /// among those words; 0 ranks completions by the network alone (0..=2).
-    #[arg(long, default_value_t = laya_runtime::DEFAULT_COMPLETION_PRIOR)]
-    completion_prior: f32,
-    /// How the word and replace heads combine (docs/format.md §3 step 6): `split` offers a word
-    /// that starts with the typed text only as a completion, P(w) split by P(i); `marginal`
-    /// splits each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
-    /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
-    #[arg(long, default_value = "split")]
-    completion_rule: laya_runtime::CompletionRule,
+    #[command(flatten)]
+    completion: crate::predictors::CompletionArgs,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
     #[command(flatten)]
@@ -100,9 +87,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let mix = args.mix.params()?;
     let session = || {
         let mut session = Session::new(model.clone());
-        session.set_completion_exponent(args.completion_exponent);
-        session.set_completion_rule(args.completion_rule);
-        session.set_completion_prior(args.completion_prior);
+        args.completion.apply(&mut session);
         session.set_act_precision(args.act.activations);
         session.set_punctuation_slot(args.punct.punctuation_slot);
         session.set_mix(mix);

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use laya_runtime::{Session, User};
 use laya_text::{Candidate, Predictor};
 use serde::Serialize;
+use unicode_width::UnicodeWidthStr;
 
 use crate::predictors::{load_ngram, Kind, LearningNgram};
 use crate::CliError;
@@ -29,21 +30,8 @@ pub struct Args {
     /// Which predictor answers.
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
-    /// Exponent β of `--completion-rule product`: a completion of the typed characters scores
-    /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
-    #[arg(long, default_value_t = 1.0)]
-    completion_exponent: f32,
-    /// Weight λ of the completion prior (models made with `laya prior`): a word completing the
-    /// typed characters gets its P(w) times (dictionary share / corpus share)^λ, renormalised
-    /// among those words; 0 ranks completions by the network alone (0..=2).
-    #[arg(long, default_value_t = laya_runtime::DEFAULT_COMPLETION_PRIOR)]
-    completion_prior: f32,
-    /// How the word and replace heads combine (docs/format.md §3 step 6): `split` offers a word
-    /// that starts with the typed text only as a completion, P(w) split by P(i); `marginal`
-    /// splits each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
-    /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
-    #[arg(long, default_value = "split")]
-    completion_rule: laya_runtime::CompletionRule,
+    #[command(flatten)]
+    completion: crate::predictors::CompletionArgs,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
     #[command(flatten)]
@@ -113,9 +101,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let model = crate::load_model(args.model.as_deref())?;
     let mut session = Session::with_max_k(model, args.top.max(1));
-    session.set_completion_exponent(args.completion_exponent);
-    session.set_completion_rule(args.completion_rule);
-    session.set_completion_prior(args.completion_prior);
+    args.completion.apply(&mut session);
     session.set_act_precision(args.act.activations);
     session.set_punctuation_slot(args.punct.punctuation_slot);
     session.set_mix(args.mix.params()?);
@@ -152,9 +138,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         outln!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
-    outln!("{:>4}  {:<20} {:>7}  {:>8}", "rank", "word", "replace", "p");
+    // `{:<20}` pads by chars, and a CJK character takes two columns: pad by display width, and
+    // widen the column for a longer word so the numbers after it stay in line.
+    let width = out.candidates.iter().map(|c| c.word.width()).fold(WORD_COLUMN, usize::max);
+    outln!("{:>4}  {} {:>7}  {:>8}", "rank", pad("word", width), "replace", "p");
     for (i, c) in out.candidates.iter().enumerate() {
-        outln!("{:>4}  {:<20} {:>7}  {:>8.4}", i + 1, pad(c.word, 20), c.replace, c.p);
+        outln!("{:>4}  {} {:>7}  {:>8.4}", i + 1, pad(c.word, width), c.replace, c.p);
     }
     Ok(())
 }
@@ -163,10 +152,12 @@ fn to_out<'a>(p: &laya_runtime::Predictions<'a>) -> Out<'a> {
     Out { candidates: p.iter().map(|c| OutCandidate { word: c.word, replace: c.replace, p: c.p }).collect() }
 }
 
-/// CJK characters take two terminal columns; pad by display width so the table lines up.
+/// The least display width of the table's word column.
+const WORD_COLUMN: usize = 20;
+
+/// `word` followed by spaces up to `width` terminal columns.
 fn pad(word: &str, width: usize) -> String {
-    let w: usize = word.chars().map(|c| if (c as u32) >= 0x1100 { 2 } else { 1 }).sum();
-    format!("{word}{}", " ".repeat(width.saturating_sub(w)))
+    format!("{word}{}", " ".repeat(width.saturating_sub(word.width())))
 }
 
 /// One input line: exactly one of the keys (EVAL.md §1 and §4).
@@ -193,31 +184,69 @@ fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), Cli
             break;
         }
         n += 1;
-        let text = trim_newline(&line);
-        // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
-        let parsed = match serde_json::from_slice::<In>(text) {
-            Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
-            ok => ok,
-        };
-        let reply = match parsed {
-            Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
-            Ok(In { context: None, learn: Some(t), forget: None }) => {
-                let learned = backend.session().learn(&t);
-                serde_json::json!({ "learned": learned }).to_string()
+        let mut text = trim_newline(&line);
+        // Windows editors start UTF-8 files with a byte order mark; it is not part of the JSON.
+        if n == 1 {
+            text = text.strip_prefix(UTF8_BOM).unwrap_or(text);
+        }
+        // Checked before `In` is read: serde also reads a struct from an array
+        // (`["今天", null, null]` would be a context).
+        let reply = match not_an_object(text) {
+            Some(kind) => {
+                let msg = format!("line {n}: {kind}; a line must be a JSON object like {{\"context\": \"...\"}}");
+                serde_json::json!({ "error": msg }).to_string()
             }
-            Ok(In { context: None, learn: None, forget: Some(w) }) => {
-                let forgotten = backend.session().user().write().forget(&w);
-                *forgot |= forgotten;
-                serde_json::json!({ "forgotten": forgotten }).to_string()
-            }
-            Ok(_) => {
-                serde_json::json!({ "error": format!("line {n}: expected exactly one of \"context\", \"learn\", \"forget\"") }).to_string()
-            }
-            Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
+            None => reply(backend, text, n, top, forgot)?,
         };
         writeln!(out, "{reply}").and_then(|_| out.flush()).map_err(crate::stdout_error)?;
     }
     Ok(())
+}
+
+/// The answer to one line that is a JSON object or not JSON at all.
+fn reply(backend: &mut Backend, text: &[u8], n: u64, top: usize, forgot: &mut bool) -> Result<String, CliError> {
+    // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
+    let parsed = match serde_json::from_slice::<In>(text) {
+        Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
+        ok => ok,
+    };
+    Ok(match parsed {
+        Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
+        Ok(In { context: None, learn: Some(t), forget: None }) => {
+            let learned = backend.session().learn(&t);
+            serde_json::json!({ "learned": learned }).to_string()
+        }
+        Ok(In { context: None, learn: None, forget: Some(w) }) => {
+            let forgotten = backend.session().user().write().forget(&w);
+            *forgot |= forgotten;
+            serde_json::json!({ "forgotten": forgotten }).to_string()
+        }
+        Ok(_) => {
+            serde_json::json!({ "error": format!("line {n}: expected exactly one of \"context\", \"learn\", \"forget\"") }).to_string()
+        }
+        Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
+    })
+}
+
+/// The byte order mark some editors put at the start of a UTF-8 file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// What `text` holds when it is valid JSON but not an object (`"an array"`, ...); `None` for an
+/// object, and for a line that is not JSON at all, which gets the parser's message instead.
+fn not_an_object(text: &[u8]) -> Option<&'static str> {
+    if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return None;
+    }
+    let value =
+        serde_json::from_slice::<serde_json::Value>(text).ok().or_else(|| serde_json::from_slice(&lone_surrogates_replaced(text)?).ok())?;
+    Some(match value {
+        serde_json::Value::Object(_) => return None,
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Null => "null",
+    })
 }
 
 /// `text` with every `\uD800`–`\uDFFF` escape that is not half of a surrogate pair

@@ -38,6 +38,53 @@ pub struct PunctuationArg {
     pub punctuation_slot: bool,
 }
 
+/// `--completion-*` of `predict` and `eval`: how the word and replace heads make the bar.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct CompletionArgs {
+    /// Exponent β of `--completion-rule product`: a completion of the typed characters scores
+    /// P(w)·P(i)^β (smaller shows more completions; 0..=1).
+    #[arg(long, default_value_t = 1.0, value_parser = completion_exponent)]
+    pub completion_exponent: f32,
+    /// Weight λ of the completion prior (models made with `laya prior`): a word completing the
+    /// typed characters gets its P(w) times (dictionary share / corpus share)^λ, renormalised
+    /// among those words; 0 ranks completions by the network alone (0..=2).
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_COMPLETION_PRIOR, value_parser = completion_prior)]
+    pub completion_prior: f32,
+    /// How the word and replace heads combine (docs/format.md §3 step 6): `split` offers a word
+    /// that starts with the typed text only as a completion, P(w) split by P(i); `marginal`
+    /// splits each word's P(w) between next word and completion; `product` = P(w)·P(i)^β;
+    /// `conditional` = P(i)·P(w) renormalised over the words that start with the typed text.
+    #[arg(long, default_value = "split")]
+    pub completion_rule: laya_runtime::CompletionRule,
+}
+
+impl CompletionArgs {
+    pub fn apply(&self, session: &mut Session) {
+        session.set_completion_exponent(self.completion_exponent);
+        session.set_completion_rule(self.completion_rule);
+        session.set_completion_prior(self.completion_prior);
+    }
+}
+
+/// `--completion-exponent`: refused outside the range, where the session would clamp it silently.
+fn completion_exponent(s: &str) -> Result<f32, String> {
+    in_range(s, laya_runtime::COMPLETION_EXPONENT_RANGE)
+}
+
+/// `--completion-prior`: refused outside the range, where the session would clamp it silently.
+fn completion_prior(s: &str) -> Result<f32, String> {
+    in_range(s, laya_runtime::COMPLETION_PRIOR_RANGE)
+}
+
+fn in_range(s: &str, range: std::ops::RangeInclusive<f32>) -> Result<f32, String> {
+    let (lo, hi) = (range.start(), range.end());
+    match s.trim().parse::<f32>() {
+        Ok(v) if range.contains(&v) => Ok(v),
+        Ok(_) => Err(format!("must be between {lo} and {hi} (inclusive)")),
+        Err(_) => Err(format!("not a number; expected one between {lo} and {hi} (inclusive)")),
+    }
+}
+
 /// The model behind the harness's `Predictor` trait (allocates only for the owned strings the
 /// harness keeps; the engine itself does not).
 pub struct ModelPredictor {

@@ -495,3 +495,121 @@ fn punctuation_slot_flag_of_predict() {
     assert_eq!(marks.len(), 1, "{with:?}");
     assert!(marks[0] == "，" || marks[0] == "？", "{marks:?}");
 }
+
+/// The JSON lines of `laya predict --jsonl`, parsed.
+fn jsonl_replies(model: &std::path::Path, input: &[u8]) -> Vec<serde_json::Value> {
+    let out = run_stdin(laya().args(["predict", "--jsonl", "--top", "3", "--model"]).arg(model), input);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A line that is valid JSON but not an object is an error saying what a line must be, not a
+/// request: serde reads a struct from an array too (`["今天", null, null]` was a context).
+#[test]
+fn jsonl_refuses_a_line_that_is_not_an_object_and_goes_on() {
+    let m = model_file("not-object.laya", GgmlType::F32);
+    let lines = [r#"["今天"]"#, r#"["今天", null, null]"#, r#""今天""#, "5", "null", "true", r#"  ["\ud800"]"#, r#"{"context": "今天"}"#];
+    let kinds = ["an array", "an array", "a string", "a number", "null", "a boolean", "an array"];
+    let v = jsonl_replies(&m, (lines.join("\n") + "\n").as_bytes());
+    assert_eq!(v.len(), lines.len());
+    for (i, kind) in kinds.iter().enumerate() {
+        let err = v[i]["error"].as_str().unwrap_or_else(|| panic!("line {}: {}", i + 1, v[i]));
+        assert!(err.contains(&format!("line {}: {kind}", i + 1)), "{err}");
+        assert!(err.contains(r#"a line must be a JSON object like {"context": "..."}"#), "{err}");
+    }
+    assert_eq!(v[7]["candidates"].as_array().map(Vec::len), Some(3), "{}", v[7]);
+}
+
+/// A UTF-8 byte order mark (Windows editors write one) is skipped at the start of the stream;
+/// anywhere else it is a character the JSON does not allow.
+#[test]
+fn jsonl_skips_a_byte_order_mark_at_the_start_only() {
+    let m = model_file("bom.laya", GgmlType::F32);
+    let plain = jsonl_replies(&m, "{\"context\": \"今天\"}\n".as_bytes());
+    let v = jsonl_replies(&m, "\u{FEFF}{\"context\": \"今天\"}\n\u{FEFF}{\"context\": \"今天\"}\n".as_bytes());
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[0], plain[0]);
+    assert!(v[1]["error"].as_str().unwrap().contains("line 2"), "{}", v[1]);
+}
+
+/// EVAL.md §1: a lone surrogate escape is valid JSON and reads as U+FFFD, leading or trailing.
+#[test]
+fn jsonl_reads_a_lone_surrogate_as_the_replacement_character() {
+    let m = model_file("surrogate.laya", GgmlType::F32);
+    let v = jsonl_replies(&m, b"{\"context\":\"\\ud800\"}\n{\"context\":\"\\udc00\"}\n{\"context\":\"\\ufffd\"}\n");
+    assert!(v[2]["candidates"].is_array(), "{}", v[2]);
+    assert_eq!(v[0], v[2]);
+    assert_eq!(v[1], v[2]);
+}
+
+/// `--model DIR` names the mistake (the runtime's `LoadError::IsDirectory`), not the "No such
+/// device" of mmap, in every command that loads a model.
+#[test]
+fn a_model_directory_is_named_as_a_directory() {
+    let dir = tmp("models-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    for cmd in [&["predict", "x"][..], &["bench", "--iterations", "1", "--cold-runs", "1"]] {
+        let out = laya().args(cmd).arg("--model").arg(&dir).output().unwrap();
+        assert_clean_error(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is a directory") && err.contains("model file") && !err.contains("No such device"), "{cmd:?}: {err}");
+    }
+}
+
+/// `--completion-prior` and `--completion-exponent` are refused outside the range the session
+/// would clamp them into, with the range in clap's message (exit 2), in `predict` and `eval`.
+#[test]
+fn completion_flags_out_of_range_are_refused_with_the_range() {
+    let text = tmp("range.txt");
+    std::fs::write(&text, "hello world\n").unwrap();
+    let cases = [
+        ("--completion-prior", "3", "between 0 and 2"),
+        ("--completion-prior", "-0.5", "between 0 and 2"),
+        ("--completion-prior", "NaN", "between 0 and 2"),
+        ("--completion-prior", "much", "not a number"),
+        ("--completion-exponent", "1.5", "between 0 and 1"),
+        ("--completion-exponent", "inf", "between 0 and 1"),
+    ];
+    for (flag, value, needle) in cases {
+        for cmd in [&["predict", "x"][..], &["eval", "--text", text.to_str().unwrap()]] {
+            let out = laya().args(cmd).arg(format!("{flag}={value}")).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd:?} {flag}={value}: {err}");
+            assert!(err.contains(flag) && err.contains(needle), "{cmd:?} {flag}={value}: {err}");
+        }
+    }
+    let m = model_file("range.laya", GgmlType::F32);
+    for (prior, exponent) in [("0", "0"), ("2", "1")] {
+        let out = laya()
+            .args(["predict", "--json", "--completion-prior", prior, "--completion-exponent", exponent, "--model"])
+            .arg(&m)
+            .arg("hel")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The `laya predict` table lines up in a terminal: every row, header included, has the same
+/// display width with CJK (two columns a character), mixed and longer-than-the-column words.
+#[test]
+fn predict_table_lines_up_by_display_width() {
+    use unicode_width::UnicodeWidthStr;
+    let (mut meta, tensors) = random_model(&TinyConfig::default(), 3, GgmlType::F32);
+    let mut words = meta.words.to_vec();
+    for (i, w) in ["今天", "天气很好", "wide", "Laya拉雅", "一二三四五六七八九十一二三四五", "é"].iter().enumerate()
+    {
+        words[10 + i] = (*w).into();
+    }
+    meta.words = words.iter().collect();
+    let path = tmp("table-width.laya");
+    std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
+    let out = laya().args(["predict", "--top", "2000", "--model"]).arg(&path).arg("今天").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("一二三四五六七八九十一二三四五") && table.contains("天气很好"), "{table}");
+    let header = table.lines().next().unwrap().width();
+    for line in table.lines() {
+        assert_eq!(line.width(), header, "misaligned:\n{table}");
+    }
+}

@@ -154,7 +154,7 @@ fn null(what: &str) -> Failure {
 
 fn load_failure(e: LoadError) -> Failure {
     let status = match e {
-        LoadError::Io { .. } => LAYA_ERR_IO,
+        LoadError::Io { .. } | LoadError::IsDirectory { .. } => LAYA_ERR_IO,
         LoadError::Format(_) => LAYA_ERR_INVALID_MODEL,
         LoadError::Kernel(_) => LAYA_ERR_UNSUPPORTED_MODEL,
     };

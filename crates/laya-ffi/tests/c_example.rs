@@ -6,8 +6,12 @@
 //! Which library: `cargo test` builds this package's lib target with every crate type listed in
 //! Cargo.toml (staticlib, cdylib, rlib) because the integration tests depend on it, and leaves
 //! the cdylib next to the test executable in `target/<profile>/deps/`. The test links that
-//! file by its directory (`-L`, with an rpath so the program finds it when run), so it works
-//! from a clean clone with plain `cargo test --workspace`, no nested cargo invocation.
+//! file by its directory, so it works from a clean clone with plain `cargo test --workspace`,
+//! no nested cargo invocation.
+//!
+//! How: exactly the link README.md documents, `-L DIR -Wl,-rpath,DIR -llaya_ffi -lpthread`, and
+//! the program runs without `LD_LIBRARY_PATH` (cargo sets one for its tests, which would hide a
+//! missing rpath), so the documented commands are the tested ones.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +29,25 @@ fn library_dir() -> PathBuf {
         }
     }
     panic!("{name} was not found next to {}; cargo builds it with the test's dependencies", exe.display());
+}
+
+/// The link README.md ("Building") and docs/embedding.md show, for a release build run from the
+/// repository root: the library's directory to link against and, as the rpath, to load from.
+const DOCUMENTED_LINK: &str = r#"-L target/release -Wl,-rpath,"$PWD/target/release" -llaya_ffi -lpthread"#;
+
+/// [`DOCUMENTED_LINK`] for the library in `lib_dir` (an absolute path).
+fn link_args(lib_dir: &Path) -> Vec<String> {
+    let dir = lib_dir.display();
+    vec!["-L".into(), dir.to_string(), format!("-Wl,-rpath,{dir}"), "-llaya_ffi".into(), "-lpthread".into()]
+}
+
+#[test]
+fn the_docs_show_the_tested_link() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for doc in ["README.md", "../../docs/embedding.md"] {
+        let text = std::fs::read_to_string(manifest.join(doc)).unwrap();
+        assert!(text.contains(DOCUMENTED_LINK), "{doc} does not show the link `{DOCUMENTED_LINK}`");
+    }
 }
 
 fn write_models(dir: &Path) -> [PathBuf; 3] {
@@ -66,10 +89,7 @@ fn the_c_example_compiles_runs_and_frees_everything() {
         .arg(manifest.join("tests/c/example.c"))
         .arg("-I")
         .arg(manifest.join("include"))
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .args(["-llaya_ffi", "-lpthread"])
+        .args(link_args(&lib_dir))
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e}"));
     assert!(compiled.status.success(), "compiling example.c failed:\n{}", String::from_utf8_lossy(&compiled.stderr));
@@ -84,6 +104,10 @@ fn the_c_example_compiles_runs_and_frees_everything() {
         println!("note: valgrind is not on PATH; running example.c without the leak checker");
         Command::new(&exe)
     };
+    // Only the rpath may find the library, as when a user runs the program from a shell.
+    for var in ["LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "DYLD_FALLBACK_LIBRARY_PATH"] {
+        run.env_remove(var);
+    }
     let user_file = work.join("user.layu");
     let output = run.args(&models).arg(&user_file).output().expect("run example");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -66,9 +66,6 @@ pub use packed::{PackedQ4, PackedQ8, PACK_ROWS};
 pub use peak::Peak;
 pub use q8::ActBlock;
 
-/// The former name of [`GgmlType`] here, kept while callers move over.
-#[doc(hidden)]
-pub use laya_format::GgmlType as WType;
 /// The storage types and their sizes are laya-format's table: one definition for the file and
 /// the kernels.
 pub use laya_format::{GgmlType, QK};

@@ -12,6 +12,12 @@ pub enum LoadError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// The path names a directory, not a model file (the operating system's own error for
+    /// this, from `mmap`, would be "No such device").
+    IsDirectory {
+        /// The path as given.
+        path: String,
+    },
     /// The file is not a valid Laya model (see docs/format.md); the message says which rule failed.
     Format(laya_format::FormatError),
     /// The file is valid but describes tensors the kernels cannot run.
@@ -22,6 +28,9 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoadError::Io { path, source } => write!(f, "cannot read model file '{path}': {source}"),
+            LoadError::IsDirectory { path } => {
+                write!(f, "cannot read model file '{path}': it is a directory; give the path of a model file (.laya) instead")
+            }
             LoadError::Format(e) => write!(f, "invalid model file: {e}"),
             LoadError::Kernel(e) => write!(f, "model cannot run on this runtime: {e}"),
         }
@@ -33,7 +42,7 @@ impl std::error::Error for LoadError {
         match self {
             LoadError::Io { source, .. } => Some(source),
             LoadError::Format(e) => Some(e),
-            LoadError::Kernel(_) => None,
+            LoadError::IsDirectory { .. } | LoadError::Kernel(_) => None,
         }
     }
 }

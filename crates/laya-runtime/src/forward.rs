@@ -3,7 +3,7 @@
 //! bottom like the format's description, with the linear helpers last; allocates nothing.
 
 use laya_format::{Activation, PositionScheme};
-use laya_kernels::{ActBlock, Kernels, Matrix, WType, QK};
+use laya_kernels::{ActBlock, GgmlType, Kernels, Matrix, QK};
 
 use crate::model::{Layer, Mat, Model, Packed, WordClasses};
 use crate::scratch::{ClassState, Scratch};
@@ -59,8 +59,8 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
     let q8n = |w: &Mat, n: usize| {
         int8 && match (&w.packed, w.ty) {
             (Some(_), _) => true,
-            (None, WType::Q8_0) => n == 1 || all,
-            (None, WType::Q4_0 | WType::Q4_1) => all,
+            (None, GgmlType::Q8_0) => n == 1 || all,
+            (None, GgmlType::Q4_0 | GgmlType::Q4_1) => all,
             _ => false,
         }
     };
@@ -149,8 +149,8 @@ fn forward_causal(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str, 
     // computed among others.
     let q8 = |w: &Mat| {
         int8 && match (&w.packed, w.ty) {
-            (Some(_), _) | (None, WType::Q8_0) => true,
-            (None, WType::Q4_0 | WType::Q4_1) => all,
+            (Some(_), _) | (None, GgmlType::Q8_0) => true,
+            (None, GgmlType::Q4_0 | GgmlType::Q4_1) => all,
             _ => false,
         }
     };

@@ -41,7 +41,8 @@ pub use install::{install, install_with, InstallError, InstallPoint};
 pub use laya_kernels::{Int8Isa, Kernels, Level};
 pub use model::{Config, Model, ModelInfo};
 pub use session::{
-    ActPrecision, Candidate, CompletionRule, Predictions, Session, DEFAULT_COMPLETION_PRIOR, DEFAULT_MAX_K, MAX_INCREMENTAL_CHARS,
+    ActPrecision, Candidate, CompletionRule, Predictions, Session, COMPLETION_EXPONENT_RANGE, COMPLETION_PRIOR_RANGE,
+    DEFAULT_COMPLETION_PRIOR, DEFAULT_MAX_K, MAX_INCREMENTAL_CHARS,
 };
 pub use stages::{Stage, StageTimes};
 pub use user::{

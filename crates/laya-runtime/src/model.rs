@@ -262,7 +262,13 @@ impl Model {
     pub fn load_with(path: impl AsRef<Path>, kernels: Kernels) -> Result<Arc<Model>, LoadError> {
         let path = path.as_ref();
         let io = |source| LoadError::Io { path: path.display().to_string(), source };
-        let file = File::open(path).map_err(io)?;
+        let directory = || LoadError::IsDirectory { path: path.display().to_string() };
+        // Windows refuses to open a directory; Linux opens it and only the mapping fails, with
+        // "No such device". Either way the user is told what the path is.
+        let file = File::open(path).map_err(|e| if path.is_dir() { directory() } else { io(e) })?;
+        if file.metadata().map_err(io)?.is_dir() {
+            return Err(directory());
+        }
         let storage = Storage::map(&file, path).map_err(io)?;
         Self::from_storage(storage, kernels).map(Arc::new)
     }

@@ -3,6 +3,7 @@
 //! ranking of candidates (rank.rs, step 6) in the session's scratch buffers (scratch.rs),
 //! allocated once, then mixes in the learned history (personal.rs); it allocates nothing.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use crate::forward;
@@ -22,6 +23,14 @@ pub const DEFAULT_MAX_K: usize = 64;
 /// `top1_k1` and KSR of 0, 0.25, 0.5 and 1. A model trained on one narrow corpus (the 1998-news
 /// default, for which 0.5 was chosen) can ask for more.
 pub const DEFAULT_COMPLETION_PRIOR: f32 = 0.0;
+
+/// The weights `λ` [`Session::set_completion_prior`] takes; it clamps others into this range.
+/// Exported so front ends can refuse what the setter would clamp (`laya predict` does).
+pub const COMPLETION_PRIOR_RANGE: RangeInclusive<f32> = 0.0..=2.0;
+
+/// The exponents `β` [`Session::set_completion_exponent`] takes; it clamps others into this
+/// range.
+pub const COMPLETION_EXPONENT_RANGE: RangeInclusive<f32> = 0.0..=1.0;
 
 /// Precision of the activations fed to Q8_0 linear layers (block matrices and the word head).
 /// Other weight types always multiply f32 activations.
@@ -258,8 +267,9 @@ impl Session {
     /// `laya.lexicon.dict_frequencies` (`laya prior`); without one, or with `λ = 0`, ranking
     /// is the network's alone. Measured on the default model (docs/training.md): `λ = 0.5`
     /// gains 0.2–1.2 points of `top5_k1` on reviews, news and subtitles and costs 0.8–4.2 on
-    /// formal text, dialogue, manuals and UI strings. Values are clamped to
-    /// `0..=2`; NaN means 0. Recomputes one factor per word; call it outside the typing loop.
+    /// formal text, dialogue, manuals and UI strings. Values outside
+    /// [`COMPLETION_PRIOR_RANGE`] (`0..=2`) are clamped into it and NaN means 0, so no setting
+    /// can make the ranking fail. Recomputes one factor per word; call it outside the typing loop.
     ///
     /// ```
     /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
@@ -269,9 +279,14 @@ impl Session {
     /// assert_eq!(s.completion_prior(), laya_runtime::DEFAULT_COMPLETION_PRIOR);
     /// s.set_completion_prior(0.0); // rank completions by the network alone
     /// assert_eq!(s.completion_prior(), 0.0);
+    /// s.set_completion_prior(5.0); // clamped
+    /// assert_eq!(s.completion_prior(), 2.0);
+    /// s.set_completion_prior(f32::NAN);
+    /// assert_eq!(s.completion_prior(), 0.0);
     /// ```
     pub fn set_completion_prior(&mut self, lambda: f32) {
-        self.completion_prior = if lambda.is_nan() { 0.0 } else { lambda.clamp(0.0, 2.0) };
+        let range = COMPLETION_PRIOR_RANGE;
+        self.completion_prior = if lambda.is_nan() { 0.0 } else { lambda.clamp(*range.start(), *range.end()) };
         self.refresh_prior();
     }
 
@@ -349,7 +364,8 @@ impl Session {
     /// `(w, i ≥ 1)` scores `P(w)·P(i)^β` (next words keep `P(w)·P(0)`); `β = 1` is the plain
     /// product, smaller `β` shows more completions. Measured on the default model (README):
     /// `β = 0.25` trades about 0.3 points of `top5_k0` for 3.5–4.5 points of `top5_k1`.
-    /// Values are clamped to `0..=1`; NaN means 1. Allocates nothing.
+    /// Values outside [`COMPLETION_EXPONENT_RANGE`] (`0..=1`) are clamped into it and NaN means
+    /// 1. Allocates nothing.
     ///
     /// ```
     /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
@@ -359,11 +375,14 @@ impl Session {
     /// s.set_completion_rule(laya_runtime::CompletionRule::Product);
     /// s.set_completion_exponent(0.25);
     /// assert_eq!(s.completion_exponent(), 0.25);
-    /// s.set_completion_exponent(7.0);
+    /// s.set_completion_exponent(7.0); // clamped
     /// assert_eq!(s.completion_exponent(), 1.0);
+    /// s.set_completion_exponent(-1.0);
+    /// assert_eq!(s.completion_exponent(), 0.0);
     /// ```
     pub fn set_completion_exponent(&mut self, beta: f32) {
-        self.ranking.completion_exponent = if beta.is_nan() { 1.0 } else { beta.clamp(0.0, 1.0) };
+        let range = COMPLETION_EXPONENT_RANGE;
+        self.ranking.completion_exponent = if beta.is_nan() { 1.0 } else { beta.clamp(*range.start(), *range.end()) };
     }
 
     /// Chooses how the two heads are combined into candidate scores (see [`CompletionRule`];

@@ -67,7 +67,7 @@ fn bad_files(good: &[u8]) -> Vec<(&'static str, Option<Vec<u8>>, &'static str)> 
     let ty_at = info + 4 + 8 * n_dims;
     unknown_type[ty_at..ty_at + 4].copy_from_slice(&12u32.to_le_bytes());
     v.push(("unknown tensor type id 12", Some(unknown_type), "type id 12"));
-    v.push(("a directory", None, "cannot read"));
+    v.push(("a directory", None, "directory"));
     v
 }
 
@@ -94,8 +94,9 @@ fn every_bad_file_is_refused_by_swap_and_install_while_the_old_model_serves() {
         let msg = err.to_string();
         println!("{what:55} → {msg}");
         assert!(msg.contains(must_mention), "{what}: {msg}");
-        if bytes.is_some() {
-            assert!(matches!(err, LoadError::Format(_)), "{what}: {err:?}");
+        match bytes {
+            Some(_) => assert!(matches!(err, LoadError::Format(_)), "{what}: {err:?}"),
+            None => assert!(matches!(err, LoadError::IsDirectory { .. }), "{what}: {err:?}"),
         }
         let err = install(&path, &dir.join("live"), "default.laya").expect_err(what);
         assert!(err.to_string().contains(must_mention), "{what}: {err}");
@@ -104,6 +105,22 @@ fn every_bad_file_is_refused_by_swap_and_install_while_the_old_model_serves() {
         let now: Vec<String> = s.predict("hel", 5).iter().map(|c| format!("{c:?}")).collect();
         assert_eq!(now, before, "{what}: the old model keeps serving");
         assert_eq!(std::fs::read(&target).unwrap(), good, "{what}: the installed file is untouched");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A directory given where a model file belongs is named as one: Linux opens it and only the
+/// mapping fails, with the unhelpful "No such device".
+#[test]
+fn a_directory_is_refused_as_a_directory() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("model-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for path in [dir.clone(), dir.join("."), Path::new(".").to_path_buf()] {
+        let err = laya_runtime::Model::load(&path).map(|_| ()).expect_err("a directory");
+        let msg = err.to_string();
+        assert!(matches!(err, LoadError::IsDirectory { .. }), "{err:?}");
+        assert!(msg.contains("is a directory") && msg.contains("model file") && msg.contains(&path.display().to_string()), "{msg}");
+        assert!(!msg.contains("No such device"), "{msg}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

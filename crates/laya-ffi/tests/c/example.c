@@ -4,8 +4,14 @@
  * commits (forget, block, incognito, save and reopen the user file, set a damaged one aside),
  * free everything.
  *
- *   cc example.c -I crates/laya-ffi/include -L target/debug -llaya_ffi -lpthread -o example
+ * Built and linked from the repository root as crates/laya-ffi/README.md ("Building") shows:
+ *
+ *   cargo build -p laya-ffi --release
+ *   cc crates/laya-ffi/tests/c/example.c -I crates/laya-ffi/include -L target/release \
+ *      -Wl,-rpath,"$PWD/target/release" -llaya_ffi -lpthread -o example
  *   ./example MODEL_A MODEL_B CORRUPT_MODEL USER_FILE
+ *
+ * (the rpath lets ./example find liblaya_ffi.so without LD_LIBRARY_PATH).
  *
  * USER_FILE is a path in a writable directory; the example creates, overwrites and sets aside
  * the file there (and its "<USER_FILE>.lock").
@@ -102,7 +108,8 @@ int main(int argc, char** argv) {
     }
     printf("laya %s\n", laya_version());
 
-    /* Opening: NULL arguments, a missing file and a corrupt file are all refused with a reason. */
+    /* Opening: NULL arguments, a missing file, a directory and a corrupt file are all refused with
+     * a reason. */
     laya_engine* engine = (laya_engine*)1;
     CHECK_STATUS(laya_engine_open(NULL, &engine), LAYA_ERR_NULL_ARGUMENT);
     CHECK(engine == NULL);
@@ -110,6 +117,9 @@ int main(int argc, char** argv) {
     CHECK_STATUS(laya_engine_open(argv[1], NULL), LAYA_ERR_NULL_ARGUMENT);
     CHECK_STATUS(laya_engine_open("/nonexistent/model.laya", &engine), LAYA_ERR_IO);
     printf("missing file: %s\n", laya_last_error_message());
+    CHECK_STATUS(laya_engine_open(".", &engine), LAYA_ERR_IO);
+    CHECK(strstr(laya_last_error_message(), "is a directory") != NULL);
+    printf("a directory: %s\n", laya_last_error_message());
     CHECK_STATUS(laya_engine_open(argv[3], &engine), LAYA_ERR_INVALID_MODEL);
     printf("corrupt file: %s\n", laya_last_error_message());
     CHECK(engine == NULL);
