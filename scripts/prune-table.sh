@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prunes a model at two or more FFN levels, fine-tunes each briefly, and prints one markdown
-# table of size, accuracy (EVAL.md §2) and latency (laya bench) against the unpruned model.
+# table of size, accuracy (docs/evaluation.md §2) and latency (laya bench) against the unpruned model.
 #
 #   scripts/prune-table.sh MODEL [FFN_SPEC ...]
 #

@@ -1,4 +1,4 @@
-//! `laya bench` (EVAL.md §3): latency of single predictions on real typing contexts, cold
+//! `laya bench` (docs/evaluation.md §3): latency of single predictions on real typing contexts, cold
 //! start measured from a fresh process, allocations per prediction counted by the binary's
 //! own allocator, and the per-stage breakdown.
 

@@ -1,4 +1,4 @@
-//! `laya eval` (EVAL.md §2): simulated typing with a 5-candidate bar.
+//! `laya eval` (docs/evaluation.md §2): simulated typing with a 5-candidate bar.
 
 use std::io::BufRead;
 use std::path::PathBuf;

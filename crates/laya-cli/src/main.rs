@@ -66,7 +66,7 @@ enum Command {
     Inspect(inspect::Args),
     /// Time single predictions: p50/p99, cold start, allocations, per-stage breakdown.
     Bench(bench::Args),
-    /// Simulate typing a text file with a 5-candidate bar: KSR and top-k hit rates (EVAL.md §2).
+    /// Simulate typing a text file with a 5-candidate bar: KSR and top-k hit rates (docs/evaluation.md §2).
     Eval(eval::Args),
     /// Choose a lexicon from corpus and dictionary counts; report coverage.
     Lexicon(lexicon::Args),

@@ -1,4 +1,4 @@
-//! `laya predict`: one context as a table, or the EVAL.md §1 JSON-lines contract.
+//! `laya predict`: one context as a table, or docs/evaluation.md §1 JSON-lines contract.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -160,7 +160,7 @@ fn pad(word: &str, width: usize) -> String {
     format!("{word}{}", " ".repeat(width.saturating_sub(word.width())))
 }
 
-/// One input line: exactly one of the keys (EVAL.md §1 and §4).
+/// One input line: exactly one of the keys (docs/evaluation.md §1 and §4).
 #[derive(serde::Deserialize)]
 struct In {
     context: Option<String>,
@@ -168,7 +168,7 @@ struct In {
     forget: Option<String>,
 }
 
-/// EVAL.md §1: one output line per input line, in order, flushed; a bad line gets
+/// docs/evaluation.md §1: one output line per input line, in order, flushed; a bad line gets
 /// `{"error": ...}` and the stream goes on; only a failing stdin ends it with an error.
 fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), CliError> {
     let stdin = std::io::stdin();
@@ -205,7 +205,7 @@ fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), Cli
 
 /// The answer to one line that is a JSON object or not JSON at all.
 fn reply(backend: &mut Backend, text: &[u8], n: u64, top: usize, forgot: &mut bool) -> Result<String, CliError> {
-    // EVAL.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
+    // docs/evaluation.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
     let parsed = match serde_json::from_slice::<In>(text) {
         Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
         ok => ok,

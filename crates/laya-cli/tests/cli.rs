@@ -1,4 +1,4 @@
-//! The `laya` binary as a user and a script see it: EVAL.md contracts, errors, exit codes.
+//! The `laya` binary as a user and a script see it: docs/evaluation.md contracts, errors, exit codes.
 
 mod common;
 use common::{laya, tmp};
@@ -325,7 +325,7 @@ fn eval_threads_do_not_change_the_figures() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--threads"));
 }
 
-/// `laya eval --breakdown`: the EVAL.md keys are those of a plain run, a `breakdown` object is
+/// `laya eval --breakdown`: the docs/evaluation.md keys are those of a plain run, a `breakdown` object is
 /// added to --json (shares adding up to one per row) and a second table to the text report.
 #[test]
 fn eval_breakdown_adds_the_miss_table() {
@@ -345,7 +345,7 @@ fn eval_breakdown_adds_the_miss_table() {
     };
     let (plain, mut with) = (json(&["--json"]), json(&["--json", "--breakdown"]));
     let b = with.as_object_mut().unwrap().remove("breakdown").expect("a breakdown object");
-    assert_eq!(plain, with, "--breakdown changed the EVAL.md figures");
+    assert_eq!(plain, with, "--breakdown changed the docs/evaluation.md figures");
     for slot in ["k0", "k1"] {
         let f = |k: &str| b[slot][k].as_f64().unwrap_or_else(|| panic!("{slot}.{k} in {b}"));
         assert!((f("oov") + f("top5_alone") + f("outranked") - 1.0).abs() < 1e-9, "{b}");
@@ -532,7 +532,7 @@ fn jsonl_skips_a_byte_order_mark_at_the_start_only() {
     assert!(v[1]["error"].as_str().unwrap().contains("line 2"), "{}", v[1]);
 }
 
-/// EVAL.md §1: a lone surrogate escape is valid JSON and reads as U+FFFD, leading or trailing.
+/// docs/evaluation.md §1: a lone surrogate escape is valid JSON and reads as U+FFFD, leading or trailing.
 #[test]
 fn jsonl_reads_a_lone_surrogate_as_the_replacement_character() {
     let m = model_file("surrogate.laya", GgmlType::F32);

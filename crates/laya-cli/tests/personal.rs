@@ -1,4 +1,4 @@
-//! EVAL.md §4 through the `laya` binary and its embedded default model: `{"learn"}` and
+//! docs/evaluation.md §4 through the `laya` binary and its embedded default model: `{"learn"}` and
 //! `{"forget"}` lines, `--user` across processes, `--incognito`, a damaged user file, the
 //! `laya user` command and `laya eval --learn`.
 
@@ -56,7 +56,7 @@ fn learn_and_forget_lines_take_effect_for_the_very_next_request() {
     for (i, line) in v.iter().enumerate().skip(8).take(2) {
         assert!(line["error"].as_str().unwrap().contains(&format!("line {}", i + 1)), "{line}");
     }
-    // A lone surrogate reads as U+FFFD (EVAL.md §1).
+    // A lone surrogate reads as U+FFFD (docs/evaluation.md §1).
     assert!(v[10]["candidates"].is_array(), "{}", v[10]);
 }
 

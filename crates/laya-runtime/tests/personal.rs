@@ -1,4 +1,4 @@
-//! Learning from the person (SPEC.md "Personalisation", EVAL.md §4) through the Rust API: what a
+//! Learning from the person (SPEC.md "Personalisation", docs/evaluation.md §4) through the Rust API: what a
 //! learned word does to the bar, forgetting, incognito, the blocklist, hot swap, and that
 //! predictions still allocate nothing and cost about the same with a large history.
 

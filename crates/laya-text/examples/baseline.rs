@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release -p laya-text --example baseline -- DATA_DIR zh|en [--size N] [--limit N]`
 //! writes `DATA_DIR/LANG/lexicon-N.tsv` and `DATA_DIR/LANG/ngram.json` and prints a JSON report:
-//! lexicon coverage on train/valid(/heldout) and the EVAL.md §2 numbers of the baseline.
+//! lexicon coverage on train/valid(/heldout) and docs/evaluation.md §2 numbers of the baseline.
 
 use laya_text::*;
 use std::collections::HashSet;

@@ -1,4 +1,4 @@
-//! The predictor interface and the keystroke-simulation harness of EVAL.md §2.
+//! The predictor interface and the keystroke-simulation harness of docs/evaluation.md §2.
 
 use crate::segment::Segmenter;
 use std::fmt;
@@ -55,14 +55,14 @@ pub trait Predictor {
     /// Clears `out` and fills it with at most `k` candidates for `context`, best first.
     fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError>;
 
-    /// Learns a line the person committed (EVAL.md §4); returns the number of words learned.
+    /// Learns a line the person committed (docs/evaluation.md §4); returns the number of words learned.
     /// Predictors that do not learn keep the default, which learns nothing.
     fn learn(&mut self, _text: &str) -> Result<usize, PredictError> {
         Ok(0)
     }
 }
 
-/// Results of [`evaluate`]; serialises to exactly the keys EVAL.md §2 names.
+/// Results of [`evaluate`]; serialises to exactly the keys docs/evaluation.md §2 names.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EvalReport {
     /// Words simulated.
@@ -86,7 +86,7 @@ pub struct EvalReport {
     /// Wall time of the whole run.
     pub seconds: f64,
     /// Where the top-5 misses come from, when asked for ([`evaluate_parallel`]'s `breakdown`);
-    /// absent otherwise, so the default report has exactly EVAL.md's keys.
+    /// absent otherwise, so the default report has exactly docs/evaluation.md's keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Breakdown>,
 }
@@ -154,7 +154,7 @@ fn rank_of(cands: &[Candidate], word: &str, replace: usize) -> Option<usize> {
     cands.iter().take(BAR).position(|c| c.replace == replace && c.word == word)
 }
 
-/// Runs the keystroke simulation of EVAL.md §2 over `lines` (each line on its own: the context
+/// Runs the keystroke simulation of docs/evaluation.md §2 over `lines` (each line on its own: the context
 /// never reaches into the previous line).
 ///
 /// * `seg` splits each line into words ([`crate::SegmentMode::Segmented`] for gold text); the
@@ -193,7 +193,7 @@ pub fn evaluate(
     type_lines(pred, lines, seg, in_lexicon, limit, progress, false)
 }
 
-/// [`evaluate`] with learning (EVAL.md §4, `laya eval --learn`): the lines are typed in order,
+/// [`evaluate`] with learning (docs/evaluation.md §4, `laya eval --learn`): the lines are typed in order,
 /// and after each typed line the predictor learns it ([`Predictor::learn`]), so nothing of a
 /// line is learned before all its words were predicted. A word outside the lexicon counts as
 /// OOV as before, but it is a hit when the predictor offers it (it can only have learned it).
@@ -489,7 +489,7 @@ fn type_line<P: Predictor + ?Sized>(
             }
             if breakdown && i < 2 && known {
                 deep.clear();
-                // Not counted in `predictions`: the EVAL.md figures stay those of a plain run.
+                // Not counted in `predictions`: the docs/evaluation.md figures stay those of a plain run.
                 pred.predict(ctx, DEEP, deep)?;
                 let alone = deep.iter().take(DEEP).filter(|c| c.replace == i).take(BAR).any(|c| c.word == w);
                 tally.alone[i] += usize::from(alone);

@@ -7,7 +7,7 @@
 //! * Lexicon building ([`build_lexicon`]) from corpus counts with the jieba dictionary as prior.
 //! * Keyboard logs (docs/logs.md): [`read_events`], [`write_event`], [`simulate_events`]
 //!   ([`simulate_events_parallel`] on several threads).
-//! * The n-gram baseline [`NgramPredictor`] and the EVAL.md §2 harness [`evaluate`] over any
+//! * The n-gram baseline [`NgramPredictor`] and the docs/evaluation.md §2 harness [`evaluate`] over any
 //!   [`Predictor`].
 //!
 //! ```

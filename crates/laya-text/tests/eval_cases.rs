@@ -1,4 +1,4 @@
-//! The EVAL.md §2 harness against hand-computed expectations (tests/data/eval_cases.json).
+//! The docs/evaluation.md §2 harness against hand-computed expectations (tests/data/eval_cases.json).
 
 use laya_text::{evaluate, evaluate_parallel, Candidate, PredictError, Predictor, SegmentMode, Segmenter, BAR, DEEP};
 use serde::Deserialize;
