@@ -9,7 +9,7 @@ use crate::gguf::{Array, GgufFile, TensorInfo, Value};
 use crate::strings::Strings;
 use crate::types::GgmlType;
 
-use crate::checksum::checksum_report_of;
+use crate::checksum::{checksum_at, checksum_slot};
 use crate::schema::*;
 
 /// Typed access to the keys of a parsed container.
@@ -474,22 +474,57 @@ fn check_finite(name: &str, ty: GgmlType, data: &[u8]) -> Result<(), FormatError
     }
 }
 
+/// Files at least this large are hashed on a second thread while the rest is validated.
+pub const PARALLEL_CHECKSUM_BYTES: usize = 1 << 20;
+
 impl<'a> LayaFile<'a> {
     /// Parses and validates a model file against every rule of docs/format.md: container, then
     /// architecture, checksum, format version, keys, lexicon and tensors.
+    ///
+    /// A file of [`PARALLEL_CHECKSUM_BYTES`] or more is hashed on a second thread while the
+    /// rest is checked (hashing is most of a large model's load); either way the checksum is
+    /// verified before this returns, and a mismatch is the error reported, whatever else is
+    /// wrong with the bytes.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        let mut file = GgufFile::parse(bytes)?;
+        let file = GgufFile::parse(bytes)?;
 
         let k = Keys { file: &file };
         let arch = k.str(keys::ARCHITECTURE)?;
         if arch != "laya" {
             return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
         }
+        let slot = checksum_slot(&file)?;
+        let stored = file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0);
         // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
-        let report = checksum_report_of(&file)?;
-        if !report.is_ok() {
-            return Err(FormatError::ChecksumMismatch { stored: report.stored, computed: report.computed });
+        let verify = |computed: u64| match computed == stored {
+            true => Ok(()),
+            false => Err(FormatError::ChecksumMismatch { stored, computed }),
+        };
+        if bytes.len() < PARALLEL_CHECKSUM_BYTES {
+            verify(checksum_at(bytes, slot))?;
+            return Self::parse_checked(file, stored);
         }
+        std::thread::scope(|scope| {
+            let hasher = std::thread::Builder::new().name("laya-checksum".into()).spawn_scoped(scope, || checksum_at(bytes, slot));
+            match hasher {
+                Ok(h) => {
+                    let parsed = Self::parse_checked(file, stored);
+                    // The hasher cannot panic (it only reads `bytes`); a join error would mean it did.
+                    verify(h.join().map_err(|_| FormatError::ChecksumMismatch { stored, computed: !stored })?)?;
+                    parsed
+                }
+                // No second thread to be had: hash first, as for a small file.
+                Err(_) => {
+                    verify(checksum_at(bytes, slot))?;
+                    Self::parse_checked(file, stored)
+                }
+            }
+        })
+    }
+
+    /// Everything [`LayaFile::parse`] checks after the architecture and the checksum.
+    fn parse_checked(mut file: GgufFile<'a>, stored: u64) -> Result<Self, FormatError> {
+        let k = Keys { file: &file };
         let version = k.u32(keys::FORMAT_VERSION)?;
         if version != FORMAT_VERSION {
             return Err(FormatError::UnsupportedFormatVersion { found: version, supported: FORMAT_VERSION });
@@ -577,9 +612,9 @@ impl<'a> LayaFile<'a> {
                 Some(_) => Some((get(OUTPUT_CLASS_W)?, get(OUTPUT_CLASS_B)?)),
                 None => None,
             },
-            checksum: report.stored,
+            checksum: stored,
             word_order,
-            file_len: bytes.len(),
+            file_len: file.bytes().len(),
             alignment,
             meta,
         })

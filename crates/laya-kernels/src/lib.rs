@@ -110,6 +110,13 @@ pub enum KernelError {
         /// Columns requested.
         cols: usize,
     },
+    /// A row to gather is not in the matrix.
+    RowOutOfRange {
+        /// The row asked for.
+        row: usize,
+        /// Rows the matrix has.
+        rows: usize,
+    },
 }
 
 impl fmt::Display for KernelError {
@@ -130,6 +137,7 @@ impl fmt::Display for KernelError {
             KernelError::SizeOverflow { rows, cols } => {
                 write!(f, "a {rows}x{cols} matrix is too large to address on this machine")
             }
+            KernelError::RowOutOfRange { row, rows } => write!(f, "row {row} asked of a matrix of {rows} rows"),
         }
     }
 }

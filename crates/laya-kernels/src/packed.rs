@@ -28,6 +28,14 @@
 use crate::q8::{ActBlock, Q8_BYTES};
 use crate::{scalar, GgmlType, KernelError, Matrix, QK};
 
+/// Every id names a row of `w`.
+fn check_ids(w: &Matrix, ids: &[u32]) -> Result<(), KernelError> {
+    match ids.iter().find(|&&i| i as usize >= w.rows) {
+        Some(&row) => Err(KernelError::RowOutOfRange { row: row as usize, rows: w.rows }),
+        None => Ok(()),
+    }
+}
+
 /// Rows interleaved in one group of a [`PackedQ8`].
 pub const PACK_ROWS: usize = 16;
 
@@ -122,22 +130,34 @@ pub struct PackedQ8 {
 impl PackedQ8 {
     /// Repacks a Q8_0 matrix. Errors if `w` is of another type.
     pub fn new(w: &Matrix) -> Result<PackedQ8, KernelError> {
+        Self::pack(w, w.rows, |i| i)
+    }
+
+    /// Packs rows `ids` of `w`, in that order, as a matrix of `ids.len()` rows (a factorised
+    /// head's class, read straight from the file's word head without a gathered copy).
+    pub fn gather(w: &Matrix, ids: &[u32]) -> Result<PackedQ8, KernelError> {
+        check_ids(w, ids)?;
+        Self::pack(w, ids.len(), |i| ids[i] as usize)
+    }
+
+    /// Output row `i` is row `src(i)` of `w`.
+    fn pack(w: &Matrix, out_rows: usize, src: impl Fn(usize) -> usize) -> Result<PackedQ8, KernelError> {
         if w.ty != GgmlType::Q8_0 {
             return Err(KernelError::NotQ8_0 { ty: w.ty });
         }
         // Re-validates the byte length against the shape (a hand-built Matrix may lie).
         let w = Matrix::new(w.ty, w.rows, w.cols, w.data)?;
         let nb = w.cols / QK;
-        let groups = w.rows.div_ceil(PACK_ROWS);
+        let groups = out_rows.div_ceil(PACK_ROWS);
         let scales = (32 * nb).div_ceil(64) * 64;
         let stride = scales + 512 * nb;
-        let lines = groups.checked_mul(stride / 64).ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
+        let lines = groups.checked_mul(stride / 64).ok_or(KernelError::SizeOverflow { rows: out_rows, cols: w.cols })?;
         let mut buf = vec![Line([0x80; 64]); lines];
         // Written one output line at a time, so each line's 16 × 4 bytes are plain copies the
         // compiler vectorises (a byte-by-byte scatter took ~4 ms for a 20,000-word head).
         for g in 0..groups {
-            let n = PACK_ROWS.min(w.rows - g * PACK_ROWS);
-            let rows: [&[u8]; PACK_ROWS] = core::array::from_fn(|r| if r < n { w.row(g * PACK_ROWS + r) } else { &[] });
+            let n = PACK_ROWS.min(out_rows - g * PACK_ROWS);
+            let rows: [&[u8]; PACK_ROWS] = core::array::from_fn(|r| if r < n { w.row(src(g * PACK_ROWS + r)) } else { &[] });
             let group = &mut buf[g * stride / 64..(g + 1) * stride / 64];
             let (scale_lines, weight_lines) = group.split_at_mut(scales / 64);
             // Weights start as 0x80 (weight 0) and scales as 0, so padding rows add exactly 0.
@@ -161,7 +181,7 @@ impl PackedQ8 {
                 }
             }
         }
-        Ok(PackedQ8 { rows: w.rows, cols: w.cols, groups, scales, stride, buf })
+        Ok(PackedQ8 { rows: out_rows, cols: w.cols, groups, scales, stride, buf })
     }
 
     /// Byte offset of the weight area inside a group.
@@ -291,21 +311,32 @@ pub struct PackedQ4 {
 impl PackedQ4 {
     /// Repacks a Q4_0 or Q4_1 matrix. Errors on any other type.
     pub fn new(w: &Matrix) -> Result<PackedQ4, KernelError> {
+        Self::pack(w, w.rows, |i| i)
+    }
+
+    /// Packs rows `ids` of `w`, in that order (see [`PackedQ8::gather`]).
+    pub fn gather(w: &Matrix, ids: &[u32]) -> Result<PackedQ4, KernelError> {
+        check_ids(w, ids)?;
+        Self::pack(w, ids.len(), |i| ids[i] as usize)
+    }
+
+    /// Output row `i` is row `src(i)` of `w`.
+    fn pack(w: &Matrix, out_rows: usize, src: impl Fn(usize) -> usize) -> Result<PackedQ4, KernelError> {
         if !matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
             return Err(KernelError::NotQ4 { ty: w.ty });
         }
         let w = Matrix::new(w.ty, w.rows, w.cols, w.data)?;
         let (nb, bb) = (w.cols / QK, w.ty.block_bytes());
         let qs0 = bb - QK / 2;
-        let groups = w.rows.div_ceil(PACK_ROWS);
+        let groups = out_rows.div_ceil(PACK_ROWS);
         let stride = 320 * nb;
-        let lines = groups.checked_mul(stride / 64).ok_or(KernelError::SizeOverflow { rows: w.rows, cols: w.cols })?;
+        let lines = groups.checked_mul(stride / 64).ok_or(KernelError::SizeOverflow { rows: out_rows, cols: w.cols })?;
         // Zero everywhere: padding rows have scale and offset 0 and add exactly 0. Written one
         // output line at a time, as for PackedQ8.
         let mut buf = vec![Line([0; 64]); lines];
         for g in 0..groups {
-            let n = PACK_ROWS.min(w.rows - g * PACK_ROWS);
-            let rows: [&[u8]; PACK_ROWS] = core::array::from_fn(|r| if r < n { w.row(g * PACK_ROWS + r) } else { &[] });
+            let n = PACK_ROWS.min(out_rows - g * PACK_ROWS);
+            let rows: [&[u8]; PACK_ROWS] = core::array::from_fn(|r| if r < n { w.row(src(g * PACK_ROWS + r)) } else { &[] });
             let group = &mut buf[g * stride / 64..(g + 1) * stride / 64];
             let (scale_lines, nibble_lines) = group.split_at_mut(nb);
             for b in 0..nb {
@@ -332,7 +363,7 @@ impl PackedQ4 {
                 }
             }
         }
-        Ok(PackedQ4 { rows: w.rows, cols: w.cols, groups, stride, buf })
+        Ok(PackedQ4 { rows: out_rows, cols: w.cols, groups, stride, buf })
     }
 }
 

@@ -542,3 +542,48 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Packing rows `ids` straight from a matrix (a factorised head's class) computes exactly
+    /// what packing a gathered copy of those rows does, in every tier and for every type.
+    #[test]
+    fn gathered_packing_equals_packing_the_gathered_rows(
+        ty_i in 0usize..3,
+        rows in 1usize..60,
+        ci in 0usize..COLS.len(),
+        picks in proptest::collection::vec(any::<prop::sample::Index>(), 1..40),
+        seed in any::<u64>(),
+    ) {
+        let ty = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1][ty_i];
+        let cols = COLS[ci];
+        let mut rng = Rng::new(seed);
+        let buf = if ty == GgmlType::Q8_0 { weights(rows, cols, 0, false, &mut rng) } else { q4_weights(ty, rows, cols, false, &mut rng) };
+        let m = Matrix::new(ty, rows, cols, &buf).unwrap();
+        let ids: Vec<u32> = picks.iter().map(|i| i.index(rows) as u32).collect();
+        let gathered: Vec<u8> = ids.iter().flat_map(|&i| m.row(i as usize).iter().copied()).collect();
+        let g = Matrix::new(ty, ids.len(), cols, &gathered).unwrap();
+        let xq = quantize(Kernels::scalar(), &activations(cols, &mut rng));
+        for k in std::iter::once(Kernels::scalar()).chain(isas()) {
+            let (mut a, mut b) = (vec![f32::NAN; ids.len()], vec![f32::NAN; ids.len()]);
+            if ty == GgmlType::Q8_0 {
+                k.matmul_q8_packed(&PackedQ8::gather(&m, &ids).unwrap(), &xq, 1, None, &mut a);
+                k.matmul_q8_packed(&PackedQ8::new(&g).unwrap(), &xq, 1, None, &mut b);
+            } else {
+                k.matmul_q4_packed(&PackedQ4::gather(&m, &ids).unwrap(), &xq, 1, None, &mut a);
+                k.matmul_q4_packed(&PackedQ4::new(&g).unwrap(), &xq, 1, None, &mut b);
+            }
+            prop_assert_eq!(&a, &b, "{} {:?}", k.int8_isa(), ty);
+        }
+    }
+}
+
+#[test]
+fn gathering_a_row_the_matrix_lacks_is_an_error() {
+    let m = Matrix::new(GgmlType::Q8_0, 2, 32, &[0u8; 2 * 34]).unwrap();
+    assert_eq!(PackedQ8::gather(&m, &[0, 2]).unwrap_err(), KernelError::RowOutOfRange { row: 2, rows: 2 });
+    let m = Matrix::new(GgmlType::Q4_0, 2, 32, &[0u8; 2 * 18]).unwrap();
+    assert_eq!(PackedQ4::gather(&m, &[5]).unwrap_err(), KernelError::RowOutOfRange { row: 5, rows: 2 });
+    assert_eq!(PackedQ8::gather(&Matrix::new(GgmlType::Q8_0, 2, 32, &[0u8; 2 * 34]).unwrap(), &[1, 1, 0]).unwrap().rows(), 3);
+}

@@ -56,14 +56,15 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
     // for 16 positions the f32 panel does. Under
     // `Int8All` every quantised layer (unpacked Q4 ones through the slow scalar reference).
     let all = act == ActPrecision::Int8All;
-    let q8n = |w: &Mat, n: usize| {
-        int8 && match (&w.packed, w.ty) {
-            (Some(_), _) => true,
-            (None, GgmlType::Q8_0) => n == 1 || all,
-            (None, GgmlType::Q4_0 | GgmlType::Q4_1) => all,
+    let q8pn = |packed: bool, ty: GgmlType, n: usize| {
+        int8 && match (packed, ty) {
+            (true, _) => true,
+            (false, GgmlType::Q8_0) => n == 1 || all,
+            (false, GgmlType::Q4_0 | GgmlType::Q4_1) => all,
             _ => false,
         }
     };
+    let q8n = |w: &Mat, n: usize| q8pn(w.packed.is_some(), w.ty, n);
     let cfg = &m.cfg;
     let (t, d) = (cfg.context_length, cfg.d_model);
     let nbd = d / QK;
@@ -129,7 +130,7 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
     }
 
     // 4–5. Final norm of the last position, then the two heads.
-    run_heads(m, s, (t - 1) * d, &|w: &Mat| q8n(w, 1), clock);
+    run_heads(m, s, (t - 1) * d, &|packed, ty| q8pn(packed, ty, 1), clock);
     n
 }
 
@@ -147,13 +148,14 @@ fn forward_causal(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str, 
     // One precision per layer whatever the number of positions (unlike learned models'
     // one-position rule), so that a position computed alone equals the same position
     // computed among others.
-    let q8 = |w: &Mat| {
-        int8 && match (&w.packed, w.ty) {
-            (Some(_), _) | (None, GgmlType::Q8_0) => true,
-            (None, GgmlType::Q4_0 | GgmlType::Q4_1) => all,
+    let q8p = |packed: bool, ty: GgmlType| {
+        int8 && match (packed, ty) {
+            (true, _) | (false, GgmlType::Q8_0) => true,
+            (false, GgmlType::Q4_0 | GgmlType::Q4_1) => all,
             _ => false,
         }
     };
+    let q8 = |w: &Mat| q8p(w.packed.is_some(), w.ty);
 
     // 1. Tokens: the last R + MAX_INCREMENTAL_CHARS normalised values, BOS in front when
     //    the context is shorter; and the last T characters for ranking, as learned models.
@@ -233,7 +235,7 @@ fn forward_causal(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str, 
     kv.kept_tokens.extend_from_slice(&kv.tokens[nt - nt.min(r)..]);
     kv.valid = true;
 
-    run_heads(m, s, 0, &q8, clock);
+    run_heads(m, s, 0, &q8p, clock);
     n
 }
 
@@ -379,19 +381,21 @@ fn out_and_ffn(
 /// The final norm of the residual row at `last`, then the word and replace heads. A
 /// factorised word head computes its class logits here and its words' logits in ranking
 /// (`expand_class` in rank.rs), from the same `head_in` (and its int8 blocks in `act_q8`).
-fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(&Mat) -> bool, clock: &mut Clock) {
+/// `q8(packed, type)`: whether a layer of that type, packed or not, takes int8 activations.
+fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(bool, GgmlType) -> bool, clock: &mut Clock) {
+    let q8m = |w: &Mat| q8(w.packed.is_some(), w.ty);
     let (kern, d) = (m.kernels, m.cfg.d_model);
     kern.layer_norm(&s.resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);
     clock.lap(Stage::OutputNorm);
     match &m.classes {
         None => {
-            let int8 = q8(&m.output);
+            let int8 = q8m(&m.output);
             quantize_if(kern, int8, &s.head_in, &mut s.act_q8);
             linear(kern, &m.matrix(&m.output), m.output.packed.as_ref(), &s.head_in, &s.act_q8, 1, &m.output_b, &mut s.word_probs, int8);
         }
         Some(wc) => {
-            let int8 = q8(&wc.head);
-            s.class_rows_int8 = wc.rows.first().is_some_and(|r| q8(&r.mat));
+            let int8 = q8m(&wc.head);
+            s.class_rows_int8 = q8(wc.packs, wc.row_type);
             s.word_rows = 0;
             quantize_if(kern, int8 || s.class_rows_int8, &s.head_in, &mut s.act_q8);
             linear(kern, &m.matrix(&wc.head), wc.head.packed.as_ref(), &s.head_in, &s.act_q8, 1, &wc.head_b, &mut s.class_probs, int8);
@@ -412,12 +416,13 @@ pub(crate) struct HeadIn<'a> {
 }
 
 /// The word logits of class `c`'s words (in `wc.ids` order), from its gathered or packed rows,
-/// into the front of `tmp`.
+/// into the front of `tmp`. Not for a class of one word, whose row is not kept.
 pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, tmp: &'a mut [f32]) -> &'a mut [f32] {
     let HeadIn { z, zq, int8 } = input;
     let rows = &wc.rows[c];
     let y = &mut tmp[..rows.mat.rows];
-    if rows.data.is_empty() && !int8 {
+    let packed = if int8 { m.class_packed(c) } else { None };
+    if rows.data.is_empty() && packed.is_none() {
         // f32 activations on a packed class: its rows one by one from the file's word head.
         let out = m.matrix(&m.output);
         let ids = &wc.ids[wc.start[c]..wc.start[c + 1]];
@@ -426,7 +431,7 @@ pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: Hea
             m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
         }
     } else {
-        linear(m.kernels, &rows.matrix(), rows.mat.packed.as_ref(), z, &zq[..z.len() / QK], 1, &rows.bias, y, int8);
+        linear(m.kernels, &rows.matrix(), packed, z, &zq[..z.len() / QK], 1, &rows.bias, y, int8);
     }
     y
 }
@@ -442,10 +447,15 @@ pub(crate) fn word_log_probs(m: &Model, wc: &WordClasses, s: &mut Scratch) {
     let nbd = m.cfg.d_model / QK;
     let input = HeadIn { z: &s.head_in, zq: &s.act_q8[..nbd], int8: s.class_rows_int8 };
     for c in 0..wc.len() {
+        let lc = s.class_probs[c] - clse;
+        if wc.rows[c].mat.rows == 1 {
+            // A word alone in its class: ln P(w | class) = 0, and its row is not kept.
+            s.word_probs[wc.ids[wc.start[c]] as usize] = lc;
+            continue;
+        }
         let y = class_logits(m, wc, c, input, &mut s.class_word_logits);
         let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
-        let lc = s.class_probs[c] - clse;
         for (&id, &v) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
             s.word_probs[id as usize] = lc + v - lse;
         }

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, PositionScheme, TensorRef};
 use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8};
@@ -101,6 +101,15 @@ impl Packed {
         })
     }
 
+    /// [`Packed::of`] for rows `ids` of `w` (one class of a factorised head).
+    fn gather(w: &Matrix, ids: &[u32], kernels: Kernels) -> Result<Option<Packed>, laya_kernels::KernelError> {
+        Ok(match w.ty {
+            GgmlType::Q8_0 if kernels.packs_q8() => Some(Packed::Q8(PackedQ8::gather(w, ids)?)),
+            GgmlType::Q4_0 | GgmlType::Q4_1 if kernels.packs_q4() => Some(Packed::Q4(PackedQ4::gather(w, ids)?)),
+            _ => None,
+        })
+    }
+
     fn heap_bytes(&self) -> usize {
         match self {
             Packed::Q8(p) => p.heap_bytes(),
@@ -159,8 +168,12 @@ pub struct Model {
     pub(crate) replace: Mat,
     pub(crate) replace_b: Vec<f32>,
     pub(crate) lexicon: Lexicon,
-    /// Per word, `ln(dictionary share) − ln(corpus share)`, or empty (see [`prior_shift`]).
-    pub(crate) prior_shift: Vec<f32>,
+    /// Per word, `ln(dictionary share) − ln(corpus share)`, or empty (see [`prior_shift`]):
+    /// computed when a session first sets a completion prior, not at load (the default λ is 0).
+    prior_shift: OnceLock<Vec<f32>>,
+    /// What the prior shift is computed from: the corpus counts when the file has dictionary
+    /// frequencies (`word_freq` then holds those).
+    prior_source: PriorSource,
     /// A factorised word head (docs/format.md §3 step 5), or `None` for a flat one.
     pub(crate) classes: Option<WordClasses>,
     /// Per word, the frequency that cuts learned text into words: the dictionary's where the
@@ -194,15 +207,24 @@ pub(crate) struct WordClasses {
     /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
     /// the CPU packs the word head's type, and their biases.
     pub rows: Vec<ClassRows>,
+    /// Whether this CPU's kernels pack the word head's type: the class rows are then read from
+    /// their packed copies ([`Model::class_packed`]), made on first use.
+    pub packs: bool,
+    /// The word head's type, which every class's rows share.
+    pub row_type: GgmlType,
 }
 
 pub(crate) struct ClassRows {
-    /// Type, shape and packed copy, as for any layer, so the session picks the same precision
-    /// as for the word head (`range` is unused: the rows live in `data`).
+    /// Type and shape (`range` and `packed` are unused: the rows live in `data` or `packed`).
     pub mat: Mat,
-    /// The gathered rows; empty when `mat.packed` holds them.
+    /// The gathered rows where this CPU does not pack their type; otherwise empty, and a class
+    /// of one word (whose row is never computed) has none either.
     pub data: Vec<u8>,
     pub bias: Vec<f32>,
+    /// The packed copy, made once: packing 50,000 rows at load was most of a cold start, so a
+    /// class is packed when a prediction first needs it, or by [`Model::pack_classes`]
+    /// (`Session::warm_up`, an engine swap).
+    packed: OnceLock<Option<Packed>>,
 }
 
 impl ClassRows {
@@ -221,23 +243,31 @@ impl WordClasses {
         let (start, ids) = laya_format::class_members(class_of, k);
         let rb = out_w.row_bytes();
         let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("output.weight (one class's rows): {e}"));
+        let packs = match out_w.ty {
+            GgmlType::Q8_0 => kernels.packs_q8(),
+            GgmlType::Q4_0 | GgmlType::Q4_1 => kernels.packs_q4(),
+            _ => false,
+        };
         let mut rows = Vec::with_capacity(k);
         for c in 0..k {
             let members = &ids[start[c]..start[c + 1]];
-            let mut data = Vec::with_capacity(members.len() * rb);
-            for &id in members {
-                data.extend_from_slice(out_w.row(id as usize));
-            }
-            let w = Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
-            let packed = Packed::of(&w, kernels).map_err(err)?;
             let bias = members.iter().map(|&id| out_b[id as usize]).collect();
-            let mat = Mat { ty: w.ty, rows: w.rows, cols: w.cols, range: 0..0, packed };
-            // The packed copy serves the int8 path; the rare f32-activation path reads the rows
-            // from the file's word head instead of a second heap copy.
-            let data = if mat.packed.is_some() { Vec::new() } else { data };
-            rows.push(ClassRows { mat, bias, data });
+            let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packed: None };
+            // A word alone in its class has its class's probability: its row is never computed
+            // (`rank::expand_class`, `forward::word_log_probs`), so it is neither packed nor copied.
+            // Where the CPU packs the type, the int8 path reads the packed copy and the rare
+            // f32-activation path the file's word head, so no gathered copy is kept either.
+            let mut data = Vec::new();
+            if members.len() > 1 && !packs {
+                data.reserve_exact(members.len() * rb);
+                for &id in members {
+                    data.extend_from_slice(out_w.row(id as usize));
+                }
+                Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
+            }
+            rows.push(ClassRows { mat, bias, data, packed: OnceLock::new() });
         }
-        Ok(WordClasses { head_b: f32s(b), head, start, ids, class_of: class_of.clone(), rows })
+        Ok(WordClasses { head_b: f32s(b), head, start, ids, class_of: class_of.clone(), rows, packs, row_type: out_w.ty })
     }
 
     /// `K`.
@@ -390,7 +420,12 @@ impl Model {
             // there; a second packed copy of the whole head would never be read.
             output: if file.output_class.is_some() { mat(&file.output_w)? } else { lin(&file.output_w)? },
             output_b: f32s(&file.output_b),
-            prior_shift: file.meta.dict_frequencies.as_deref().map(|d| prior_shift(&file.meta.frequencies, d)).unwrap_or_default(),
+            prior_shift: OnceLock::new(),
+            prior_source: match &file.meta.dict_frequencies {
+                None => PriorSource::None,
+                Some(d) if d.iter().any(|&f| f > 0) => PriorSource::Corpus(std::mem::take(&mut file.meta.frequencies)),
+                Some(d) => PriorSource::Zero(d.len()),
+            },
             word_freq: match file.meta.dict_frequencies.take() {
                 Some(d) if d.iter().any(|&f| f > 0) => d,
                 _ => std::mem::take(&mut file.meta.frequencies),
@@ -407,6 +442,16 @@ impl Model {
         drop(file);
         // The parts hold byte ranges, not references, so the storage can move in now.
         Ok(Model { storage, ..parts })
+    }
+
+    /// Per word, `ln(dictionary share) − ln(corpus share)`; empty for a model without
+    /// dictionary frequencies. Computed once, at the first call.
+    pub(crate) fn prior_shift(&self) -> &[f32] {
+        self.prior_shift.get_or_init(|| match &self.prior_source {
+            PriorSource::None => Vec::new(),
+            PriorSource::Zero(n) => vec![0.0; *n],
+            PriorSource::Corpus(corpus) => prior_shift(corpus, &self.word_freq),
+        })
     }
 
     /// The unigram model that cuts learned text. Computed once, at the first call.
@@ -525,12 +570,40 @@ impl Model {
         std::hint::black_box(acc);
     }
 
-    /// Heap bytes of the packed copies of quantised layers (0 where the CPU has no packed
-    /// int8 kernels).
+    /// Heap bytes of the packed copies of quantised layers made so far (0 where the CPU has no
+    /// packed int8 kernels; a factorised head's classes count once packed, see
+    /// [`Model::pack_classes`]).
     pub fn packed_bytes(&self) -> usize {
         let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
-        let classes = self.classes.iter().flat_map(|c| std::iter::once(&c.head).chain(c.rows.iter().map(|r| &r.mat)));
-        l.chain([&self.output]).chain(classes).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum()
+        let heads = self.classes.iter().map(|c| &c.head);
+        let layers: usize = l.chain([&self.output]).chain(heads).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum();
+        let rows = self.classes.iter().flat_map(|c| &c.rows).filter_map(|r| r.packed.get()?.as_ref()).map(Packed::heap_bytes);
+        layers + rows.sum::<usize>()
+    }
+
+    /// The packed rows of class `c` of a factorised head, packing them now if nothing has yet;
+    /// `None` where the CPU does not pack the head's type, for a class of one word, and for a
+    /// flat head. Allocates only the first time a class is asked for.
+    pub(crate) fn class_packed(&self, c: usize) -> Option<&Packed> {
+        let wc = self.classes.as_ref()?;
+        let rows = wc.rows.get(c)?;
+        if !wc.packs || rows.mat.rows < 2 {
+            return None;
+        }
+        let members = &wc.ids[wc.start[c]..wc.start[c + 1]];
+        // Shapes and ids were checked at load, so packing cannot fail; if it did, the class
+        // would be computed from the file's rows in f32.
+        rows.packed.get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten()).as_ref()
+    }
+
+    /// Packs every class of a factorised head that is not packed yet. A model packs a class
+    /// when a prediction first expands it, so that a cold start packs only the few its first
+    /// predictions need; after this call (made by [`Session::warm_up`](crate::Session::warm_up),
+    /// `laya_session_new` and every engine swap) no prediction allocates.
+    pub fn pack_classes(&self) {
+        for c in 0..self.classes.as_ref().map_or(0, WordClasses::len) {
+            self.class_packed(c);
+        }
     }
 
     #[inline]
@@ -550,6 +623,16 @@ fn f32s(t: &TensorRef) -> Vec<f32> {
 /// `ln(d_w / Σd) − ln((c_w + 1) / Σ(c + 1))`, both sums over the words the dictionary has.
 /// A word the dictionary lacks (`d_w = 0`: punctuation, numbers, names of the corpus) keeps 0,
 /// so it neither gains nor loses. Computed once, at load.
+/// Where a model's completion-prior shift comes from.
+enum PriorSource {
+    /// No dictionary frequencies: no prior.
+    None,
+    /// Dictionary frequencies that are all 0: a shift of 0 for each of this many words.
+    Zero(usize),
+    /// The corpus counts, against the dictionary frequencies in `Model::word_freq`.
+    Corpus(Vec<u32>),
+}
+
 fn prior_shift(corpus: &[u32], dict: &[u32]) -> Vec<f32> {
     let both = || corpus.iter().zip(dict).filter(|(_, &d)| d > 0);
     let sum_d: f64 = both().map(|(_, &d)| d as f64).sum();

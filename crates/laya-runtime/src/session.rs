@@ -255,7 +255,9 @@ impl Session {
 
     /// Recomputes the per-word prior factors into the existing buffer.
     fn refresh_prior(&mut self) {
-        rank::prior_factors(&self.model.prior_shift, self.completion_prior, &mut self.s.prior_factor);
+        // The shift is only computed (once per model) when a prior is asked for.
+        let shift = if self.completion_prior != 0.0 { self.model.prior_shift() } else { &[] };
+        rank::prior_factors(shift, self.completion_prior, &mut self.s.prior_factor);
     }
 
     /// The weight `λ` of the completion prior (default [`DEFAULT_COMPLETION_PRIOR`]): among
@@ -467,10 +469,13 @@ impl Session {
         self.times = StageTimes::default();
     }
 
-    /// Touches every page of the model and runs a few predictions so that the first real
-    /// keystroke pays neither page faults nor cold caches.
+    /// Touches every page of the model, packs every class of a factorised head (which the model
+    /// otherwise does in a background thread after load) and runs a few predictions, so that the
+    /// first real keystroke pays neither page faults, packing nor cold caches. After it no
+    /// prediction allocates.
     pub fn warm_up(&mut self) {
         self.model.prefault();
+        self.model.pack_classes();
         for ctx in ["", "a", "今天", "hello wor", "😀"] {
             self.predict(ctx, 5);
         }

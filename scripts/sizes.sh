@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sizes of what a keyboard embeds, stripped: the C library (shared and static) and a `laya`
+# binary without the training commands, next to the full binary. The embedded default model
+# (models/default.laya) is part of both binaries' size; it is given on its own line.
+#   scripts/sizes.sh            # builds what it measures (release), prints a markdown table
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=target/sizes
+mkdir -p "$out"
+
+cargo build -q --release -p laya-ffi
+cargo build -q --release -p laya-cli
+cp target/release/laya "$out/laya-full"
+cargo build -q --release -p laya-cli --no-default-features --target-dir target/predict-only
+cp target/predict-only/release/laya "$out/laya-predict-only"
+cp target/release/liblaya_ffi.so target/release/liblaya_ffi.a "$out/"
+for f in laya-full laya-predict-only liblaya_ffi.so liblaya_ffi.a; do
+  cp "$out/$f" "$out/$f.stripped"
+  strip --strip-debug "$out/$f.stripped" 2>/dev/null || true
+  [[ $f == *.a ]] || strip "$out/$f.stripped"
+done
+
+size() { stat -c %s "$1"; }
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1e6 }'; }
+model=$(size models/default.laya)
+echo "| artefact | as built | stripped |"
+echo "|---|--:|--:|"
+for f in liblaya_ffi.so liblaya_ffi.a laya-predict-only laya-full; do
+  echo "| \`$f\` | $(mb "$(size "$out/$f")") | $(mb "$(size "$out/$f.stripped")") |"
+done
+echo "| of which the embedded \`models/default.laya\` (binaries only) | $(mb "$model") | $(mb "$model") |"
+echo
+echo "candle in laya-ffi's dependencies: $(cargo tree -q -p laya-ffi -e normal | grep -c candle || true)"
+echo "candle in the predict-only laya:   $(cargo tree -q -p laya-cli --no-default-features -e normal | grep -c candle || true)"
