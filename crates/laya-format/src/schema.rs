@@ -352,7 +352,7 @@ impl ModelMeta {
 
     /// `K`, the classes of a factorised word head; 0 for a flat head.
     pub fn word_classes(&self) -> usize {
-        self.word_class.as_deref().map_or(0, crate::validate::class_count)
+        self.word_class.as_deref().map_or(0, class_count)
     }
 }
 
@@ -511,4 +511,9 @@ pub struct LayaFile<'a> {
     pub file_len: usize,
     /// `general.alignment`.
     pub alignment: u32,
+}
+
+/// `K` for a class map: one more than its largest class (0 for an empty map).
+pub(crate) fn class_count(c: &[u32]) -> usize {
+    c.iter().max().map_or(0, |&m| m as usize + 1)
 }

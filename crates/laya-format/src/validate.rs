@@ -232,11 +232,6 @@ fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Strings {
     }
 }
 
-/// `K` for a class map: one more than its largest class (0 for an empty map).
-pub(crate) fn class_count(c: &[u32]) -> usize {
-    c.iter().max().map_or(0, |&m| m as usize + 1)
-}
-
 /// The rules of `laya.lexicon.word_class`: one entry per word, and every class from 0 to the
 /// largest has at least one word (an empty class would take probability from every word and
 /// give it to none).

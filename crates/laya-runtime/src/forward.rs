@@ -7,7 +7,7 @@ use laya_kernels::{ActBlock, GgmlType, Kernels, Matrix, QK};
 
 use crate::model::{Layer, Mat, Model, Packed, WordClasses};
 use crate::scratch::{ClassState, Scratch};
-use crate::session::{ActPrecision, MAX_INCREMENTAL_CHARS};
+use crate::settings::{ActPrecision, MAX_INCREMENTAL_CHARS};
 use crate::stages::{Clock, Stage};
 
 /// The last characters of a context as tokens (normalised scalar values, oldest first), with

@@ -31,6 +31,7 @@ mod personal;
 mod rank;
 mod scratch;
 mod session;
+mod settings;
 mod stages;
 mod storage;
 mod user;

@@ -7,17 +7,9 @@
 use crate::forward::{class_logits, HeadIn};
 use crate::lexicon::Lexicon;
 use crate::model::{Model, WordClasses};
-use crate::scratch::{ClassState, Scratch};
-use crate::session::CompletionRule;
+use crate::scratch::{ClassState, Hit, Scratch};
+use crate::settings::CompletionRule;
 use crate::stages::{Clock, Stage};
-
-/// A candidate while ranking: a lexicon id, or a learned word's slot with `user::mix::USER_BIT`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Hit {
-    pub(crate) id: u32,
-    pub(crate) replace: u32,
-    pub(crate) score: f32,
-}
 
 /// The session's settings that ranking reads (see [`crate::Session::set_completion_rule`],
 /// [`crate::Session::set_completion_exponent`] and [`crate::Session::set_punctuation_slot`]).

@@ -11,8 +11,15 @@ use laya_format::PositionScheme;
 use laya_kernels::{ActBlock, QK};
 
 use crate::model::Config;
-use crate::rank::Hit;
-use crate::session::MAX_INCREMENTAL_CHARS;
+use crate::settings::MAX_INCREMENTAL_CHARS;
+
+/// A candidate while ranking: a lexicon id, or a learned word's slot with `user::mix::USER_BIT`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hit {
+    pub(crate) id: u32,
+    pub(crate) replace: u32,
+    pub(crate) score: f32,
+}
 
 /// The buffers of the forward pass and of ranking. Sizes are fixed by the model's [`Config`]
 /// and the session's largest `k`; a prediction only writes into them.

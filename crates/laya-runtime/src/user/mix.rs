@@ -18,7 +18,7 @@
 //! cache share; a learned word the network also ranks gets both.
 
 use super::UserModel;
-use crate::rank::Hit;
+use crate::scratch::Hit;
 
 /// Settings of the mix (see the module docs). Chosen on the dev genres by typing them in order
 /// with learning on (docs/personalisation.md, "Choosing the mix").
