@@ -66,6 +66,20 @@ impl CompletionArgs {
     }
 }
 
+/// Applies the ranking options `predict` and `serve` share, so both answer alike.
+pub fn configure(
+    session: &mut Session,
+    completion: &CompletionArgs,
+    act: &ActivationsArg,
+    punct: &PunctuationArg,
+    mix: laya_runtime::MixParams,
+) {
+    completion.apply(session);
+    session.set_act_precision(act.activations);
+    session.set_punctuation_slot(punct.punctuation_slot);
+    session.set_mix(mix);
+}
+
 /// `--completion-exponent`: refused outside the range, where the session would clamp it silently.
 fn completion_exponent(s: &str) -> Result<f32, String> {
     in_range(s, laya_runtime::COMPLETION_EXPONENT_RANGE)
