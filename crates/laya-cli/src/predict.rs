@@ -31,11 +31,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
     #[command(flatten)]
-    completion: crate::predictors::CompletionArgs,
-    #[command(flatten)]
-    act: crate::predictors::ActivationsArg,
-    #[command(flatten)]
-    punct: crate::predictors::PunctuationArg,
+    tuning: crate::predictors::Tuning,
     /// The n-gram file for --predictor ngram (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -49,8 +45,6 @@ pub struct Args {
     /// still ranks).
     #[arg(long)]
     incognito: bool,
-    #[command(flatten)]
-    mix: crate::predictors::MixArgs,
 }
 
 /// The predictor behind `laya predict`: the engine directly (zero-allocation path), or the
@@ -101,7 +95,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let model = crate::load_model(args.model.as_deref())?;
     let mut session = Session::with_max_k(model, args.top.max(1));
-    crate::predictors::configure(&mut session, &args.completion, &args.act, &args.punct, args.mix.params()?);
+    args.tuning.apply(&mut session, args.tuning.check()?);
     if let Some(path) = &args.user {
         session.set_user(open_user(path)?);
     }

@@ -66,18 +66,32 @@ impl CompletionArgs {
     }
 }
 
-/// Applies the ranking options `predict` and `serve` share, so both answer alike.
-pub fn configure(
-    session: &mut Session,
-    completion: &CompletionArgs,
-    act: &ActivationsArg,
-    punct: &PunctuationArg,
-    mix: laya_runtime::MixParams,
-) {
-    completion.apply(session);
-    session.set_act_precision(act.activations);
-    session.set_punctuation_slot(punct.punctuation_slot);
-    session.set_mix(mix);
+/// The ranking options `predict` and `serve` share, so both answer alike.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct Tuning {
+    #[command(flatten)]
+    pub completion: CompletionArgs,
+    #[command(flatten)]
+    pub act: ActivationsArg,
+    #[command(flatten)]
+    pub punct: PunctuationArg,
+    #[command(flatten)]
+    pub mix: MixArgs,
+}
+
+impl Tuning {
+    /// Checks the options once, before any session is made.
+    pub fn check(&self) -> Result<laya_runtime::MixParams, CliError> {
+        self.mix.params()
+    }
+
+    /// Sets the options on `session`; `mix` is what [`Tuning::check`] returned.
+    pub fn apply(&self, session: &mut Session, mix: laya_runtime::MixParams) {
+        self.completion.apply(session);
+        session.set_act_precision(self.act.activations);
+        session.set_punctuation_slot(self.punct.punctuation_slot);
+        session.set_mix(mix);
+    }
 }
 
 /// `--completion-exponent`: refused outside the range, where the session would clamp it silently.

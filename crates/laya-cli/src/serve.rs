@@ -25,13 +25,7 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:8757")]
     addr: SocketAddr,
     #[command(flatten)]
-    completion: crate::predictors::CompletionArgs,
-    #[command(flatten)]
-    act: crate::predictors::ActivationsArg,
-    #[command(flatten)]
-    punct: crate::predictors::PunctuationArg,
-    #[command(flatten)]
-    mix: crate::predictors::MixArgs,
+    tuning: crate::predictors::Tuning,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
@@ -40,13 +34,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Some(path) => crate::predict::open_user(path)?,
         None => User::new(),
     };
-    let mix = args.mix.params()?;
-    let (completion, act, punct) = (args.completion, args.act, args.punct);
+    let (tuning, mix) = (args.tuning, args.tuning.check()?);
     // Every pooled session is made alike, with the options `laya predict` takes, so a request
     // answers what `laya predict --jsonl` answers for the same context.
     let make = move |model| {
         let mut s = Session::with_max_k(model, http::MAX_K);
-        crate::predictors::configure(&mut s, &completion, &act, &punct, mix);
+        tuning.apply(&mut s, mix);
         s.set_user(user.clone());
         s
     };
