@@ -182,9 +182,9 @@ fn binds_only_localhost_by_default_and_serves_the_page() {
 }
 
 #[test]
-fn load_32_clients_200_requests_each_without_an_error() {
+fn load_32_clients_1000_requests_each_without_an_error() {
     const CLIENTS: usize = 32;
-    const REQUESTS: usize = 200;
+    const REQUESTS: usize = 1000;
     let server = Server::start(&[]);
     let text: Vec<char> = "今天天气很好我们一起去公园散步然后吃饭看电影回家睡觉".chars().collect();
     let start = Instant::now();
