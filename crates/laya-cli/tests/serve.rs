@@ -225,3 +225,40 @@ fn load_32_clients_1000_requests_each_without_an_error() {
         at(0.99)
     );
 }
+
+/// `/healthz`'s count of reloads.
+fn generation(server: &Server) -> u64 {
+    let (_, body) = read(agent().get(format!("{}/healthz", server.url)).call().unwrap());
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["model_generation"].as_u64().unwrap()
+}
+
+fn hangup(server: &Server) {
+    let status = std::process::Command::new("kill").args(["-HUP", &server.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+#[cfg(unix)]
+#[test]
+fn sighup_swaps_in_a_good_model_file_and_keeps_serving_on_a_bad_one() {
+    let model = tmp("hup.laya");
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default.laya"), &model).unwrap();
+    let server = Server::start(&["--model", model.to_str().unwrap()]);
+    let ask = r#"{"context": "今天天气"}"#;
+    let before = server.post("/v1/predict", ask);
+    hangup(&server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while generation(&server) == 0 {
+        assert!(Instant::now() < deadline, "no reload after SIGHUP");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(server.post("/v1/predict", ask), before, "the same file answers alike after the swap");
+    // A damaged file is refused and the loaded model keeps serving. It is renamed into place,
+    // as `laya install` does: the served model is memory-mapped, so it is never rewritten.
+    let bad = tmp("bad.laya");
+    std::fs::write(&bad, b"not a model").unwrap();
+    std::fs::rename(&bad, &model).unwrap();
+    hangup(&server);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(generation(&server), 1);
+    assert_eq!(server.post("/v1/predict", ask), before);
+}
