@@ -262,3 +262,22 @@ fn sighup_swaps_in_a_good_model_file_and_keeps_serving_on_a_bad_one() {
     assert_eq!(generation(&server), 1);
     assert_eq!(server.post("/v1/predict", ask), before);
 }
+
+#[test]
+fn a_slow_client_gets_a_json_408_and_others_are_still_served() {
+    use std::io::Read;
+    let server = Server::start(&[]);
+    let addr = server.url.strip_prefix("http://").unwrap();
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    // Headers promise 20 bytes of body; 5 come and the rest never do.
+    write!(slow, "POST /v1/predict HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 20\r\n\r\n{{\"con")
+        .unwrap();
+    assert_eq!(server.post("/v1/predict", r#"{"context": "今天"}"#).0, 200, "served while the slow one waits");
+    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut reply = Vec::new();
+    let _ = slow.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.to_ascii_lowercase().contains("content-type: application/json"), "{reply}");
+    assert!(reply.contains(r#"{"error":"#), "{reply}");
+}
