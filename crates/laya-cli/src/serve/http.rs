@@ -342,3 +342,48 @@ async fn shutdown() {
     let term = std::future::pending::<()>();
     tokio::select! { _ = int => {}, _ = term => {} }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(content_type) {
+            h.insert(header::CONTENT_TYPE, v);
+        }
+        h
+    }
+
+    proptest! {
+        /// Any bytes under any content type: a request or a 400/415 with a message, no panic.
+        #[test]
+        fn any_body_is_read_or_refused_with_400_or_415(bytes in proptest::collection::vec(any::<u8>(), 0..256), ct in "[a-z/;= -]{0,30}") {
+            for ct in [ct.as_str(), "application/json", "Application/JSON; charset=utf-8"] {
+                if let Err(ApiError(status, msg)) = body::<PredictReq>(&headers(ct), Ok(Bytes::from(bytes.clone()))) {
+                    prop_assert!(matches!(status.as_u16(), 400 | 415), "{status}");
+                    prop_assert!(!msg.is_empty());
+                }
+            }
+        }
+
+        /// A well-formed request reads back as sent; a negative `k` is a 400.
+        #[test]
+        fn a_request_reads_back_as_sent(context in any::<String>(), k in -3i64..100, session in proptest::option::of("[a-z0-9]{0,8}")) {
+            let sent = serde_json::json!({ "context": context, "k": k, "session": session }).to_string();
+            match body::<PredictReq>(&headers("application/json"), Ok(Bytes::from(sent))) {
+                Ok(req) => {
+                    prop_assert!(k >= 0);
+                    prop_assert_eq!(req.context, context);
+                    prop_assert_eq!(req.k, Some(k as usize));
+                    prop_assert_eq!(req.session, session);
+                }
+                Err(ApiError(status, _)) => {
+                    prop_assert!(k < 0);
+                    prop_assert_eq!(status, StatusCode::BAD_REQUEST);
+                }
+            }
+        }
+    }
+}
