@@ -38,6 +38,7 @@ mod progress;
 #[cfg(feature = "train")]
 mod prune;
 mod quantize;
+mod serve;
 mod simulate;
 #[cfg(feature = "train")]
 mod train;
@@ -86,6 +87,8 @@ enum Command {
     Prune(prune::Args),
     /// Store each lexicon word's dictionary frequency in a model: the completion prior.
     Prior(prior::Args),
+    /// A local JSON service and a typing page on http://127.0.0.1:8757 (docs/serve.md).
+    Serve(serve::Args),
     /// Look into, edit and export a user file: the learned history and the blocklist.
     User(user::Args),
 }
@@ -144,6 +147,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "train")]
         Command::Prune(a) => prune::run(a),
         Command::Prior(a) => prior::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::User(a) => user::run(a),
     };
     match result {

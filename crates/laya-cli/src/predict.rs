@@ -31,11 +31,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Kind::Model)]
     predictor: Kind,
     #[command(flatten)]
-    completion: crate::predictors::CompletionArgs,
-    #[command(flatten)]
-    act: crate::predictors::ActivationsArg,
-    #[command(flatten)]
-    punct: crate::predictors::PunctuationArg,
+    tuning: crate::predictors::Tuning,
     /// The n-gram file for --predictor ngram (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
@@ -49,8 +45,6 @@ pub struct Args {
     /// still ranks).
     #[arg(long)]
     incognito: bool,
-    #[command(flatten)]
-    mix: crate::predictors::MixArgs,
 }
 
 /// The predictor behind `laya predict`: the engine directly (zero-allocation path), or the
@@ -81,7 +75,7 @@ impl Backend {
 }
 
 #[derive(Serialize)]
-struct Out<'a> {
+pub(crate) struct Out<'a> {
     candidates: Vec<OutCandidate<'a>>,
 }
 
@@ -101,21 +95,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let model = crate::load_model(args.model.as_deref())?;
     let mut session = Session::with_max_k(model, args.top.max(1));
-    args.completion.apply(&mut session);
-    session.set_act_precision(args.act.activations);
-    session.set_punctuation_slot(args.punct.punctuation_slot);
-    session.set_mix(args.mix.params()?);
+    args.tuning.apply(&mut session, args.tuning.check()?);
     if let Some(path) = &args.user {
-        // Refused before the first line is read, not at exit when the history would be lost.
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        if path.is_dir() || !dir.is_dir() {
-            return Err(CliError(format!("--user {}: not a file in an existing directory", path.display())));
-        }
-        let opened = User::open(path)?;
-        if let Some(aside) = &opened.set_aside {
-            eprintln!("laya: warning: user file {}: {aside}", path.display());
-        }
-        session.set_user(opened.user);
+        session.set_user(open_user(path)?);
     }
     session.user().write().set_incognito(args.incognito);
     let mut backend = match args.predictor {
@@ -148,7 +130,23 @@ pub fn run(args: Args) -> Result<(), CliError> {
     Ok(())
 }
 
-fn to_out<'a>(p: &laya_runtime::Predictions<'a>) -> Out<'a> {
+/// The history in the `--user` file of `predict` and `serve`: refused before the first request
+/// when it cannot be written back, not at exit when the history would be lost; an unreadable
+/// one is set aside with a warning.
+pub(crate) fn open_user(path: &std::path::Path) -> Result<User, CliError> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if path.is_dir() || !dir.is_dir() {
+        return Err(CliError(format!("--user {}: not a file in an existing directory", path.display())));
+    }
+    let opened = User::open(path)?;
+    if let Some(aside) = &opened.set_aside {
+        eprintln!("laya: warning: user file {}: {aside}", path.display());
+    }
+    Ok(opened.user)
+}
+
+/// The docs/evaluation.md §1 candidate object, shared by `predict --jsonl` and `serve`.
+pub(crate) fn to_out<'a>(p: &laya_runtime::Predictions<'a>) -> Out<'a> {
     Out { candidates: p.iter().map(|c| OutCandidate { word: c.word, replace: c.replace, p: c.p }).collect() }
 }
 
@@ -205,12 +203,7 @@ fn jsonl(backend: &mut Backend, top: usize, forgot: &mut bool) -> Result<(), Cli
 
 /// The answer to one line that is a JSON object or not JSON at all.
 fn reply(backend: &mut Backend, text: &[u8], n: u64, top: usize, forgot: &mut bool) -> Result<String, CliError> {
-    // docs/evaluation.md §1: a lone surrogate escape is valid JSON; it reads as U+FFFD.
-    let parsed = match serde_json::from_slice::<In>(text) {
-        Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<In>(&fixed)),
-        ok => ok,
-    };
-    Ok(match parsed {
+    Ok(match from_json::<In>(text) {
         Ok(In { context: Some(c), learn: None, forget: None }) => serde_json::to_string(&backend.answer(&c, top)?)?,
         Ok(In { context: None, learn: Some(t), forget: None }) => {
             let learned = backend.session().learn(&t);
@@ -226,6 +219,15 @@ fn reply(backend: &mut Backend, text: &[u8], n: u64, top: usize, forgot: &mut bo
         }
         Err(e) => serde_json::to_string(&serde_json::json!({ "error": format!("line {n}: {}", describe(text, &e)) }))?,
     })
+}
+
+/// `text` read as JSON; docs/evaluation.md §1: a lone surrogate escape is valid JSON, it reads
+/// as U+FFFD (for `predict --jsonl` and `serve` alike).
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(text: &[u8]) -> Result<T, serde_json::Error> {
+    match serde_json::from_slice::<T>(text) {
+        Err(e) => lone_surrogates_replaced(text).map_or(Err(e), |fixed| serde_json::from_slice::<T>(&fixed)),
+        ok => ok,
+    }
 }
 
 /// The byte order mark some editors put at the start of a UTF-8 file.

@@ -66,6 +66,34 @@ impl CompletionArgs {
     }
 }
 
+/// The ranking options `predict` and `serve` share, so both answer alike.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct Tuning {
+    #[command(flatten)]
+    pub completion: CompletionArgs,
+    #[command(flatten)]
+    pub act: ActivationsArg,
+    #[command(flatten)]
+    pub punct: PunctuationArg,
+    #[command(flatten)]
+    pub mix: MixArgs,
+}
+
+impl Tuning {
+    /// Checks the options once, before any session is made.
+    pub fn check(&self) -> Result<laya_runtime::MixParams, CliError> {
+        self.mix.params()
+    }
+
+    /// Sets the options on `session`; `mix` is what [`Tuning::check`] returned.
+    pub fn apply(&self, session: &mut Session, mix: laya_runtime::MixParams) {
+        self.completion.apply(session);
+        session.set_act_precision(self.act.activations);
+        session.set_punctuation_slot(self.punct.punctuation_slot);
+        session.set_mix(mix);
+    }
+}
+
 /// `--completion-exponent`: refused outside the range, where the session would clamp it silently.
 fn completion_exponent(s: &str) -> Result<f32, String> {
     in_range(s, laya_runtime::COMPLETION_EXPONENT_RANGE)
