@@ -129,6 +129,15 @@ fn every_error_is_a_json_object_with_the_right_status() {
         (415, "text/plain", a.post(url("/v1/predict")).header("content-type", "text/plain").send(r#"{"context": "x"}"#).unwrap()),
         (415, "no content type", a.post(url("/v1/predict")).send(r#"{"context": "x"}"#).unwrap()),
         (
+            431,
+            "20 KiB of headers",
+            a.post(url("/v1/predict"))
+                .header("content-type", "application/json")
+                .header("x-big", "x".repeat(20 * 1024))
+                .send(r#"{"context": "x"}"#)
+                .unwrap(),
+        ),
+        (
             413,
             "64 KiB + 1",
             a.post(url("/v1/predict")).header("content-type", "application/json").send(&vec![b' '; 64 * 1024 + 1][..]).unwrap(),

@@ -150,10 +150,31 @@ pub fn router(state: Arc<State>) -> Router {
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path; see docs/serve.md for the API".into()) })
         .method_not_allowed_fallback(|| async { error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed for this path".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(limit_headers))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, TIMEOUT))
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(MAX_CONCURRENT))
         .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Most header bytes (names and values) a request may carry, and most header lines: a browser
+/// or a client library sends well under 2 KiB in under 20 lines.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub const MAX_HEADERS: usize = 64;
+
+/// Refuses a request whose headers are over [`MAX_HEADER_BYTES`] or [`MAX_HEADERS`] with a JSON
+/// 431, before any handler runs (hyper's own, larger read buffer bounds what reaches this).
+async fn limit_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let headers = req.headers();
+    let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+    if bytes > MAX_HEADER_BYTES || headers.len() > MAX_HEADERS {
+        let msg = format!(
+            "the request headers are {bytes} bytes in {} lines; at most {MAX_HEADER_BYTES} bytes and {MAX_HEADERS} lines",
+            headers.len()
+        );
+        return error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, msg).into_response();
+    }
+    next.run(req).await
 }
 
 /// Errors made by the layers (the time-out's 408) get the JSON body every other error has.
