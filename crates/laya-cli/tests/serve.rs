@@ -138,6 +138,25 @@ fn every_error_is_a_json_object_with_the_right_status() {
                 .unwrap(),
         ),
         (
+            431,
+            "500 KiB of headers, past hyper's default read buffer",
+            // ureq writes the whole head from one buffer, 128 KiB unless told.
+            ureq::Agent::from(ureq::Agent::config_builder().http_status_as_error(false).output_buffer_size(1 << 20).build())
+                .post(url("/v1/predict"))
+                .header("content-type", "application/json")
+                .header("x-big", "x".repeat(500 * 1024))
+                .send(r#"{"context": "x"}"#)
+                .unwrap(),
+        ),
+        (
+            431,
+            "200 header lines, past hyper's default of 100",
+            (0..200)
+                .fold(a.post(url("/v1/predict")).header("content-type", "application/json"), |r, i| r.header(format!("x-h{i}"), "1"))
+                .send(r#"{"context": "x"}"#)
+                .unwrap(),
+        ),
+        (
             413,
             "64 KiB + 1",
             a.post(url("/v1/predict")).header("content-type", "application/json").send(&vec![b' '; 64 * 1024 + 1][..]).unwrap(),
@@ -289,4 +308,22 @@ fn a_slow_client_gets_a_json_408_and_others_are_still_served() {
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
     assert!(reply.to_ascii_lowercase().contains("content-type: application/json"), "{reply}");
     assert!(reply.contains(r#"{"error":"#), "{reply}");
+}
+
+#[test]
+fn headers_past_the_raised_read_buffer_get_a_bare_431_or_a_closed_connection() {
+    use std::io::Read;
+    let server = Server::start(&[]);
+    let addr = server.url.strip_prefix("http://").unwrap();
+    let mut big = std::net::TcpStream::connect(addr).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // 2 MiB of headers: hyper stops reading at 1 MiB, answers and closes, so the write may fail.
+    let head = format!("POST /v1/predict HTTP/1.1\r\nhost: {addr}\r\nx-big: {}\r\n\r\n", "x".repeat(2 << 20));
+    let _ = big.write_all(head.as_bytes());
+    let mut reply = Vec::new();
+    let _ = big.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    // hyper's own answer, not ours: no JSON body.
+    assert!(reply.is_empty() || (reply.starts_with("HTTP/1.1 431") && reply.contains("content-length: 0\r\n")), "{reply}");
+    assert_eq!(read(agent().get(format!("{}/healthz", server.url)).call().unwrap()).0, 200, "still serving");
 }

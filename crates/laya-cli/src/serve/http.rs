@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -127,16 +128,45 @@ impl State {
     }
 }
 
+/// hyper's read buffer, which must hold the request line and all headers: past it hyper answers
+/// a bare 431 and closes the connection before [`limit_headers`] can answer. hyper's default
+/// (about 400 KiB) is raised so that the JSON 431 covers headers up to 1 MiB; a connection's
+/// buffer only grows this far while such headers arrive.
+pub const HYPER_MAX_BUF: usize = 1024 * 1024;
+/// Header lines hyper parses (its default is 100); more get hyper's bare 431, as above.
+pub const HYPER_MAX_HEADERS: usize = 1024;
+
 /// Binds `addr`, prints the bound address on stdout and serves until SIGINT or SIGTERM.
+///
+/// Connections are served by hyper's HTTP/1 builder, not `axum::serve`, which does not expose
+/// the read buffer limit ([`HYPER_MAX_BUF`]).
 pub async fn serve(state: Arc<State>, addr: SocketAddr) -> Result<(), CliError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| CliError(format!("cannot listen on {addr}: {e}")))?;
+    let mut listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| CliError(format!("cannot listen on {addr}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| CliError(format!("cannot listen on {addr}: {e}")))?;
     outln!("laya serve: listening on http://{bound}");
     tokio::spawn(reload_on_sighup(state.clone()));
-    axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| CliError(format!("serving on {bound}: {e}")))?;
+    let app = router(state.clone());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_buf_size(HYPER_MAX_BUF).max_headers(HYPER_MAX_HEADERS);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut stop = pin!(shutdown());
+    loop {
+        // axum's `Listener` retries after a transient accept error (a reset, or no file
+        // descriptor left, after a pause) instead of ending the service.
+        let (tcp, _) = tokio::select! {
+            conn = axum::serve::Listener::accept(&mut listener) => conn,
+            () = &mut stop => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
+        // A connection's error (a client gone, hyper's own 431) concerns that client alone.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    // No new connections; those open finish their request in flight, then close.
+    drop(listener);
+    graceful.shutdown().await;
     state.save().map_err(|_| CliError("could not save the user file at exit".into()))
 }
 
