@@ -2,6 +2,7 @@
 //! reads the arguments and builds the shared state; the HTTP service is in `serve/http.rs`.
 
 mod http;
+mod reload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,7 +14,8 @@ use crate::CliError;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (default: the model embedded in this binary); reloaded on SIGHUP.
+    /// Model file (default: the model embedded in this binary); reloaded on SIGHUP and when the
+    /// file is replaced (`laya install --into` its directory).
     #[arg(long)]
     model: Option<PathBuf>,
     /// The user file (docs/personalisation.md): read at start, written back atomically after
@@ -29,6 +31,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
+    // Watched from before the first load, so that a file installed during the load is seen.
+    let watched = args.model.clone().map(reload::Watched::new);
     let model = crate::load_model(args.model.as_deref())?;
     let user = match &args.user {
         Some(path) => crate::predict::open_user(path)?,
@@ -46,7 +50,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if !args.addr.ip().is_loopback() {
         eprintln!("laya: warning: listening on {}: other machines can reach this service", args.addr);
     }
-    let state = http::State::new(model, args.model, args.user, Box::new(make));
+    let state = http::State::new(model, watched, args.user, Box::new(make));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,12 +1,14 @@
 //! `laya serve` (docs/serve.md) through the `laya` binary and its embedded default model: the
 //! same candidates as `laya predict --jsonl`, learn and forget, JSON errors with the right
-//! statuses, localhost by default, and a load test.
+//! statuses, localhost by default, the hot swap (SIGHUP, `laya install`), and a load test.
 
 mod common;
 use common::{laya, ok, tmp};
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A `laya serve` on a free port, killed when dropped.
@@ -17,7 +19,27 @@ struct Server {
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = laya().args(["serve", "--addr", "127.0.0.1:0"]).args(args).stdout(Stdio::piped()).spawn().unwrap();
+        Server::spawn(args, Stdio::inherit())
+    }
+
+    /// A server whose stderr lines come through the receiver (and are echoed to this stderr).
+    fn start_logged(args: &[&str]) -> (Server, mpsc::Receiver<String>) {
+        let mut server = Server::spawn(args, Stdio::piped());
+        let stderr = server.child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("server: {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (server, rx)
+    }
+
+    fn spawn(args: &[&str], stderr: Stdio) -> Server {
+        let mut child = laya().args(["serve", "--addr", "127.0.0.1:0"]).args(args).stdout(Stdio::piped()).stderr(stderr).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let url = line.trim().strip_prefix("laya serve: listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
@@ -256,8 +278,15 @@ fn load_32_clients_1000_requests_each_without_an_error() {
 
 /// `/healthz`'s count of reloads.
 fn generation(server: &Server) -> u64 {
-    let (_, body) = read(agent().get(format!("{}/healthz", server.url)).call().unwrap());
-    serde_json::from_str::<serde_json::Value>(&body).unwrap()["model_generation"].as_u64().unwrap()
+    health(server).0
+}
+
+/// `/healthz`'s count of reloads and checksum of the serving model.
+fn health(server: &Server) -> (u64, String) {
+    let (status, body) = read(agent().get(format!("{}/healthz", server.url)).call().unwrap());
+    assert_eq!(status, 200, "{body}");
+    let v = serde_json::from_str::<serde_json::Value>(&body).unwrap();
+    (v["model_generation"].as_u64().unwrap(), v["model_checksum"].as_str().unwrap().to_string())
 }
 
 fn hangup(server: &Server) {
@@ -326,4 +355,107 @@ fn headers_past_the_raised_read_buffer_get_a_bare_431_or_a_closed_connection() {
     // hyper's own answer, not ours: no JSON body.
     assert!(reply.is_empty() || (reply.starts_with("HTTP/1.1 431") && reply.contains("content-length: 0\r\n")), "{reply}");
     assert_eq!(read(agent().get(format!("{}/healthz", server.url)).call().unwrap()).0, 200, "still serving");
+}
+
+fn default_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default.laya")
+}
+
+/// Another model than `default_model()`: the same network in f16, so other probabilities.
+fn other_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default-f16.laya")
+}
+
+/// A directory of this test's own holding a copy of the default model as `served.laya`.
+fn served_copy(test: &str) -> (PathBuf, PathBuf) {
+    let dir = tmp(test);
+    std::fs::create_dir_all(&dir).unwrap();
+    let served = dir.join("served.laya");
+    std::fs::copy(default_model(), &served).unwrap();
+    (dir, served)
+}
+
+/// `laya install MODEL --into DIR --name served.laya`; the checksum it prints.
+fn install(model: &Path, dir: &Path) -> String {
+    let out =
+        ok(&laya().args(["install", model.to_str().unwrap(), "--into", dir.to_str().unwrap(), "--name", "served.laya"]).output().unwrap());
+    out.split("checksum ").nth(1).and_then(|s| s.get(..16)).unwrap_or_else(|| panic!("{out}")).to_string()
+}
+
+/// Waits, up to 30 s, for `/healthz` to count `generation` reloads.
+fn wait_for_generation(server: &Server, generation: u64) -> (u64, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let h = health(server);
+        if h.0 >= generation {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "still {h:?} after 30 s, waiting for generation {generation}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits, up to 30 s, for a stderr line containing `needle`.
+fn wait_for_line(log: &mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match log.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no stderr line with {needle:?} within 30 s: {e}"),
+        }
+    }
+}
+
+#[test]
+fn laya_install_into_the_served_directory_swaps_the_model_in() {
+    let (dir, served) = served_copy("install-swap");
+    let server = Server::start(&["--model", served.to_str().unwrap()]);
+    let (generation, old) = health(&server);
+    assert_eq!(generation, 0);
+    let ask = context_line("今天天气");
+    assert_eq!(server.post("/v1/predict", &ask).1, jsonl(&["--model", served.to_str().unwrap()], std::slice::from_ref(&ask))[0]);
+
+    let new = install(&other_model(), &dir);
+    assert_ne!(new, old, "the two models differ");
+    let (_, checksum) = wait_for_generation(&server, 1);
+    assert_eq!(checksum, new, "healthz names the installed model");
+    // What the new file answers, byte for byte, from every session: the default one, and one
+    // made before the swap.
+    let want = jsonl(&["--model", other_model().to_str().unwrap()], std::slice::from_ref(&ask));
+    assert_eq!(server.post("/v1/predict", &ask).1, want[0]);
+    assert_eq!(server.post("/v1/predict", r#"{"context": "今天天气", "session": "s"}"#).1, want[0]);
+    // Nothing changed since: no further reload.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(health(&server), (1, new));
+}
+
+#[test]
+fn a_corrupt_file_put_in_place_is_refused_and_the_old_model_keeps_serving() {
+    let (dir, served) = served_copy("corrupt-swap");
+    let (server, log) = Server::start_logged(&["--model", served.to_str().unwrap()]);
+    let before = health(&server);
+    let ask = r#"{"context": "今天天气"}"#;
+    let answer = server.post("/v1/predict", ask);
+    assert_eq!(answer.0, 200);
+
+    // The first half of a model, renamed into place as an install would: a half-written file.
+    let bytes = std::fs::read(other_model()).unwrap();
+    let torn = dir.join("torn.tmp");
+    std::fs::write(&torn, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::rename(&torn, &served).unwrap();
+    let line = wait_for_line(&log, "refused, the loaded model keeps serving");
+    assert!(line.contains("served.laya"), "{line}");
+    assert_eq!(health(&server), before);
+    assert_eq!(server.post("/v1/predict", ask), answer);
+    // Refused once, not again at every look while the file stays as it is.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(log.try_iter().all(|l| !l.contains("refused")), "the same file refused twice");
+
+    // A good file after it is taken.
+    let new = install(&other_model(), &dir);
+    let (generation, checksum) = wait_for_generation(&server, 1);
+    assert_eq!((generation, checksum), (1, new));
+    wait_for_line(&log, "model reloaded");
 }

@@ -1,5 +1,5 @@
-//! The HTTP service of `laya serve` (docs/serve.md): routes, limits, JSON errors, the session
-//! pool and the hot swap on SIGHUP.
+//! The HTTP service of `laya serve` (docs/serve.md): routes, limits, JSON errors and the session
+//! pool; the hot swap of the model is in `reload.rs`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,6 +19,7 @@ use axum::Router;
 use laya_runtime::{Model, Session, User};
 use serde::Deserialize;
 
+use super::reload::{self, Watched};
 use crate::CliError;
 
 /// The most candidates one request may ask for.
@@ -57,7 +58,8 @@ pub struct State {
     model: RwLock<Arc<Model>>,
     /// Bumped on every swap; a session compares it with its own before predicting.
     generation: AtomicU64,
-    model_path: Option<PathBuf>,
+    /// `--model`, watched for replacement; `None` for the embedded model.
+    watched: Option<Watched>,
     user_path: Option<PathBuf>,
     /// Serialises writes of the user file.
     saving: Mutex<()>,
@@ -69,7 +71,7 @@ pub struct State {
 impl State {
     pub fn new(
         model: Arc<Model>,
-        model_path: Option<PathBuf>,
+        watched: Option<Watched>,
         user_path: Option<PathBuf>,
         make: Box<dyn Fn(Arc<Model>) -> Session + Send + Sync>,
     ) -> State {
@@ -78,7 +80,7 @@ impl State {
         State {
             model: RwLock::new(model),
             generation: AtomicU64::new(0),
-            model_path,
+            watched,
             user_path,
             saving: Mutex::new(()),
             pool: Mutex::new(Pool::default()),
@@ -89,6 +91,17 @@ impl State {
 
     fn current_model(&self) -> Arc<Model> {
         self.model.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn watched(&self) -> Option<&Watched> {
+        self.watched.as_ref()
+    }
+
+    /// Makes `model` current; returns the new generation. Requests in flight finish on the old
+    /// model, and each session moves at its next request (`refresh`).
+    pub(super) fn swap_in(&self, model: Arc<Model>) -> u64 {
+        *self.model.write().unwrap_or_else(|p| p.into_inner()) = model;
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// The session of client `id`, made (and the least recently used one dropped) when new.
@@ -144,7 +157,8 @@ pub async fn serve(state: Arc<State>, addr: SocketAddr) -> Result<(), CliError> 
     let mut listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| CliError(format!("cannot listen on {addr}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| CliError(format!("cannot listen on {addr}: {e}")))?;
     outln!("laya serve: listening on http://{bound}");
-    tokio::spawn(reload_on_sighup(state.clone()));
+    tokio::spawn(reload::on_sighup(state.clone()));
+    tokio::spawn(reload::on_change(state.clone()));
     let app = router(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.max_buf_size(HYPER_MAX_BUF).max_headers(HYPER_MAX_HEADERS);
@@ -239,7 +253,11 @@ async fn page() -> Response {
 }
 
 async fn healthz(axum::extract::State(st): axum::extract::State<Arc<State>>) -> Response {
-    json(serde_json::json!({ "ok": true, "model_generation": st.generation.load(Ordering::Acquire) }).to_string())
+    // Generation first: a swap stores the model before it counts, so a count that shows the swap
+    // comes with the new model's checksum.
+    let generation = st.generation.load(Ordering::Acquire);
+    let checksum = format!("{:016x}", st.current_model().info().checksum);
+    json(serde_json::json!({ "ok": true, "model_generation": generation, "model_checksum": checksum }).to_string())
 }
 
 /// The body as a `T`: 415 without a JSON content type, 413 when too large, 400 when it is not
@@ -347,32 +365,6 @@ async fn forget(
         st.save()?;
     }
     Ok(json(serde_json::json!({ "forgotten": forgotten }).to_string()))
-}
-
-/// SIGHUP loads `--model` again and swaps it in; a file that does not load changes nothing.
-async fn reload_on_sighup(st: Arc<State>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
-        while hup.recv().await.is_some() {
-            let Some(path) = st.model_path.clone() else {
-                eprintln!("laya serve: SIGHUP ignored: the embedded model is served (start with --model FILE to reload one)");
-                continue;
-            };
-            match tokio::task::spawn_blocking(move || Model::load(&path)).await {
-                Ok(Ok(model)) => {
-                    *st.model.write().unwrap_or_else(|p| p.into_inner()) = model;
-                    st.generation.fetch_add(1, Ordering::AcqRel);
-                    eprintln!("laya serve: model reloaded");
-                }
-                Ok(Err(e)) => eprintln!("laya serve: SIGHUP: model not reloaded, the old one keeps serving: {e}"),
-                Err(e) => eprintln!("laya serve: SIGHUP: model not reloaded: {e}"),
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = st;
 }
 
 /// Resolves on SIGINT or SIGTERM.
