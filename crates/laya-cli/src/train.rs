@@ -191,6 +191,10 @@ pub struct Args {
     /// Also checkpoint every N steps (0: at epoch ends and on Ctrl-C).
     #[arg(long, default_value_t = 2000)]
     checkpoint_every: usize,
+    /// Where the steps run: cpu, cuda (the first GPU) or cuda:N. A GPU needs a laya built with
+    /// the `cuda` feature (scripts/build-cuda.sh).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// `general.name` of the model.
     #[arg(long, default_value = "laya-model")]
     name: String,
@@ -225,6 +229,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         _ => None,
     };
+    // Before reading the logs: a missing GPU should not cost the wait.
+    let device = laya_train::parse_device(&args.device)?;
     let mut events = read_log(&args.events, args.strict, "training log")?;
     if let Some(max) = args.max_events {
         events = even_stride(events, max);
@@ -260,12 +266,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let shape = init.as_ref().map_or_else(|| model_cfg.as_ref().expect("a new model has a config"), |i| i.net.config());
     let threads = laya_train::training_threads();
+    let runs_on = if device.is_cpu() { format!("{threads} thread{}", if threads == 1 { "" } else { "s" }) } else { args.device.clone() };
     eprintln!(
-        "training on {} events, validating on {} events, lexicon {} words, {threads} thread{}, positions {}, {}",
+        "training on {} events, validating on {} events, lexicon {} words, {runs_on}, positions {}, {}",
         events.len(),
         valid.len(),
         shape.vocab(),
-        if threads == 1 { "" } else { "s" },
         shape.position_scheme.name(),
         laya_train::head_description(shape.word_class.as_deref())
     );
@@ -292,7 +298,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if let Some(dir) = &args.checkpoint_dir {
         std::fs::create_dir_all(dir).map_err(|e| CliError(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let opts = RunOptions { checkpoint_dir: args.checkpoint_dir.clone(), resume: args.resume, checkpoint_every: args.checkpoint_every };
+    let opts =
+        RunOptions { checkpoint_dir: args.checkpoint_dir.clone(), resume: args.resume, checkpoint_every: args.checkpoint_every, device };
 
     let mut hooks = BarHooks::start();
     let (bar, stop) = (hooks.bar.clone(), hooks.stop.clone());

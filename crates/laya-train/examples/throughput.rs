@@ -3,8 +3,9 @@
 //! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
 //! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS=2 LAYA_FFN=256` for the default
 //! model's shape, `LAYA_POSITIONS=relative_causal` for the causal scheme, `LAYA_WORD_CLASSES=K`
-//! for a factorised word head, `LAYA_STEPS` timed
-//! steps). It times `train_step` (batch shards side by side,
+//! for a factorised word head (`LAYA_OWN_CLASS_WORDS=N`: the first N words in classes of their
+//! own, as `laya train --own-class-words`), `LAYA_STEPS` timed steps, `LAYA_DEVICE=cuda` to
+//! train on the GPU: build with `--features cuda`, see scripts/gpu-bench.sh). It times `train_step` (batch shards side by side,
 //! candle's elementwise pool off, as `laya train` runs); `LAYA_STEP=whole` times the one-graph
 //! step with candle's pool on, phase by phase, for comparison.
 //!
@@ -60,18 +61,27 @@ fn timed_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, 
     let leaf = Var::from_tensor(&gathered).unwrap();
     let z = net.forward_hidden(leaf.as_tensor(), &batch.rows).unwrap();
     let (total, _, _) = fused_loss_tensors(net, &z, batch, cfg.replace_loss_weight).unwrap();
+    // A GPU runs asynchronously: wait for it at each phase boundary (a no-op on the CPU).
+    let sync = || net.device().synchronize().unwrap();
+    sync();
     let t1 = Instant::now();
     let mut store = total.backward().unwrap();
+    sync();
     let t2 = Instant::now();
     let mut grads = Grads::default();
     for p in net.params() {
         grads.dense.push(if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) });
     }
-    let g: Vec<f32> = store.remove(leaf.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-    grads.add_embedding_rows(&batch.rows, &g, net.config().d_model);
+    let g = store.remove(leaf.as_tensor()).unwrap();
+    if net.device().is_cpu() {
+        grads.add_embedding_rows(&batch.rows, &g.flatten_all().unwrap().to_vec1::<f32>().unwrap(), net.config().d_model);
+    } else {
+        grads.add_embedding_rows_on_device(&batch.rows, &g).unwrap();
+    }
     let norm = AdamW::grad_norm(&grads).unwrap();
     let scale = if norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
     opt.step(net.params(), &grads, 1e-3, scale).unwrap();
+    sync();
     let t3 = Instant::now();
     b.forward += t1 - t0;
     b.backward += t2 - t1;
@@ -100,12 +110,15 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     // LAYA_WORD_CLASSES=K: a factorised word head over K classes of consecutive word ids (the
     // synthetic words have no first characters to group by; the cost depends on class sizes).
     let k = env("LAYA_WORD_CLASSES", 0);
+    let own = env("LAYA_OWN_CLASS_WORDS", 0).min(vocab);
     if k > 0 {
-        mc.word_class = Some((0..vocab).map(|i| (i * k.min(vocab) / vocab) as u32).collect());
+        let rest = vocab - own;
+        mc.word_class = Some((0..vocab).map(|i| if i < own { i as u32 } else { (own + (i - own) * k.min(rest) / rest) as u32 }).collect());
     }
     let tc = TrainConfig { batch_size, ..TrainConfig::default() };
-    let net = LayaNet::new(mc.clone(), 1).unwrap();
-    let mut opt = AdamW::new(net.params(), &tc);
+    let device = parse_device(&std::env::var("LAYA_DEVICE").unwrap_or_else(|_| "cpu".into())).unwrap();
+    let net = LayaNet::new(mc.clone(), 1).unwrap().to_device(&device).unwrap();
+    let mut opt = AdamW::new(net.params(), &tc).unwrap();
     let set = encode_events(&events, &mc, &tc);
     let batches: Vec<Batch> = (0..set.len() / batch_size)
         .map(|k| make_batch(&set, &((k * batch_size)..((k + 1) * batch_size)).collect::<Vec<_>>(), vocab, 8, net.device()).unwrap())
@@ -127,6 +140,7 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
         for batch in &batches[4..] {
             timed_step(&net, &mut opt, batch, &tc, &mut b);
         }
+        net.device().synchronize().unwrap();
     });
     let tot = b.total.as_secs_f64();
     let phases = if whole_step() {
@@ -140,8 +154,9 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
         format!("   train_step, {} shards", shard_count(batch_size, rayon::current_num_threads()))
     };
     println!(
-        "{}  K {k:>4}  V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
+        "{}  {}  K {k:>4}  V {vocab:>6}  rows {:>5}  batch {batch_size:>3}  threads {:>2}  {:>7.0} samples/s{phases}",
         mc.position_scheme.name(),
+        std::env::var("LAYA_DEVICE").unwrap_or_else(|_| "cpu".into()),
         mc.rows(),
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "auto".into()),
         b.samples as f64 / tot,

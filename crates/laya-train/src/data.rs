@@ -151,6 +151,53 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
     set
 }
 
+/// The non-zero entries of a `[B, V]` table, row by row: row `r`'s are `cols[start[r]..start[r
+/// + 1]]` with `values[..]` alongside, columns ascending within a row.
+///
+/// ```
+/// let s = laya_train::SparseRows { start: vec![0, 2, 2, 3], cols: vec![1, 4, 0], values: vec![0.5, 0.5, 1.0] };
+/// assert_eq!(s.row(0), (&[1u32, 4][..], &[0.5f32, 0.5][..]));
+/// assert_eq!(s.row(1).0.len(), 0);
+/// assert_eq!(s.rows(1..3).start, vec![0, 0, 1]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SparseRows {
+    /// `B + 1` offsets into `cols` and `values`.
+    pub start: Vec<u32>,
+    /// Column of each entry.
+    pub cols: Vec<u32>,
+    /// Value of each entry.
+    pub values: Vec<f32>,
+}
+
+impl SparseRows {
+    /// Rows in the table.
+    pub fn len(&self) -> usize {
+        self.start.len().saturating_sub(1)
+    }
+
+    /// True when the table has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `r`'s columns and values.
+    pub fn row(&self, r: usize) -> (&[u32], &[f32]) {
+        let (a, b) = (self.start[r] as usize, self.start[r + 1] as usize);
+        (&self.cols[a..b], &self.values[a..b])
+    }
+
+    /// The rows `range` as a table of their own.
+    pub fn rows(&self, range: std::ops::Range<usize>) -> SparseRows {
+        let (a, b) = (self.start[range.start] as usize, self.start[range.end] as usize);
+        SparseRows {
+            start: self.start[range.start..=range.end].iter().map(|&s| s - a as u32).collect(),
+            cols: self.cols[a..b].to_vec(),
+            values: self.values[a..b].to_vec(),
+        }
+    }
+}
+
 /// One mini-batch as tensors.
 #[derive(Debug)]
 pub struct Batch {
@@ -161,6 +208,9 @@ pub struct Batch {
     /// Dense soft word target `[B, V]`, each row scaled by the event weight (all-zero rows for
     /// out-of-lexicon clicks).
     pub word_target: Tensor,
+    /// The non-zero entries of `word_target`, row by row (what a GPU's loss reads instead of
+    /// scanning `[B, V]`).
+    pub word_entries: SparseRows,
     /// Samples with a word target.
     pub word_count: usize,
     /// Sum of the weights of the samples with a word target (the word loss divisor).
@@ -201,6 +251,7 @@ impl Batch {
             size: n,
             rows: self.rows[range.start * t..range.end * t].to_vec(),
             word_target: self.word_target.narrow(0, range.start, n)?,
+            word_entries: self.word_entries.rows(range.clone()),
             // A sample has a word target exactly when its click is in the lexicon (`word_target`).
             word_count: self.clicked_word[range.clone()].iter().filter(|w| w.is_some()).count(),
             word_weight: self.word_weight,
@@ -217,7 +268,11 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
     let b = idx.len();
     let t = set.t;
     let mut rows = Vec::with_capacity(b * t);
-    let mut wt = vec![0f32; b * vocab];
+    // The word targets: a dense `[B, V]` table on the CPU; for another device only the few
+    // non-zero entries (flat index, value) travel, and the device scatters them into zeros.
+    let dense = dev.is_cpu();
+    let mut wt = if dense { vec![0f32; b * vocab] } else { Vec::new() };
+    let mut entries = SparseRows { start: vec![0], ..SparseRows::default() };
     let mut rt = vec![0f32; b * classes];
     let (mut word_count, mut word_weight, mut total_weight) = (0, 0f32, 0f32);
     for (k, &i) in idx.iter().enumerate() {
@@ -228,15 +283,32 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
             word_weight += weight;
         }
         for &(w, p) in &set.word_target[i] {
-            wt[k * vocab + w as usize] = p * weight;
+            if dense {
+                wt[k * vocab + w as usize] = p * weight;
+            }
+            entries.cols.push(w);
+            entries.values.push(p * weight);
         }
+        entries.start.push(entries.cols.len() as u32);
         rt[k * classes + set.replace_class[i] as usize] = weight;
         total_weight += weight;
     }
+    let word_target = if dense {
+        Tensor::from_vec(wt, (b, vocab), dev)?
+    } else {
+        if b * vocab > u32::MAX as usize {
+            return Err(crate::TrainError::Config(format!(
+                "a batch of {b} × {vocab} word targets is past 2³² entries; use a smaller batch"
+            )));
+        }
+        let at: Vec<u32> = (0..b).flat_map(|r| entries.row(r).0.iter().map(move |&w| (r * vocab) as u32 + w)).collect();
+        crate::ops::scatter((b, vocab), &at, &entries.values, dev)?
+    };
     Ok(Batch {
         size: b,
         rows,
-        word_target: Tensor::from_vec(wt, (b, vocab), dev)?,
+        word_target,
+        word_entries: entries,
         word_count,
         word_weight,
         total_weight,

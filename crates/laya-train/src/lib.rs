@@ -7,6 +7,8 @@
 
 mod codec;
 mod config;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod error;
 mod model;
 mod ops;
@@ -22,8 +24,8 @@ pub use laya_format::{normalize, Activation, Mapping, NormRule, PositionScheme};
 pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recency_prior, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, AdamW, Grads};
 pub use pipeline::{
-    check_output_path, even_stride, head_description, lexicon_in_file_order, load_init, save_model, today_utc, InitModel, InitOptions,
-    PriorCarry,
+    check_output_path, even_stride, head_description, lexicon_in_file_order, load_init, parse_device, save_model, today_utc, InitModel,
+    InitOptions, PriorCarry,
 };
 pub use rng::Rng;
 
@@ -32,7 +34,7 @@ mod export;
 mod prune;
 mod train;
 
-pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown};
+pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown, SparseRows};
 pub use export::{ExportInfo, Precision};
 pub use ops::{
     add_columns, biased_soft_cross_entropy, class_log_softmax, class_sums, gelu_tanh, normalize_rows, scale_shift_columns,

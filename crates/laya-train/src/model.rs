@@ -123,8 +123,12 @@ impl LayaNet {
     /// ([`log_prior`]), and a factorised head's class bias, the log share of each class's
     /// corpus mass ([`class_log_prior`]).
     pub fn new(cfg: ModelConfig, seed: u64) -> Result<Self> {
+        Self::build(cfg, seed, &Device::Cpu)
+    }
+
+    fn build(cfg: ModelConfig, seed: u64, device: &Device) -> Result<Self> {
         cfg.validate()?;
-        let device = Device::Cpu;
+        let device = device.clone();
         let varmap = VarMap::new();
         let mut params = Vec::new();
         let mut rng = Rng::new(seed, 0x1417);
@@ -204,6 +208,26 @@ impl LayaNet {
             }
         };
         Ok(LayaNet { cfg, device, varmap, params, token_embd, pos_embd, blocks, output_norm, output, replace, factorised })
+    }
+
+    /// The same network with every parameter copied to `device` (a GPU for `laya train
+    /// --device cuda`). Networks are built on the CPU, so a run starts from the same weights
+    /// whatever device trains it.
+    ///
+    /// ```
+    /// use laya_train::{LayaNet, Mapping, ModelConfig};
+    /// let mut cfg = ModelConfig::standard(vec!["天气".into()], vec![1], Mapping::Direct);
+    /// cfg.ffn = vec![32];
+    /// let net = LayaNet::new(cfg, 7).unwrap();
+    /// let copy = net.to_device(&candle_core::Device::Cpu).unwrap();
+    /// assert_eq!(copy.token_embedding().to_vec2::<f32>().unwrap(), net.token_embedding().to_vec2::<f32>().unwrap());
+    /// ```
+    pub fn to_device(&self, device: &Device) -> Result<LayaNet> {
+        let copy = Self::build(self.cfg.clone(), 0, device)?;
+        for (from, to) in self.params.iter().zip(&copy.params) {
+            to.var.set(&from.var.as_tensor().to_device(device)?)?;
+        }
+        Ok(copy)
     }
 
     /// The configuration this network was built from.
@@ -406,6 +430,13 @@ impl LayaNet {
             let v = linear(&hn, &blk.v)?;
             let (xq, hq) = if m == n {
                 (x.clone(), hn)
+            } else if !self.device.is_cpu() {
+                // A GPU takes the last m rows of each sample as a narrow of the `[b, n, d]` view:
+                // the backward of `index_select` is candle's `index_add`, serial over the ids there.
+                let last = |y: &Tensor| -> candle_core::Result<Tensor> {
+                    y.reshape((b, n, d))?.narrow(1, n - m, m)?.contiguous()?.reshape((b * m, d))
+                };
+                (last(&x)?, last(&hn)?)
             } else {
                 let idx: Vec<u32> = (0..b).flat_map(|s| ((s * n + n - m) as u32)..((s * n + n) as u32)).collect();
                 let idx = Tensor::from_vec(idx, b * m, &self.device)?;

@@ -6,6 +6,9 @@
 //! 20,000-word output matrix costs as much as the matrix multiplications themselves. The math
 //! of the dense update is the same as `candle_nn::AdamW` (decay first, then the bias-corrected
 //! step); a test checks this.
+//!
+//! On a GPU the moments live on the device and the same update runs as one CUDA kernel per
+//! tensor (`crate::cuda`).
 
 use crate::config::{Decay, TrainConfig};
 use crate::error::{Result, TrainError};
@@ -52,8 +55,47 @@ pub struct AdamW {
     /// Decoupled weight decay for [`ParamKind::Matrix`] parameters.
     pub weight_decay: f64,
     step: u64,
-    m: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    moments: Vec<Moments>,
+}
+
+/// The first and second moments of one parameter, where its values live.
+#[derive(Debug, Clone)]
+enum Moments {
+    Host {
+        m: Vec<f32>,
+        v: Vec<f32>,
+    },
+    #[cfg(feature = "cuda")]
+    Cuda {
+        mv: crate::cuda::DeviceMoments,
+        n: usize,
+        dev: candle_core::CudaDevice,
+    },
+}
+
+impl Moments {
+    /// Zero moments, or `init`, for a parameter of `n` values on `dev`.
+    fn new(dev: &candle_core::Device, n: usize, init: Option<(Vec<f32>, Vec<f32>)>) -> Result<Self> {
+        match dev {
+            #[cfg(feature = "cuda")]
+            candle_core::Device::Cuda(d) => {
+                let mv = crate::cuda::DeviceMoments::new(d, n, init.as_ref().map(|(m, v)| (m.as_slice(), v.as_slice())))?;
+                Ok(Moments::Cuda { mv, n, dev: d.clone() })
+            }
+            _ => {
+                let (m, v) = init.unwrap_or_else(|| (vec![0.0; n], vec![0.0; n]));
+                Ok(Moments::Host { m, v })
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Moments::Host { m, .. } => m.len(),
+            #[cfg(feature = "cuda")]
+            Moments::Cuda { n, .. } => *n,
+        }
+    }
 }
 
 /// Gradients for one optimiser step.
@@ -64,8 +106,11 @@ pub struct Grads {
     /// Row-sparse gradient of the token embedding: sorted distinct rows and their
     /// gradients, `rows.len() · d` values.
     pub embedding_rows: Vec<u32>,
-    /// See `embedding_rows`.
+    /// See `embedding_rows` (a CPU step's gradient; a GPU step's is `embedding_grad_device`).
     pub embedding_grad: Vec<f32>,
+    /// On a GPU, the gradient of `embedding_rows` as a `[rows, d]` tensor on the device (see
+    /// [`Grads::add_embedding_rows_on_device`]); `embedding_grad` is then empty.
+    pub embedding_grad_device: Option<Tensor>,
 }
 
 impl Grads {
@@ -95,19 +140,40 @@ impl Grads {
     }
 }
 
-impl AdamW {
-    /// Fresh state (zero moments) for `params`.
-    pub fn new(params: &[Param], cfg: &TrainConfig) -> Self {
-        let sizes: Vec<usize> = params.iter().map(|p| p.var.elem_count()).collect();
-        AdamW {
-            beta1: cfg.beta1,
-            beta2: cfg.beta2,
-            eps: cfg.adam_eps,
-            weight_decay: cfg.weight_decay,
-            step: 0,
-            m: sizes.iter().map(|&n| vec![0.0; n]).collect(),
-            v: sizes.iter().map(|&n| vec![0.0; n]).collect(),
+impl Grads {
+    /// [`Grads::add_embedding_rows`] with the gradient left where it is: `g` `[rows.len(), d]`
+    /// holds the gradient of each gathered row (on a GPU, say). The grouping of repeated rows is
+    /// worked out here from `rows`, which the host has; the sums are taken on `g`'s device, each
+    /// in the order the rows were gathered. Replaces any embedding gradient already held.
+    pub fn add_embedding_rows_on_device(&mut self, rows: &[u32], g: &Tensor) -> Result<()> {
+        // Entries sorted by row (stable: gathering order within a row), padding left out.
+        let mut order: Vec<u32> = (0..rows.len() as u32).filter(|&i| rows[i as usize] != crate::codec::PAD_ROW).collect();
+        order.sort_by_key(|&i| rows[i as usize]);
+        let (mut distinct, mut seg) = (Vec::new(), vec![0u32]);
+        for (k, &i) in order.iter().enumerate() {
+            let r = rows[i as usize];
+            if distinct.last() != Some(&r) {
+                if k > 0 {
+                    seg.push(k as u32);
+                }
+                distinct.push(r);
+            }
         }
+        if !order.is_empty() {
+            seg.push(order.len() as u32);
+        }
+        self.embedding_grad_device = Some(crate::ops::segment_sums(g, &order, &seg)?);
+        self.embedding_rows = distinct;
+        self.embedding_grad.clear();
+        Ok(())
+    }
+}
+
+impl AdamW {
+    /// Fresh state (zero moments) for `params`, on the device of the parameters.
+    pub fn new(params: &[Param], cfg: &TrainConfig) -> Result<Self> {
+        let moments = params.iter().map(|p| Moments::new(p.var.device(), p.var.elem_count(), None)).collect::<Result<_>>()?;
+        Ok(AdamW { beta1: cfg.beta1, beta2: cfg.beta2, eps: cfg.adam_eps, weight_decay: cfg.weight_decay, step: 0, moments })
     }
 
     /// Steps taken so far.
@@ -115,31 +181,53 @@ impl AdamW {
         self.step
     }
 
-    /// The moments of parameter `i` (for checkpoints).
-    pub fn moments(&self, i: usize) -> (&[f32], &[f32]) {
-        (&self.m[i], &self.v[i])
+    /// The moments `(m, v)` of parameter `i`, copied to the host (for checkpoints).
+    pub fn moments(&self, i: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        match self.moments.get(i).ok_or_else(|| TrainError::Config(format!("no parameter {i} in the optimizer")))? {
+            Moments::Host { m, v } => Ok((m.clone(), v.clone())),
+            #[cfg(feature = "cuda")]
+            Moments::Cuda { mv, n, dev } => Ok(mv.to_host(dev, *n)?),
+        }
     }
 
-    /// Restores the state saved by a checkpoint.
+    /// Restores the state saved by a checkpoint (moments in parameter order, on the host).
     pub fn restore(&mut self, step: u64, m: Vec<Vec<f32>>, v: Vec<Vec<f32>>) -> Result<()> {
-        let ok = m.len() == self.m.len()
-            && v.len() == self.v.len()
-            && m.iter().zip(&self.m).all(|(a, b)| a.len() == b.len())
-            && v.iter().zip(&self.v).all(|(a, b)| a.len() == b.len());
+        let ok = m.len() == self.moments.len()
+            && v.len() == self.moments.len()
+            && m.iter().zip(&v).zip(&self.moments).all(|((a, b), s)| a.len() == s.len() && b.len() == s.len());
         if !ok {
             return Err(TrainError::Checkpoint("optimizer moments do not match the model's shapes".into()));
         }
+        let mut restored = Vec::with_capacity(m.len());
+        for ((m, v), s) in m.into_iter().zip(v).zip(&self.moments) {
+            let dev = match s {
+                Moments::Host { .. } => candle_core::Device::Cpu,
+                #[cfg(feature = "cuda")]
+                Moments::Cuda { dev, .. } => candle_core::Device::Cuda(dev.clone()),
+            };
+            restored.push(Moments::new(&dev, s.len(), Some((m, v)))?);
+        }
         self.step = step;
-        self.m = m;
-        self.v = v;
+        self.moments = restored;
         Ok(())
     }
 
-    /// Global L2 norm of all gradients.
+    /// Global L2 norm of all gradients. On a GPU the squares are summed on the device and read
+    /// back once.
     pub fn grad_norm(grads: &Grads) -> Result<f64> {
         let mut sq = grads.embedding_grad.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>();
-        for g in grads.dense.iter().flatten() {
-            sq += g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+        let mut on_device = Vec::new();
+        for g in grads.dense.iter().flatten().chain(&grads.embedding_grad_device) {
+            if g.device().is_cpu() {
+                sq += g.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+            } else {
+                // Rows first: candle sums a whole tensor to one value in a single block on a GPU.
+                let s = if g.rank() == 2 { g.sqr()?.sum(1)?.sum_all()? } else { g.sqr()?.sum_all()? };
+                on_device.push(s);
+            }
+        }
+        if !on_device.is_empty() {
+            sq += Tensor::stack(&on_device, 0)?.sum_all()?.to_scalar::<f32>()? as f64;
         }
         Ok(sq.sqrt())
     }
@@ -147,7 +235,7 @@ impl AdamW {
     /// One AdamW step at learning rate `lr`, with gradients multiplied by `grad_scale`
     /// (the clipping factor). Parameters are updated in place.
     pub fn step(&mut self, params: &[Param], grads: &Grads, lr: f64, grad_scale: f32) -> Result<()> {
-        if params.len() != self.m.len() || grads.dense.len() != params.len() {
+        if params.len() != self.moments.len() || grads.dense.len() != params.len() {
             return Err(TrainError::Config("optimizer built for a different parameter list".into()));
         }
         self.step += 1;
@@ -156,7 +244,6 @@ impl AdamW {
         let bc2 = 1.0 - self.beta2.powi(t);
         for (i, p) in params.iter().enumerate() {
             let kind = p.kind;
-            let (m, v) = (&mut self.m[i], &mut self.v[i]);
             let hyper = Hyper {
                 lr: lr as f32,
                 b1: self.beta1 as f32,
@@ -167,23 +254,39 @@ impl AdamW {
                 bc2_sqrt: bc2.sqrt() as f32,
                 scale: grad_scale,
             };
-            if kind == ParamKind::TokenEmbedding {
-                let d = if grads.embedding_rows.is_empty() { 0 } else { grads.embedding_grad.len() / grads.embedding_rows.len() };
-                if d == 0 {
-                    continue;
+            match &mut self.moments[i] {
+                Moments::Host { m, v } => {
+                    if kind == ParamKind::TokenEmbedding {
+                        let d = if grads.embedding_rows.is_empty() { 0 } else { grads.embedding_grad.len() / grads.embedding_rows.len() };
+                        if d == 0 {
+                            continue;
+                        }
+                        let op = SparseRows {
+                            hyper,
+                            rows: &grads.embedding_rows,
+                            grad: &grads.embedding_grad,
+                            d,
+                            mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())),
+                        };
+                        p.var.as_tensor().inplace_op1(&op)?;
+                    } else if let Some(g) = &grads.dense[i] {
+                        let g = g.contiguous()?;
+                        let op = Dense { hyper, mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())) };
+                        p.var.as_tensor().inplace_op2(&g, &op)?;
+                    }
                 }
-                let op = SparseRows {
-                    hyper,
-                    rows: &grads.embedding_rows,
-                    grad: &grads.embedding_grad,
-                    d,
-                    mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())),
-                };
-                p.var.as_tensor().inplace_op1(&op)?;
-            } else if let Some(g) = &grads.dense[i] {
-                let g = g.contiguous()?;
-                let op = Dense { hyper, mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())) };
-                p.var.as_tensor().inplace_op2(&g, &op)?;
+                #[cfg(feature = "cuda")]
+                Moments::Cuda { mv, .. } => {
+                    let h = hyper.on_gpu();
+                    if kind == ParamKind::TokenEmbedding {
+                        let Some(g) = &grads.embedding_grad_device else { continue };
+                        let op = cuda_ops::Rows { h, rows: &grads.embedding_rows, grad: g.contiguous()?, mv: Mutex::new(mv) };
+                        p.var.as_tensor().inplace_op1(&op)?;
+                    } else if let Some(g) = &grads.dense[i] {
+                        let op = cuda_ops::Dense { h, mv: Mutex::new(mv) };
+                        p.var.as_tensor().inplace_op2(&g.contiguous()?, &op)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -203,6 +306,12 @@ struct Hyper {
 }
 
 impl Hyper {
+    #[cfg(feature = "cuda")]
+    fn on_gpu(&self) -> crate::cuda::AdamHyper {
+        let Hyper { lr, b1, b2, eps, decay, bc1, bc2_sqrt, scale } = *self;
+        crate::cuda::AdamHyper { lr, b1, b2, eps, decay, bc1, bc2_sqrt, scale }
+    }
+
     #[inline]
     fn update(&self, w: &mut f32, g: f32, m: &mut f32, v: &mut f32) {
         let g = g * self.scale;
@@ -285,5 +394,61 @@ impl InplaceOp1 for SparseRows<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The in-place ops that run the AdamW kernels on a parameter's CUDA storage.
+#[cfg(feature = "cuda")]
+mod cuda_ops {
+    use super::Mutex;
+    use crate::cuda::{adamw_dense, adamw_rows, AdamHyper, DeviceMoments};
+    use candle_core::{CpuStorage, CudaStorage, InplaceOp1, InplaceOp2, Layout, Tensor};
+
+    fn lock<'a, 'b>(mv: &'a Mutex<&'b mut DeviceMoments>) -> candle_core::Result<std::sync::MutexGuard<'a, &'b mut DeviceMoments>> {
+        mv.lock().map_err(|_| candle_core::Error::Msg("adamw: lock poisoned".into()))
+    }
+
+    pub(super) struct Dense<'a> {
+        pub h: AdamHyper,
+        pub mv: Mutex<&'a mut DeviceMoments>,
+    }
+
+    impl InplaceOp2 for Dense<'_> {
+        fn name(&self) -> &'static str {
+            "laya-adamw-cuda"
+        }
+
+        fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<()> {
+            candle_core::bail!("adamw: moments on the GPU, parameter on the CPU")
+        }
+
+        fn cuda_fwd(&self, w: &mut CudaStorage, lw: &Layout, g: &CudaStorage, lg: &Layout) -> candle_core::Result<()> {
+            let mut mv = lock(&self.mv)?;
+            adamw_dense(w, lw, g, lg, &mut mv, self.h)
+        }
+    }
+
+    pub(super) struct Rows<'a> {
+        pub h: AdamHyper,
+        pub rows: &'a [u32],
+        pub grad: Tensor,
+        pub mv: Mutex<&'a mut DeviceMoments>,
+    }
+
+    impl InplaceOp1 for Rows<'_> {
+        fn name(&self) -> &'static str {
+            "laya-adamw-rows-cuda"
+        }
+
+        fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout) -> candle_core::Result<()> {
+            candle_core::bail!("adamw: moments on the GPU, parameter on the CPU")
+        }
+
+        fn cuda_fwd(&self, w: &mut CudaStorage, lw: &Layout) -> candle_core::Result<()> {
+            let (storage, lg) = self.grad.storage_and_layout();
+            let candle_core::Storage::Cuda(g) = &*storage else { candle_core::bail!("adamw: embedding gradient is not on the GPU") };
+            let mut mv = lock(&self.mv)?;
+            adamw_rows(w, lw, self.rows, (g, lg), &mut mv, self.h)
+        }
     }
 }

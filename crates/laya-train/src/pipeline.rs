@@ -201,3 +201,29 @@ pub fn even_stride<T>(items: Vec<T>, max: usize) -> Vec<T> {
     let n = items.len();
     items.into_iter().enumerate().filter(|(i, _)| (i * max) / n != ((i + 1) * max) / n).map(|(_, e)| e).collect()
 }
+
+/// The device of `laya train --device`: `cpu`, `cuda` (the first GPU) or `cuda:N`. A GPU needs
+/// a build with the `cuda` feature (scripts/build-cuda.sh) and a working NVIDIA driver; either
+/// missing is an error that says so.
+///
+/// ```
+/// assert!(laya_train::parse_device("cpu").unwrap().is_cpu());
+/// assert!(laya_train::parse_device("tpu").is_err());
+/// assert!(laya_train::parse_device("cuda:x").is_err());
+/// ```
+pub fn parse_device(spec: &str) -> Result<candle_core::Device> {
+    let ordinal = match spec.trim() {
+        "cpu" => return Ok(candle_core::Device::Cpu),
+        "cuda" => 0,
+        s => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(n)) => n,
+            _ => return Err(TrainError::Config(format!("unknown device {spec:?}: expected cpu, cuda or cuda:N"))),
+        },
+    };
+    if !cfg!(feature = "cuda") {
+        return Err(TrainError::Config(format!(
+            "--device {spec}: this laya was built without CUDA; build it with scripts/build-cuda.sh (cargo feature `cuda`)"
+        )));
+    }
+    candle_core::Device::new_cuda(ordinal).map_err(|e| TrainError::Config(format!("--device {spec}: cannot open the GPU: {e}")))
+}

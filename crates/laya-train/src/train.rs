@@ -5,7 +5,7 @@ use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
 use crate::model::{LayaNet, ParamKind};
-use crate::ops::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy, within_class_soft_cross_entropy};
+use crate::ops::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy};
 use crate::optim::{lr_at, AdamW, Grads};
 use crate::rng::Rng;
 use candle_core::{Tensor, Var};
@@ -56,9 +56,20 @@ pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32)
         // cross-entropy against the class-aggregated targets plus the within-class part.
         Some(((cw, cb), classes)) => {
             let class_logits = add_columns(&z.matmul(&cw.t()?)?, cb)?;
-            let class_target = class_sums(&batch.word_target, classes)?;
+            // The CPU scans the dense targets; a GPU gets each row's target classes listed.
+            let class_target = if z.device().is_cpu() {
+                class_sums(&batch.word_target, classes)?
+            } else {
+                crate::ops::listed::class_sums_listed(&batch.word_entries, classes, z.device())?
+            };
             (soft_cross_entropy(&class_logits, &class_target)?
-                + within_class_soft_cross_entropy(&logits, ob, &batch.word_target, classes)?)?
+                + crate::ops::listed::within_class_soft_cross_entropy_listed(
+                    &logits,
+                    ob,
+                    &batch.word_target,
+                    &batch.word_entries,
+                    classes,
+                )?)?
         }
     };
     let word = (word.sum_all()? * (1.0 / wdiv))?;
@@ -119,7 +130,8 @@ pub fn training_pool() -> Result<rayon::ThreadPool> {
 /// whole batch's up to float rounding, so runs on different thread counts differ in the last
 /// bits; a run on the same machine and thread count is repeatable.
 pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, lr: f64) -> Result<(LossParts, f64)> {
-    let shards = shard_count(batch.size, rayon::current_num_threads());
+    // A GPU takes the whole batch in one graph: it is the device, not the threads, that runs it.
+    let shards = if net.device().is_cpu() { shard_count(batch.size, rayon::current_num_threads()) } else { 1 };
     let (parts, grads) = if shards == 1 {
         shard_grads(net, batch, cfg)?
     } else {
@@ -144,6 +156,7 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
                         };
                     }
                     acc.leaf.extend_from_slice(&g.leaf);
+                    acc.leaf_device = None; // CPU shards only
                     acc
                 }
             });
@@ -152,7 +165,10 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
     };
     let mut out = Grads { dense: grads.dense, ..Grads::default() };
     // The shards' gathered rows, concatenated in order, are the batch's rows.
-    out.add_embedding_rows(&batch.rows, &grads.leaf, net.config().d_model);
+    match &grads.leaf_device {
+        Some(g) => out.add_embedding_rows_on_device(&batch.rows, g)?,
+        None => out.add_embedding_rows(&batch.rows, &grads.leaf, net.config().d_model),
+    }
     let norm = AdamW::grad_norm(&out)?;
     let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
     opt.step(net.params(), &out, lr, scale)?;
@@ -193,10 +209,12 @@ pub fn configure_candle_threads() {
 }
 
 /// One shard's gradients: dense per parameter, and the gathered embedding rows' gradients
-/// (`rows · d` values in the shard's row order; empty when none reached them).
+/// (`rows · d` values in the shard's row order), on the host for a CPU step, as a `[rows, d]`
+/// tensor on the device for a GPU step (one shard only).
 struct ShardGrads {
     dense: Vec<Option<Tensor>>,
     leaf: Vec<f32>,
+    leaf_device: Option<Tensor>,
 }
 
 fn shard_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossParts, ShardGrads)> {
@@ -208,12 +226,17 @@ fn shard_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossP
     let dense =
         net.params().iter().map(|p| if p.kind == ParamKind::TokenEmbedding { None } else { store.remove(p.var.as_tensor()) }).collect();
     // The loss always depends on the gathered rows; zeros keep the shards' rows aligned if not.
-    let leaf = match store.remove(leaf.as_tensor()) {
-        Some(g) => g.flatten_all()?.to_vec1()?,
-        None => vec![0.0; batch.rows.len() * net.config().d_model],
+    let d = net.config().d_model;
+    let (leaf, leaf_device) = match (store.remove(leaf.as_tensor()), net.device().is_cpu()) {
+        (Some(g), true) => (g.flatten_all()?.to_vec1()?, None),
+        (None, true) => (vec![0.0; batch.rows.len() * d], None),
+        (Some(g), false) => (Vec::new(), Some(g)),
+        (None, false) => (Vec::new(), Some(Tensor::zeros((batch.rows.len(), d), candle_core::DType::F32, net.device())?)),
     };
-    let parts = LossParts { total: total.to_scalar::<f32>()?, word: word.to_scalar::<f32>()?, replace: rep.to_scalar::<f32>()? };
-    Ok((parts, ShardGrads { dense, leaf }))
+    // One read-back for the three losses.
+    let losses: Vec<f32> = Tensor::stack(&[&total, &word, &rep], 0)?.to_vec1()?;
+    let parts = LossParts { total: losses[0], word: losses[1], replace: losses[2] };
+    Ok((parts, ShardGrads { dense, leaf, leaf_device }))
 }
 
 /// Validation result of one pass over the validation events (losses weighted by `Event::weight`,
@@ -424,8 +447,8 @@ fn fmt_secs(s: f64) -> String {
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// Where checkpoints go and whether to continue from one.
-#[derive(Debug, Clone, Default)]
+/// Where checkpoints go, whether to continue from one, and the device.
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Directory for `model.safetensors`, `optimizer.safetensors`, `state.json`,
     /// `best.safetensors` and `loss.svg`. `None` keeps everything in memory.
@@ -434,6 +457,16 @@ pub struct RunOptions {
     pub resume: bool,
     /// Also checkpoint every this many steps (0: only at epoch ends and on stop).
     pub checkpoint_every: usize,
+    /// Where the steps run: the CPU (the default) or a GPU (`candle_core::Device::new_cuda(i)`,
+    /// with the `cuda` feature; see [`crate::parse_device`]). The network is copied there
+    /// before the first step; the result comes back on it.
+    pub device: candle_core::Device,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { checkpoint_dir: None, resume: false, checkpoint_every: 0, device: candle_core::Device::Cpu }
+    }
 }
 
 /// Everything the loop needs to continue after an interruption (`state.json`).
@@ -571,7 +604,8 @@ pub fn train_from(
     cfg.validate()?;
     let model_cfg = net.config().clone();
     model_cfg.validate()?;
-    let mut opt = AdamW::new(net.params(), &cfg);
+    let net = if net.device().same_device(&opts.device) { net } else { net.to_device(&opts.device)? };
+    let mut opt = AdamW::new(net.params(), &cfg)?;
     let mut state = TrainState::default();
     if let Some(dir) = &opts.checkpoint_dir {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -735,9 +769,10 @@ fn save_tensors(path: &Path, net: &LayaNet, opt: Option<&AdamW>) -> Result<()> {
                 map.insert(p.name.clone(), p.var.as_tensor().clone());
             }
             Some(o) => {
-                let (m, v) = o.moments(i);
-                map.insert(format!("m.{}", p.name), Tensor::from_slice(m, m.len(), net.device())?);
-                map.insert(format!("v.{}", p.name), Tensor::from_slice(v, v.len(), net.device())?);
+                let (m, v) = o.moments(i)?;
+                let (nm, nv) = (m.len(), v.len());
+                map.insert(format!("m.{}", p.name), Tensor::from_vec(m, nm, &candle_core::Device::Cpu)?);
+                map.insert(format!("v.{}", p.name), Tensor::from_vec(v, nv, &candle_core::Device::Cpu)?);
             }
         }
     }

@@ -280,7 +280,7 @@ fn training_lowers_the_loss_and_moves_the_biases() {
     let before = values(&net, "pos_embd.weight");
     assert_eq!(before, recency_prior(2, 2, 16));
     let tc = TrainConfig { lr: 1e-2, warmup_steps: 0, ..TrainConfig::default() };
-    let mut opt = AdamW::new(net.params(), &tc);
+    let mut opt = AdamW::new(net.params(), &tc).unwrap();
     let set = encode_events(&events(), net.config(), &tc);
     let idx: Vec<usize> = (0..set.len()).collect();
     let batch = make_batch(&set, &idx, WORDS.len(), 4, net.device()).unwrap();

@@ -102,7 +102,7 @@ fn one_training_step_changes_every_parameter() {
     let idx: Vec<usize> = (0..set.len()).collect();
     let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
     let before: Vec<Vec<f32>> = net.params().iter().map(|p| p.var.flatten_all().unwrap().to_vec1().unwrap()).collect();
-    let mut opt = AdamW::new(net.params(), &tc);
+    let mut opt = AdamW::new(net.params(), &tc).unwrap();
     train_step(&net, &mut opt, &batch, &tc, 1e-3).unwrap();
     for (p, b) in net.params().iter().zip(&before) {
         let a: Vec<f32> = p.var.flatten_all().unwrap().to_vec1().unwrap();
@@ -130,7 +130,7 @@ fn sharded_step_matches_the_one_graph_step() {
         let set = encode_events(&events, net.config(), &tc);
         let idx: Vec<usize> = (0..set.len()).collect();
         let batch = make_batch(&set, &idx, 50, 8, net.device()).unwrap();
-        let mut opt = AdamW::new(net.params(), &tc);
+        let mut opt = AdamW::new(net.params(), &tc).unwrap();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         assert_eq!(shard_count(batch.size, threads), threads);
         let (parts, norm) = pool.install(|| train_step(&net, &mut opt, &batch, &tc, 1e-3)).unwrap();
@@ -359,7 +359,7 @@ fn adamw_matches_candle_nn_adamw() {
     )
     .unwrap();
     let params = vec![p.clone()];
-    let mut ours = AdamW::new(&params, &tc);
+    let mut ours = AdamW::new(&params, &tc).unwrap();
     for k in 0..5 {
         let g = Tensor::randn(0f32, 1.0 + k as f32, p.var.dims(), net.device()).unwrap();
         let mut store = (reference.as_tensor() * 0.0).unwrap().sum_all().unwrap().backward().unwrap();
@@ -699,4 +699,22 @@ fn a_flat_model_gains_a_class_head_close_to_its_distribution() {
     let other = laya_format::assign_word_classes(cfg.words.iter().map(String::as_str), &cfg.frequencies, 3);
     assert_ne!(other, map);
     assert!(LayaNet::from_laya_with_classes(&file, Some(other)).is_err());
+}
+
+/// The grouping `Grads::add_embedding_rows_on_device` works out on the host and sums on the
+/// tensor's device (here the CPU) gives the host path's rows and sums, bit for bit.
+#[test]
+fn embedding_gradients_grouped_for_the_device_match_the_host_ones() {
+    let rows = vec![5u32, 3, PAD_ROW, 5, 9, 3, 5, PAD_ROW];
+    let d = 4;
+    let g: Vec<f32> = (0..rows.len() * d).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut host = Grads::default();
+    host.add_embedding_rows(&rows, &g, d);
+    let mut dev = Grads::default();
+    dev.add_embedding_rows_on_device(&rows, &Tensor::from_vec(g, (rows.len(), d), &candle_core::Device::Cpu).unwrap()).unwrap();
+    assert_eq!(dev.embedding_rows, vec![3, 5, 9]);
+    assert_eq!(host.embedding_rows, dev.embedding_rows);
+    let on_device: Vec<f32> = dev.embedding_grad_device.unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(host.embedding_grad, on_device);
+    assert!(dev.embedding_grad.is_empty());
 }

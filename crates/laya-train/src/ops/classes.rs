@@ -23,6 +23,8 @@ pub struct WordClasses {
     /// Class `c`'s words are `words[offsets[c]..offsets[c + 1]]`, ascending.
     offsets: Vec<usize>,
     words: Vec<u32>,
+    #[cfg(feature = "cuda")]
+    pub(crate) on_gpu: crate::cuda::OnGpu,
 }
 
 impl WordClasses {
@@ -30,7 +32,13 @@ impl WordClasses {
     pub fn new(class_of: &[u32]) -> Self {
         let k = class_of.iter().max().map_or(0, |&m| m as usize + 1);
         let (offsets, words) = laya_format::class_members(class_of, k);
-        WordClasses { class_of: class_of.to_vec(), offsets, words }
+        WordClasses {
+            class_of: class_of.to_vec(),
+            offsets,
+            words,
+            #[cfg(feature = "cuda")]
+            on_gpu: Default::default(),
+        }
     }
 
     /// `K`.
@@ -46,6 +54,12 @@ impl WordClasses {
     /// The words of class `c`, ascending.
     pub fn members(&self, c: usize) -> &[u32] {
         &self.words[self.offsets[c]..self.offsets[c + 1]]
+    }
+
+    /// Every class's words, in class order: class `c`'s are `words[offsets[c]..offsets[c + 1]]`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn members_table(&self) -> (&[usize], &[u32]) {
+        (&self.offsets, &self.words)
     }
 
     /// Per class of a target row `t` `[V]` with mass: `(class, T_c = Σ_{w∈c} t_w)`, in order of
@@ -194,6 +208,9 @@ pub fn within_class_soft_cross_entropy(
     t: &Tensor,
     classes: &std::sync::Arc<WordClasses>,
 ) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() {
+        return super::composed::within_class_soft_cross_entropy(x, b, t, classes);
+    }
     let op = WithinClassCe { classes: classes.clone(), saved: Default::default() };
     x.contiguous()?.apply_op3(&b.contiguous()?, &t.contiguous()?, op)
 }
@@ -219,6 +236,11 @@ impl candle_core::CustomOp1 for ClassSums {
             }
         }
         Ok((CpuStorage::F32(out), Shape::from((b, k))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::class_sums(&self.0, s, l)
     }
 }
 
@@ -252,6 +274,11 @@ impl candle_core::CustomOp1 for ClassLogSoftmax {
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::class_log_softmax(&self.0, s, l)
+    }
+
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(res.apply_op2_no_bwd(&grad.contiguous()?, &ClassLogSoftmaxGrad(self.0.clone()))?))
     }
@@ -283,6 +310,17 @@ impl CustomOp2 for ClassLogSoftmaxGrad {
             }
         });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::class_log_softmax_grad(&self.0, s1, l1, s2, l2)
     }
 }
 

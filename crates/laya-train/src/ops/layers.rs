@@ -76,6 +76,9 @@ impl candle_core::CustomOp3 for GeluTanhGrad {
 
 /// `gelu_tanh(x)` elementwise, differentiable (see [`GeluTanh`] for why it is not candle's).
 pub fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() {
+        return super::composed::gelu_tanh(x);
+    }
     x.contiguous()?.apply_op1(GeluTanh)
 }
 
@@ -174,6 +177,9 @@ impl candle_core::CustomOp3 for ColumnAffine {
 /// assert_eq!(y, vec![vec![11.0, 22.0], vec![13.0, 24.0]]);
 /// ```
 pub fn add_columns(x: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() {
+        return super::composed::add_columns(x, b);
+    }
     x.contiguous()?.apply_op2(&b.contiguous()?, ColumnAffine { scaled: false })
 }
 
@@ -188,6 +194,9 @@ pub fn add_columns(x: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 /// assert_eq!(y, vec![vec![3.0, 0.0], vec![7.0, 1.0]]);
 /// ```
 pub fn scale_shift_columns(x: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() {
+        return super::composed::scale_shift_columns(x, w, b);
+    }
     x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, ColumnAffine { scaled: true })
 }
 
@@ -280,6 +289,9 @@ impl candle_core::CustomOp3 for NormalizeRowsGrad {
 /// # Ok::<(), candle_core::Error>(())
 /// ```
 pub fn normalize_rows(x: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() {
+        return super::composed::normalize_rows(x, eps);
+    }
     x.contiguous()?.apply_op1(NormalizeRows { eps: eps as f32 })
 }
 
@@ -353,6 +365,9 @@ impl CustomOp2 for SoftmaxRowsGrad {
 /// # Ok::<(), candle_core::Error>(())
 /// ```
 pub fn softmax_rows(x: &Tensor) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() {
+        return super::composed::softmax_rows(x);
+    }
     x.contiguous()?.apply_op1(SoftmaxRows)
 }
 

@@ -71,6 +71,9 @@ impl CustomOp2 for SoftCeGrad {
 /// target weights `targets` `[B, V]`: `−Σ_v t_v · log softmax(z)_v`, shape `[B]`.
 /// Differentiable with respect to the logits.
 pub fn soft_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    if !logits.device().is_cpu() {
+        return super::composed::soft_cross_entropy(logits, targets);
+    }
     logits.contiguous()?.apply_op2(&targets.contiguous()?, SoftCe)
 }
 
@@ -264,5 +267,8 @@ impl candle_core::CustomOp3 for BiasSoftCeGrad {
 /// assert!(fused.iter().zip(&plain).all(|(a, b)| (a - b).abs() < 1e-6));
 /// ```
 pub fn biased_soft_cross_entropy(logits: &Tensor, bias: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    if !logits.device().is_cpu() {
+        return super::composed::biased_soft_cross_entropy(logits, bias, targets);
+    }
     logits.contiguous()?.apply_op3(&bias.contiguous()?, &targets.contiguous()?, BiasSoftCe::default())
 }

@@ -6,18 +6,69 @@
 //! * [`classes`]: the factorised word head (class sums, within-class softmax and loss).
 //! * [`layers`]: gelu, per-column affine maps, row normalisation, softmax.
 //! * [`fastmath`]: the vectorisable `exp`/`tanh` and log-sum-exp they share.
+//!
+//! Each public function takes its fused pass on the CPU; on another device (a GPU) it takes the
+//! twin in [`composed`], built from candle's primitives, except the factorised head's
+//! within-class softmax, which has a CUDA kernel (`crate::cuda`).
 
-use candle_core::{CpuStorage, Layout, Shape};
+use candle_core::{CpuStorage, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 pub(crate) mod classes;
+pub(crate) mod composed;
 pub(crate) mod fastmath;
 pub(crate) mod layers;
+pub(crate) mod listed;
 pub(crate) mod losses;
 
 pub use classes::{class_log_softmax, class_sums, within_class_soft_cross_entropy, WordClasses};
 pub use layers::{add_columns, gelu_tanh, normalize_rows, scale_shift_columns, softmax_rows};
 pub use losses::{biased_soft_cross_entropy, soft_cross_entropy};
+
+/// A `shape` f32 tensor of zeros on `dev` with `values[i]` at flat position `at[i]` (distinct,
+/// in range). On a GPU only the entries travel (candle's `index_add` walks them one by one in a
+/// single thread).
+pub(crate) fn scatter(shape: impl Into<Shape>, at: &[u32], values: &[f32], dev: &candle_core::Device) -> candle_core::Result<Tensor> {
+    let shape = shape.into();
+    match dev {
+        #[cfg(feature = "cuda")]
+        candle_core::Device::Cuda(d) => crate::cuda::scatter(d, shape, at, values),
+        _ => {
+            let mut dense = vec![0f32; shape.elem_count()];
+            for (&i, &v) in at.iter().zip(values) {
+                *dense.get_mut(i as usize).ok_or_else(|| candle_core::Error::Msg(format!("scatter: position {i} out of range")))? = v;
+            }
+            Tensor::from_vec(dense, shape, dev)
+        }
+    }
+}
+
+/// `[segments, d]` with row `s` the sum of rows `order[seg[s]..seg[s + 1]]` of `g` `[N, d]`, in
+/// that order (`seg` ascending from 0 to `order.len()`). Not differentiable.
+pub(crate) fn segment_sums(g: &Tensor, order: &[u32], seg: &[u32]) -> candle_core::Result<Tensor> {
+    match g.device() {
+        #[cfg(feature = "cuda")]
+        candle_core::Device::Cuda(_) => crate::cuda::segment_sums(g, order, seg),
+        dev => {
+            let (n, d) = g.dims2()?;
+            let x: Vec<f32> = g.flatten_all()?.to_vec1()?;
+            let segments = seg.len().saturating_sub(1);
+            let mut out = vec![0f32; segments * d];
+            for (s, w) in seg.windows(2).enumerate() {
+                let acc = &mut out[s * d..(s + 1) * d];
+                for &i in order.get(w[0] as usize..w[1] as usize).unwrap_or_default() {
+                    if i as usize >= n {
+                        candle_core::bail!("segment sums: row {i} of {n}")
+                    }
+                    for (a, &v) in acc.iter_mut().zip(&x[i as usize * d..(i as usize + 1) * d]) {
+                        *a += v;
+                    }
+                }
+            }
+            Tensor::from_vec(out, (segments, d), dev)
+        }
+    }
+}
 
 /// Elements per task of the elementwise loops: large enough that a fork costs little against the
 /// work, small enough that two to sixteen threads all get some.
@@ -63,5 +114,10 @@ impl candle_core::CustomOp1 for ColumnSum {
             }
         });
         Ok((CpuStorage::F32(acc), Shape::from(v)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::column_sums(s, l)
     }
 }
