@@ -16,7 +16,7 @@ use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType};
 use laya_runtime::{Model, Session, User};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 const SENTENCE: &str = "今天我们讨论光标的默认位置";
 
@@ -631,7 +631,10 @@ fn apply(h: &mut Handles, op: &Op, stats: &mut Stats) -> Result<(), TestCaseErro
 fn arbitrary_operations_through_the_c_abi_match_the_rust_api() {
     let h = RefCell::new(handles("ops"));
     let stats = RefCell::new(Stats::default());
-    let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
+    // A fixed seed: the coverage asserted below (an unblock of a blocked word, say) must not
+    // depend on the luck of a random one; a random seed once missed `unblocked`.
+    let config = Config { cases: 128, failure_persistence: None, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     runner
         .run(&prop::collection::vec(some_op(), 1..40), |ops| {
             let mut h = h.borrow_mut();
