@@ -213,6 +213,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if args.resume && args.checkpoint_dir.is_none() {
         return Err(CliError("--resume needs --checkpoint-dir (where the interrupted run saved its state)".into()));
     }
+    // Before reading anything: a missing GPU should not cost the wait.
+    let device = laya_train::parse_device(&args.device)?;
     let classes = args.word_classes.map(|k| (k, args.own_class_words));
     let init = match &args.init {
         Some(p) => Some(load_init(p, InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme) })?),
@@ -229,8 +231,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         _ => None,
     };
-    // Before reading the logs: a missing GPU should not cost the wait.
-    let device = laya_train::parse_device(&args.device)?;
     let mut events = read_log(&args.events, args.strict, "training log")?;
     if let Some(max) = args.max_events {
         events = even_stride(events, max);

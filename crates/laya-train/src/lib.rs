@@ -1,4 +1,5 @@
-//! Training for the Laya typing-prediction transformer (docs/format.md §3) with candle on CPU.
+//! Training for the Laya typing-prediction transformer (docs/format.md §3) with candle, on the
+//! CPU or (feature `cuda`) an NVIDIA GPU.
 //!
 //! The pieces: [`LayaNet`] (the network), [`encode_context`] (context → rows, identical to the
 //! runtime), batching of click events into soft targets, a fused AdamW with row-sparse

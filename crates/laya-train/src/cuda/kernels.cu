@@ -165,13 +165,165 @@ extern "C" __global__ void laya_within_class_ce_grad(const float* x, const float
     }
 }
 
-// out[j] = sum over the rows of x[row, j], rows in order: one thread per column, so that the
-// reads of a row are coalesced across the threads (candle sums a leading dimension with a block
-// per column, strided).
-extern "C" __global__ void laya_column_sums(const float* x, float* out, unsigned int rows, unsigned int cols) {
+// part[c, j] = sum of x[row, j] over the rows of chunk c (rows c*chunk .. (c+1)*chunk), rows in
+// order: one thread per column, so a row's reads are coalesced across threads, and chunks of rows
+// on the grid's y axis so that a tall, narrow [rows, d] has work for the whole GPU. A second pass
+// of the same kernel (one chunk) sums the chunks in order: the result does not depend on timing.
+extern "C" __global__ void laya_column_sums(const float* x, float* part, unsigned int rows, unsigned int cols,
+                                            unsigned int chunk) {
     const unsigned int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= cols) return;
+    const size_t lo = (size_t)blockIdx.y * chunk;
+    const size_t hi = min((size_t)rows, lo + chunk);
     float acc = 0.0f;
-    for (unsigned int r = 0; r < rows; ++r) acc += x[(size_t)r * cols + j];
-    out[j] = acc;
+    for (size_t r = lo; r < hi; ++r) acc += x[r * cols + j];
+    part[(size_t)blockIdx.y * cols + j] = acc;
+}
+
+// Row kernels of the layers (the same arithmetic as src/ops/layers.rs): one warp per row, eight
+// rows a block; rows are short (d_model, FFN width, or a softmax over at most L(T-1)+1 keys).
+#define ROW_OF_WARP() (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32)
+#define LANE() (threadIdx.x % 32)
+
+extern "C" __global__ void laya_normalize_rows(const float* x, float* y, unsigned int rows, unsigned int d, float eps) {
+    const unsigned int r = ROW_OF_WARP();
+    if (r >= rows) return;
+    const float* xr = x + (size_t)r * d;
+    float s = 0.0f;
+    for (unsigned int j = LANE(); j < d; j += 32) s += xr[j];
+    const float mean = warp_sum(s) / d;
+    float q = 0.0f;
+    for (unsigned int j = LANE(); j < d; j += 32) q += (xr[j] - mean) * (xr[j] - mean);
+    const float inv = 1.0f / sqrtf(warp_sum(q) / d + eps);
+    for (unsigned int j = LANE(); j < d; j += 32) y[(size_t)r * d + j] = (xr[j] - mean) * inv;
+}
+
+// dx = inv (g - mean(g) - y mean(g y)) per row.
+extern "C" __global__ void laya_normalize_rows_grad(const float* x, const float* y, const float* g, float* dx,
+                                                    unsigned int rows, unsigned int d, float eps) {
+    const unsigned int r = ROW_OF_WARP();
+    if (r >= rows) return;
+    const size_t base = (size_t)r * d;
+    float s = 0.0f;
+    for (unsigned int j = LANE(); j < d; j += 32) s += x[base + j];
+    const float mean = warp_sum(s) / d;
+    float q = 0.0f, gs = 0.0f, gy = 0.0f;
+    for (unsigned int j = LANE(); j < d; j += 32) {
+        q += (x[base + j] - mean) * (x[base + j] - mean);
+        gs += g[base + j];
+        gy += g[base + j] * y[base + j];
+    }
+    const float inv = 1.0f / sqrtf(warp_sum(q) / d + eps);
+    const float gm = warp_sum(gs) / d, gym = warp_sum(gy) / d;
+    for (unsigned int j = LANE(); j < d; j += 32) dx[base + j] = inv * (g[base + j] - gm - y[base + j] * gym);
+}
+
+extern "C" __global__ void laya_softmax_rows(const float* x, float* y, unsigned int rows, unsigned int n) {
+    const unsigned int r = ROW_OF_WARP();
+    if (r >= rows) return;
+    const size_t base = (size_t)r * n;
+    float m = -CUDART_INF_F;
+    for (unsigned int j = LANE(); j < n; j += 32) m = fmaxf(m, x[base + j]);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (unsigned int j = LANE(); j < n; j += 32) s += expf(x[base + j] - m);
+    const float inv = 1.0f / warp_sum(s);
+    for (unsigned int j = LANE(); j < n; j += 32) y[base + j] = expf(x[base + j] - m) * inv;
+}
+
+// dx = y (g - sum g y) per row.
+extern "C" __global__ void laya_softmax_rows_grad(const float* y, const float* g, float* dx, unsigned int rows, unsigned int n) {
+    const unsigned int r = ROW_OF_WARP();
+    if (r >= rows) return;
+    const size_t base = (size_t)r * n;
+    float dot = 0.0f;
+    for (unsigned int j = LANE(); j < n; j += 32) dot += y[base + j] * g[base + j];
+    dot = warp_sum(dot);
+    for (unsigned int j = LANE(); j < n; j += 32) dx[base + j] = y[base + j] * (g[base + j] - dot);
+}
+
+#define SQRT_2_OVER_PI 0.7978846f
+
+extern "C" __global__ void laya_gelu(const float* x, float* y, unsigned long long n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x) {
+        const float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+    }
+}
+
+// The backward from the output, as on the CPU: t = tanh(..) recovered as 2y/x - 1.
+extern "C" __global__ void laya_gelu_grad(const float* x, const float* y, const float* g, float* dx, unsigned long long n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x) {
+        const float v = x[i];
+        const float t = fabsf(v) > 1e-4f ? fminf(fmaxf(2.0f * y[i] / v - 1.0f, -1.0f), 1.0f) : tanhf(SQRT_2_OVER_PI * v);
+        const float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+}
+
+// y[i, j] = x[i, j] w[j] + b[j] (scaled) or x[i, j] + b[j].
+extern "C" __global__ void laya_column_affine(const float* x, const float* w, const float* b, float* y,
+                                              unsigned long long n, unsigned int cols, int scaled) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x) {
+        const unsigned int j = i % cols;
+        y[i] = scaled ? x[i] * w[j] + b[j] : x[i] + b[j];
+    }
+}
+
+// Reductions over a block of 256 threads (8 warps); every thread gets the result.
+__device__ __forceinline__ float block_reduce(float v, bool is_max) {
+    __shared__ float part[8];
+    __shared__ float result;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    if (LANE() == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float w = threadIdx.x < 8 ? part[threadIdx.x] : (is_max ? -CUDART_INF_F : 0.0f);
+        w = is_max ? warp_max(w) : warp_sum(w);
+        if (threadIdx.x == 0) result = w;
+    }
+    __syncthreads();
+    const float r = result;
+    __syncthreads();
+    return r;
+}
+
+// The dense soft cross-entropy of one row per block (256 threads): shift[r] = lse(x_r + b) and
+// loss[r] = -sum_j t_j (x_j + b_j - shift[r]).
+extern "C" __global__ void laya_soft_ce(const float* x, const float* b, const float* t, float* loss, float* shift,
+                                        unsigned int v) {
+    const size_t base = (size_t)blockIdx.x * v;
+    float m = -CUDART_INF_F;
+    for (unsigned int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[base + j] + b[j]);
+    m = block_reduce(m, true);
+    float s = 0.0f, tz = 0.0f, tsum = 0.0f;
+    for (unsigned int j = threadIdx.x; j < v; j += blockDim.x) {
+        const float z = x[base + j] + b[j];
+        s += expf(z - m);
+        const float tj = t[base + j];
+        if (tj != 0.0f) {
+            tz += tj * z;
+            tsum += tj;
+        }
+    }
+    const float sh = m + logf(block_reduce(s, false));
+    tz = block_reduce(tz, false);
+    tsum = block_reduce(tsum, false);
+    if (threadIdx.x == 0) {
+        shift[blockIdx.x] = sh;
+        loss[blockIdx.x] = tsum * sh - tz;
+    }
+}
+
+// Its gradient in x: dx = (exp(x + b - shift) sum(t) - t) scale[r].
+extern "C" __global__ void laya_soft_ce_grad(const float* x, const float* b, const float* t, const float* shift,
+                                             const float* scale, float* dx, unsigned int v) {
+    const size_t base = (size_t)blockIdx.x * v;
+    float tsum = 0.0f;
+    for (unsigned int j = threadIdx.x; j < v; j += blockDim.x) tsum += t[base + j];
+    tsum = block_reduce(tsum, false);
+    const float sh = shift[blockIdx.x], sc = scale[blockIdx.x];
+    for (unsigned int j = threadIdx.x; j < v; j += blockDim.x) {
+        dx[base + j] = (expf(x[base + j] + b[j] - sh) * tsum - t[base + j]) * sc;
+    }
 }

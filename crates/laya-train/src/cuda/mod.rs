@@ -333,23 +333,215 @@ pub(crate) fn within_class_ce_grad(
     Ok((CudaStorage::wrap_cuda_slice(dx, dev.clone()), lx.shape().clone()))
 }
 
-/// Sums over the rows of a contiguous `[R, C]` tensor: `[C]`.
+/// Sums over the rows of a contiguous `[R, C]` tensor: `[C]`, in two passes: chunks of
+/// [`COLUMN_CHUNK`] rows side by side, then the chunks' partial sums in order.
 pub(crate) fn column_sums(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
     let (rows, cols) = l.shape().dims2()?;
     let dev = &s.device;
     let x = f32_view(s, l, "input")?;
-    let mut out = dev.alloc_zeros::<f32>(cols.max(1))?;
+    let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
+    if chunks > 65_535 || cols > u32::MAX as usize {
+        candle_core::bail!("column sums: {rows} × {cols} is past the grid's limits")
+    }
     let func = dev.get_or_load_custom_func("laya_column_sums", MODULE, PTX)?;
-    let mut args = func.builder();
-    let (r32, c32) = (rows as u32, cols as u32);
-    args.arg(&x).arg(&mut out).arg(&r32).arg(&c32);
-    if cols > 0 {
-        let cfg =
-            LaunchConfig { grid_dim: (cols.div_ceil(THREADS as usize) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: thread `j < cols` reads column `j` of the `[rows, cols]` input and writes `out[j]`.
-        unsafe { args.launch(cfg) }.w()?;
+    let grid = |chunks: usize| LaunchConfig {
+        grid_dim: (cols.div_ceil(THREADS as usize).max(1) as u32, chunks as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut part = dev.alloc_zeros::<f32>((chunks * cols).max(1))?;
+    let mut out = dev.alloc_zeros::<f32>(cols.max(1))?;
+    if cols > 0 && rows > 0 {
+        let (r32, c32, k32, one) = (rows as u32, cols as u32, COLUMN_CHUNK as u32, chunks as u32);
+        let mut args = func.builder();
+        args.arg(&x).arg(&mut part).arg(&r32).arg(&c32).arg(&k32);
+        // SAFETY: thread (j < cols, chunk c) reads rows c·chunk .. of column j of the `[rows,
+        // cols]` input and writes `part[c, j]` of the `[chunks, cols]` buffer.
+        unsafe { args.launch(grid(chunks)) }.w()?;
+        let mut args = func.builder();
+        args.arg(&part).arg(&mut out).arg(&one).arg(&c32).arg(&one);
+        // SAFETY: the same kernel over the `[chunks, cols]` partial sums as one chunk: thread j
+        // reads column j of it and writes `out[j]`.
+        unsafe { args.launch(grid(1)) }.w()?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(cols)))
+}
+
+/// Rows per chunk of [`column_sums`]'s first pass.
+const COLUMN_CHUNK: usize = 64;
+
+/// A storage and its layout, as the custom ops receive them.
+pub(crate) type Arg<'a> = (&'a CudaStorage, &'a Layout);
+
+/// Eight warps a block, one row each: the layer kernels' rows are short.
+fn row_grid(rows: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (rows.div_ceil(8).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// `(rows, row length)` of a contiguous tensor over its last dimension, checked to fit `u32`.
+fn rows_of(l: &Layout) -> Result<(usize, usize)> {
+    let n = l.shape().dims().last().copied().unwrap_or(1).max(1);
+    let rows = l.shape().elem_count() / n;
+    if rows > u32::MAX as usize || n > u32::MAX as usize {
+        candle_core::bail!("row kernel: {:?} is past 2³² rows or columns", l.shape())
+    }
+    Ok((rows, n))
+}
+
+/// Launches the warp-per-row kernel `name` on `inputs` (all of `like`'s shape) into a new output.
+fn row_kernel(name: &str, inputs: &[Arg<'_>], extra: Option<f32>) -> Result<(CudaStorage, Shape)> {
+    let (s0, l0) = inputs[0];
+    if inputs.iter().any(|(_, l)| l.shape() != l0.shape()) {
+        candle_core::bail!("{name}: inputs of different shapes")
+    }
+    let (rows, n) = rows_of(l0)?;
+    let dev = &s0.device;
+    let views = inputs.iter().map(|(s, l)| f32_view(s, l, name)).collect::<Result<Vec<_>>>()?;
+    let mut out = dev.alloc_zeros::<f32>((rows * n).max(1))?;
+    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+    let mut args = func.builder();
+    for v in &views {
+        args.arg(v);
+    }
+    let (r32, n32) = (rows as u32, n as u32);
+    args.arg(&mut out).arg(&r32).arg(&n32);
+    if let Some(e) = &extra {
+        args.arg(e);
+    }
+    if rows > 0 {
+        // SAFETY: every input and the output hold `rows · n` f32 values (same shape, checked);
+        // warp `r < rows` reads and writes row `r` only.
+        unsafe { args.launch(row_grid(rows)) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), l0.shape().clone()))
+}
+
+/// Each row of `x` to zero mean and unit (biased) variance.
+pub(crate) fn normalize_rows(x: Arg<'_>, eps: f32) -> Result<(CudaStorage, Shape)> {
+    row_kernel("laya_normalize_rows", &[x], Some(eps))
+}
+
+/// `dx = inv · (g − mean(g) − y · mean(g·y))` per row.
+pub(crate) fn normalize_rows_grad(x: Arg<'_>, y: Arg<'_>, g: Arg<'_>, eps: f32) -> Result<(CudaStorage, Shape)> {
+    row_kernel("laya_normalize_rows_grad", &[x, y, g], Some(eps))
+}
+
+/// Softmax over the last dimension.
+pub(crate) fn softmax_rows(x: Arg<'_>) -> Result<(CudaStorage, Shape)> {
+    row_kernel("laya_softmax_rows", &[x], None)
+}
+
+/// `dx = y · (g − Σ g·y)` per row.
+pub(crate) fn softmax_rows_grad(y: Arg<'_>, g: Arg<'_>) -> Result<(CudaStorage, Shape)> {
+    row_kernel("laya_softmax_rows_grad", &[y, g], None)
+}
+
+/// Launches the elementwise kernel `name` on `inputs` (all of the first's shape) into a new output.
+fn elementwise_kernel(name: &str, inputs: &[Arg<'_>]) -> Result<(CudaStorage, Shape)> {
+    let (s0, l0) = inputs[0];
+    if inputs.iter().any(|(_, l)| l.shape() != l0.shape()) {
+        candle_core::bail!("{name}: inputs of different shapes")
+    }
+    let n = l0.shape().elem_count();
+    let dev = &s0.device;
+    let views = inputs.iter().map(|(s, l)| f32_view(s, l, name)).collect::<Result<Vec<_>>>()?;
+    let mut out = dev.alloc_zeros::<f32>(n.max(1))?;
+    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+    let mut args = func.builder();
+    for v in &views {
+        args.arg(v);
+    }
+    let n64 = n as u64;
+    args.arg(&mut out).arg(&n64);
+    if n > 0 {
+        // SAFETY: every input and the output hold `n` f32 values (same shape, checked).
+        unsafe { args.launch(elementwise(n)) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), l0.shape().clone()))
+}
+
+/// `gelu_tanh` elementwise.
+pub(crate) fn gelu(x: Arg<'_>) -> Result<(CudaStorage, Shape)> {
+    elementwise_kernel("laya_gelu", &[x])
+}
+
+/// The gradient of `gelu_tanh` from its input, output and the upstream gradient.
+pub(crate) fn gelu_grad(x: Arg<'_>, y: Arg<'_>, g: Arg<'_>) -> Result<(CudaStorage, Shape)> {
+    elementwise_kernel("laya_gelu_grad", &[x, y, g])
+}
+
+/// `x·w + b` (with `w`) or `x + b` for `x` `[N, F]` and `w`, `b` `[F]`.
+pub(crate) fn column_affine((sx, lx): Arg<'_>, w: Option<Arg<'_>>, (sb, lb): Arg<'_>) -> Result<(CudaStorage, Shape)> {
+    let (_, cols) = lx.shape().dims2()?;
+    if lb.shape().dims1()? != cols || w.is_some_and(|(_, lw)| lw.shape().dims1().ok() != Some(cols)) {
+        candle_core::bail!("column affine: input {:?}, parameter {:?}", lx.shape(), lb.shape())
+    }
+    let n = lx.shape().elem_count();
+    let dev = &sx.device;
+    let (x, b) = (f32_view(sx, lx, "input")?, f32_view(sb, lb, "shift")?);
+    // Without a scale the kernel never reads `w`; the shift stands in for the pointer.
+    let wv = match w {
+        Some((sw, lw)) => f32_view(sw, lw, "scale")?,
+        None => f32_view(sb, lb, "shift")?,
+    };
+    let mut out = dev.alloc_zeros::<f32>(n.max(1))?;
+    let func = dev.get_or_load_custom_func("laya_column_affine", MODULE, PTX)?;
+    let mut args = func.builder();
+    let (n64, c32, scaled) = (n as u64, cols as u32, i32::from(w.is_some()));
+    args.arg(&x).arg(&wv).arg(&b).arg(&mut out).arg(&n64).arg(&c32).arg(&scaled);
+    if n > 0 {
+        // SAFETY: `x` and the output hold `n = N·F` values, `w` and `b` `F` (checked above);
+        // element `i` reads column `i % F` of them.
+        unsafe { args.launch(elementwise(n)) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), lx.shape().clone()))
+}
+
+/// The soft cross-entropy of each row of `x + b` against `t` (`x`, `t` `[B, V]`, `b` `[V]`):
+/// the losses `[B]` and each row's log-normaliser `[B]`.
+pub(crate) fn soft_ce(x: Arg<'_>, b: Arg<'_>, t: Arg<'_>) -> Result<(CudaSlice<f32>, CudaSlice<f32>)> {
+    let (rows, v) = x.1.shape().dims2()?;
+    if b.1.shape().dims1()? != v || t.1.shape() != x.1.shape() || rows > i32::MAX as usize {
+        candle_core::bail!("soft cross-entropy: logits {:?}, bias {:?}, targets {:?}", x.1.shape(), b.1.shape(), t.1.shape())
+    }
+    let dev = &x.0.device;
+    let (xv, bv, tv) = (f32_view(x.0, x.1, "logits")?, f32_view(b.0, b.1, "bias")?, f32_view(t.0, t.1, "targets")?);
+    let (mut loss, mut shift) = (dev.alloc_zeros::<f32>(rows.max(1))?, dev.alloc_zeros::<f32>(rows.max(1))?);
+    let func = dev.get_or_load_custom_func("laya_soft_ce", MODULE, PTX)?;
+    let mut args = func.builder();
+    let v32 = v as u32;
+    args.arg(&xv).arg(&bv).arg(&tv).arg(&mut loss).arg(&mut shift).arg(&v32);
+    if rows > 0 {
+        // SAFETY: block `r < rows` reads row `r` of `x` and `t` (`[rows, V]`) and `b` `[V]`, and
+        // writes `loss[r]` and `shift[r]`.
+        unsafe { args.launch(LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }.w()?;
+    }
+    Ok((loss, shift))
+}
+
+/// The gradient `[B, V]` of [`soft_ce`] in `x`, from its log-normalisers and the upstream
+/// gradient per row `scale`.
+pub(crate) fn soft_ce_grad(x: Arg<'_>, b: Arg<'_>, t: Arg<'_>, shift: &CudaSlice<f32>, scale: &Tensor) -> Result<(CudaStorage, Shape)> {
+    let (rows, v) = x.1.shape().dims2()?;
+    if b.1.shape().dims1()? != v || t.1.shape() != x.1.shape() || scale.dims1()? != rows || shift.len() < rows {
+        candle_core::bail!("soft cross-entropy grad: logits {:?}, bias {:?}, targets {:?}", x.1.shape(), b.1.shape(), t.1.shape())
+    }
+    let dev = &x.0.device;
+    let (xv, bv, tv) = (f32_view(x.0, x.1, "logits")?, f32_view(b.0, b.1, "bias")?, f32_view(t.0, t.1, "targets")?);
+    let (scale_storage, scale_layout) = scale.storage_and_layout();
+    let Storage::Cuda(ss) = &*scale_storage else { candle_core::bail!("soft cross-entropy grad: gradient not on the GPU") };
+    let sc = f32_view(ss, scale_layout, "gradient")?;
+    let mut dx = dev.alloc_zeros::<f32>((rows * v).max(1))?;
+    let func = dev.get_or_load_custom_func("laya_soft_ce_grad", MODULE, PTX)?;
+    let mut args = func.builder();
+    let v32 = v as u32;
+    args.arg(&xv).arg(&bv).arg(&tv).arg(shift).arg(&sc).arg(&mut dx).arg(&v32);
+    if rows > 0 {
+        // SAFETY: block `r < rows` reads row `r` of `x` and `t`, `b`, `shift[r]` and `scale[r]`,
+        // and writes row `r` of the `[rows, V]` output.
+        unsafe { args.launch(LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(dx, dev.clone()), x.1.shape().clone()))
 }
 
 /// AdamW's hyper-parameters of one update, as the kernels take them (see `crate::optim`).

@@ -34,6 +34,11 @@ impl candle_core::CustomOp1 for GeluTanh {
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::gelu((s, l))
+    }
+
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(arg.apply_op3_no_bwd(res, &grad.contiguous()?, &GeluTanhGrad)?))
     }
@@ -72,11 +77,24 @@ impl candle_core::CustomOp3 for GeluTanhGrad {
         });
         Ok((CpuStorage::F32(d), l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::gelu_grad((s1, l1), (s2, l2), (s3, l3))
+    }
 }
 
 /// `gelu_tanh(x)` elementwise, differentiable (see [`GeluTanh`] for why it is not candle's).
 pub fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
-    if !x.device().is_cpu() {
+    if !super::has_kernels(x.device()) {
         return super::composed::gelu_tanh(x);
     }
     x.contiguous()?.apply_op1(GeluTanh)
@@ -123,6 +141,17 @@ impl CustomOp2 for ColumnAffine {
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::column_affine((s1, l1), None, (s2, l2))
+    }
+
     fn bwd(&self, _x: &Tensor, _b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let g = grad.contiguous()?;
         let gb = g.apply_op1_no_bwd(&ColumnSum)?;
@@ -151,6 +180,19 @@ impl candle_core::CustomOp3 for ColumnAffine {
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::column_affine((s1, l1), self.scaled.then_some((s2, l2)), (s3, l3))
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -177,7 +219,7 @@ impl candle_core::CustomOp3 for ColumnAffine {
 /// assert_eq!(y, vec![vec![11.0, 22.0], vec![13.0, 24.0]]);
 /// ```
 pub fn add_columns(x: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    if !x.device().is_cpu() {
+    if !super::has_kernels(x.device()) {
         return super::composed::add_columns(x, b);
     }
     x.contiguous()?.apply_op2(&b.contiguous()?, ColumnAffine { scaled: false })
@@ -194,7 +236,7 @@ pub fn add_columns(x: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 /// assert_eq!(y, vec![vec![3.0, 0.0], vec![7.0, 1.0]]);
 /// ```
 pub fn scale_shift_columns(x: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    if !x.device().is_cpu() {
+    if !super::has_kernels(x.device()) {
         return super::composed::scale_shift_columns(x, w, b);
     }
     x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, ColumnAffine { scaled: true })
@@ -230,6 +272,11 @@ impl candle_core::CustomOp1 for NormalizeRows {
             yr.iter_mut().zip(xr).for_each(|(y, &x)| *y = (x - mean) * inv);
         });
         Ok((CpuStorage::F32(y), l.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::normalize_rows((s, l), self.eps)
     }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -276,6 +323,19 @@ impl candle_core::CustomOp3 for NormalizeRowsGrad {
         );
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::normalize_rows_grad((s1, l1), (s2, l2), (s3, l3), self.eps)
+    }
 }
 
 /// Normalises every row of a `[R, d]` tensor to zero mean and unit (biased) variance,
@@ -289,7 +349,7 @@ impl candle_core::CustomOp3 for NormalizeRowsGrad {
 /// # Ok::<(), candle_core::Error>(())
 /// ```
 pub fn normalize_rows(x: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    if !x.device().is_cpu() {
+    if !super::has_kernels(x.device()) {
         return super::composed::normalize_rows(x, eps);
     }
     x.contiguous()?.apply_op1(NormalizeRows { eps: eps as f32 })
@@ -323,6 +383,11 @@ impl candle_core::CustomOp1 for SoftmaxRows {
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::softmax_rows((s, l))
+    }
+
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let g = grad.contiguous()?;
         Ok(Some(res.apply_op2_no_bwd(&g, &SoftmaxRowsGrad)?))
@@ -353,6 +418,17 @@ impl CustomOp2 for SoftmaxRowsGrad {
         });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::softmax_rows_grad((s1, l1), (s2, l2))
+    }
 }
 
 /// Softmax over the last dimension, differentiable (candle 0.11's `softmax_last_dim` has no
@@ -365,7 +441,7 @@ impl CustomOp2 for SoftmaxRowsGrad {
 /// # Ok::<(), candle_core::Error>(())
 /// ```
 pub fn softmax_rows(x: &Tensor) -> candle_core::Result<Tensor> {
-    if !x.device().is_cpu() {
+    if !super::has_kernels(x.device()) {
         return super::composed::softmax_rows(x);
     }
     x.contiguous()?.apply_op1(SoftmaxRows)

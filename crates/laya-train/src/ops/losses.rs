@@ -71,6 +71,11 @@ impl CustomOp2 for SoftCeGrad {
 /// target weights `targets` `[B, V]`: `−Σ_v t_v · log softmax(z)_v`, shape `[B]`.
 /// Differentiable with respect to the logits.
 pub fn soft_cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if logits.device().is_cuda() {
+        let zero = Tensor::zeros(logits.dim(1)?, logits.dtype(), logits.device())?;
+        return gpu::soft_ce(logits, &zero, targets, false);
+    }
     if !logits.device().is_cpu() {
         return super::composed::soft_cross_entropy(logits, targets);
     }
@@ -267,8 +272,128 @@ impl candle_core::CustomOp3 for BiasSoftCeGrad {
 /// assert!(fused.iter().zip(&plain).all(|(a, b)| (a - b).abs() < 1e-6));
 /// ```
 pub fn biased_soft_cross_entropy(logits: &Tensor, bias: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if logits.device().is_cuda() {
+        return gpu::soft_ce(logits, bias, targets, true);
+    }
     if !logits.device().is_cpu() {
         return super::composed::biased_soft_cross_entropy(logits, bias, targets);
     }
     logits.contiguous()?.apply_op3(&bias.contiguous()?, &targets.contiguous()?, BiasSoftCe::default())
+}
+
+/// The soft cross-entropies on a GPU: one kernel forward (keeping each row's log-normaliser),
+/// one backward, with the upstream gradient read on the device.
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::sync::Mutex;
+
+    use candle_core::cuda_backend::cudarc::driver::CudaSlice;
+    use candle_core::{CpuStorage, CudaStorage, CustomOp3, Layout, Shape, Tensor};
+
+    use crate::cuda::{soft_ce as ce_kernel, soft_ce_grad};
+
+    /// `−Σ t·log softmax(x + b)` per row; with `biased` false the bias is zeros and gets no gradient.
+    pub(super) fn soft_ce(x: &Tensor, b: &Tensor, t: &Tensor, biased: bool) -> candle_core::Result<Tensor> {
+        x.contiguous()?.apply_op3(&b.contiguous()?, &t.contiguous()?, SoftCe { biased, shifts: Mutex::new(None) })
+    }
+
+    fn poisoned() -> candle_core::Error {
+        candle_core::Error::Msg("soft cross-entropy: lock poisoned".into())
+    }
+
+    fn no_cpu<T>() -> candle_core::Result<T> {
+        candle_core::bail!("the GPU soft cross-entropy was given CPU tensors")
+    }
+
+    struct SoftCe {
+        biased: bool,
+        /// The forward's log-normalisers, taken by the backward (a second backward recomputes).
+        shifts: Mutex<Option<CudaSlice<f32>>>,
+    }
+
+    impl CustomOp3 for SoftCe {
+        fn name(&self) -> &'static str {
+            "laya-soft-ce-cuda"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> candle_core::Result<(CpuStorage, Shape)> {
+            no_cpu()
+        }
+
+        fn cuda_fwd(
+            &self,
+            s1: &CudaStorage,
+            l1: &Layout,
+            s2: &CudaStorage,
+            l2: &Layout,
+            s3: &CudaStorage,
+            l3: &Layout,
+        ) -> candle_core::Result<(CudaStorage, Shape)> {
+            let (loss, shift) = ce_kernel((s1, l1), (s2, l2), (s3, l3))?;
+            *self.shifts.lock().map_err(|_| poisoned())? = Some(shift);
+            Ok((CudaStorage::wrap_cuda_slice(loss, s1.device.clone()), Shape::from(l1.shape().dims2()?.0)))
+        }
+
+        fn bwd(
+            &self,
+            x: &Tensor,
+            b: &Tensor,
+            t: &Tensor,
+            _res: &Tensor,
+            grad: &Tensor,
+        ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+            let shifts = self.shifts.lock().map_err(|_| poisoned())?.take();
+            let gx = x.apply_op3_no_bwd(b, t, &Grad { shifts: Mutex::new(shifts), scale: grad.contiguous()? })?;
+            let gb = if self.biased { Some(gx.apply_op1_no_bwd(&super::super::ColumnSum)?) } else { None };
+            Ok((Some(gx), gb, None))
+        }
+    }
+
+    struct Grad {
+        shifts: Mutex<Option<CudaSlice<f32>>>,
+        scale: Tensor,
+    }
+
+    impl CustomOp3 for Grad {
+        fn name(&self) -> &'static str {
+            "laya-soft-ce-cuda-grad"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> candle_core::Result<(CpuStorage, Shape)> {
+            no_cpu()
+        }
+
+        fn cuda_fwd(
+            &self,
+            s1: &CudaStorage,
+            l1: &Layout,
+            s2: &CudaStorage,
+            l2: &Layout,
+            s3: &CudaStorage,
+            l3: &Layout,
+        ) -> candle_core::Result<(CudaStorage, Shape)> {
+            let shift = match self.shifts.lock().map_err(|_| poisoned())?.take() {
+                Some(s) => s,
+                None => ce_kernel((s1, l1), (s2, l2), (s3, l3))?.1,
+            };
+            soft_ce_grad((s1, l1), (s2, l2), (s3, l3), &shift, &self.scale)
+        }
+    }
 }

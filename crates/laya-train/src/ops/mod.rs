@@ -7,9 +7,10 @@
 //! * [`layers`]: gelu, per-column affine maps, row normalisation, softmax.
 //! * [`fastmath`]: the vectorisable `exp`/`tanh` and log-sum-exp they share.
 //!
-//! Each public function takes its fused pass on the CPU; on another device (a GPU) it takes the
-//! twin in [`composed`], built from candle's primitives, except the factorised head's
-//! within-class softmax, which has a CUDA kernel (`crate::cuda`).
+//! The layers and the factorised head's class ops run as fused passes on the CPU and as CUDA
+//! kernels of the same arithmetic on a GPU (`crate::cuda`); the dense soft cross-entropies take
+//! their [`composed`] twins there (candle's kernels), and the factorised word loss the listed
+//! form of [`listed`]. The tests pin every fused op to its composed twin.
 
 use candle_core::{CpuStorage, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -24,6 +25,12 @@ pub(crate) mod losses;
 pub use classes::{class_log_softmax, class_sums, within_class_soft_cross_entropy, WordClasses};
 pub use layers::{add_columns, gelu_tanh, normalize_rows, scale_shift_columns, softmax_rows};
 pub use losses::{biased_soft_cross_entropy, soft_cross_entropy};
+
+/// Whether this crate's own passes run on `dev`: the CPU's, and with the `cuda` feature a GPU's.
+/// Other devices take the [`composed`] twins.
+fn has_kernels(dev: &candle_core::Device) -> bool {
+    dev.is_cpu() || (cfg!(feature = "cuda") && dev.is_cuda())
+}
 
 /// A `shape` f32 tensor of zeros on `dev` with `values[i]` at flat position `at[i]` (distinct,
 /// in range). On a GPU only the entries travel (candle's `index_add` walks them one by one in a
