@@ -225,5 +225,9 @@ pub fn parse_device(spec: &str) -> Result<candle_core::Device> {
             "--device {spec}: this laya was built without CUDA; build it with scripts/build-cuda.sh (cargo feature `cuda`)"
         )));
     }
-    candle_core::Device::new_cuda(ordinal).map_err(|e| TrainError::Config(format!("--device {spec}: cannot open the GPU: {e}")))
+    #[cfg(feature = "cuda")]
+    let opened = crate::cuda::open(ordinal);
+    #[cfg(not(feature = "cuda"))]
+    let opened = candle_core::Device::new_cuda(ordinal);
+    opened.map_err(|e| TrainError::Config(format!("--device {spec}: cannot open the GPU: {e}")))
 }

@@ -13,7 +13,8 @@ fn gpu() -> Option<Device> {
         eprintln!("skipped: laya-train was built without the `cuda` feature (scripts/gpu-check.sh builds and runs this test)");
         return None;
     }
-    match Device::new_cuda(0) {
+    // As `laya train --device cuda` opens it.
+    match parse_device("cuda") {
         Ok(d) => Some(d),
         Err(e) => {
             eprintln!("skipped: no usable CUDA device ({e})");

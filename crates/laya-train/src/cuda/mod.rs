@@ -11,6 +11,19 @@ use candle_core::{CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tenso
 
 use crate::ops::WordClasses;
 
+/// GPU `ordinal` as a candle device for training. By default cudarc creates two CUDA events
+/// with every buffer (and destroys them with it) so that buffers shared between streams stay
+/// ordered; a training step allocates hundreds of tensors, all used on candle's one stream, so
+/// the events were only host time, and they are turned off.
+pub(crate) fn open(ordinal: usize) -> Result<candle_core::Device> {
+    let dev = candle_core::Device::new_cuda(ordinal)?;
+    // SAFETY: turned off before any buffer exists on this device, and every kernel and copy of a
+    // training run goes to the device's one stream (`get_or_load_custom_func` launches on it,
+    // candle's own ops do too), so no buffer is ever used from two streams.
+    unsafe { dev.as_cuda_device()?.disable_event_tracking() };
+    Ok(dev)
+}
+
 /// The PTX of `kernels.cu`.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/laya_train.ptx"));
 /// candle's name for the loaded module.
