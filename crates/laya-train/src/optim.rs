@@ -257,14 +257,23 @@ impl AdamW {
             match &mut self.moments[i] {
                 Moments::Host { m, v } => {
                     if kind == ParamKind::TokenEmbedding {
-                        let d = if grads.embedding_rows.is_empty() { 0 } else { grads.embedding_grad.len() / grads.embedding_rows.len() };
+                        // Rows grouped by `add_embedding_rows_on_device` on CPU tensors count too.
+                        let from_tensor;
+                        let grad: &[f32] = match &grads.embedding_grad_device {
+                            Some(t) if grads.embedding_grad.is_empty() => {
+                                from_tensor = t.flatten_all()?.to_vec1::<f32>()?;
+                                &from_tensor
+                            }
+                            _ => &grads.embedding_grad,
+                        };
+                        let d = if grads.embedding_rows.is_empty() { 0 } else { grad.len() / grads.embedding_rows.len() };
                         if d == 0 {
                             continue;
                         }
                         let op = SparseRows {
                             hyper,
                             rows: &grads.embedding_rows,
-                            grad: &grads.embedding_grad,
+                            grad,
                             d,
                             mv: Mutex::new((m.as_mut_slice(), v.as_mut_slice())),
                         };

@@ -718,3 +718,28 @@ fn embedding_gradients_grouped_for_the_device_match_the_host_ones() {
     assert_eq!(host.embedding_grad, on_device);
     assert!(dev.embedding_grad.is_empty());
 }
+
+/// An optimiser step takes the embedding rows grouped by `add_embedding_rows_on_device` on the
+/// CPU as it takes the host-grouped ones: the same table afterwards.
+#[test]
+fn a_step_takes_embedding_rows_grouped_either_way() {
+    let tc = TrainConfig::default();
+    let rows: Vec<u32> = vec![4, 2, 4, 7];
+    let run = |on_device: bool| {
+        let net = LayaNet::new(tiny_cfg(50, 1), 2).unwrap();
+        let d = net.config().d_model;
+        let g: Vec<f32> = (0..rows.len() * d).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01).collect();
+        let mut grads = Grads { dense: vec![None; net.params().len()], ..Grads::default() };
+        if on_device {
+            grads.add_embedding_rows_on_device(&rows, &Tensor::from_vec(g, (rows.len(), d), &candle_core::Device::Cpu).unwrap()).unwrap();
+        } else {
+            grads.add_embedding_rows(&rows, &g, d);
+        }
+        let mut opt = AdamW::new(net.params(), &tc).unwrap();
+        opt.step(net.params(), &grads, 1e-2, 1.0).unwrap();
+        net.token_embedding().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    let (host, device) = (run(false), run(true));
+    assert_eq!(host, device);
+    assert_ne!(host, LayaNet::new(tiny_cfg(50, 1), 2).unwrap().token_embedding().flatten_all().unwrap().to_vec1::<f32>().unwrap());
+}
