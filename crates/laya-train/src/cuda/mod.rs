@@ -24,6 +24,23 @@ pub(crate) fn open(ordinal: usize) -> Result<candle_core::Device> {
     Ok(dev)
 }
 
+/// What a GPU op's forward keeps for its backward, in `slot`; the backward takes it (a second
+/// backward through the same node finds `None` and recomputes).
+pub(crate) fn keep<T>(slot: &Mutex<Option<T>>, value: T) -> Result<()> {
+    *slot.lock().map_err(|_| candle_core::Error::Msg("laya cuda op: lock poisoned".into()))? = Some(value);
+    Ok(())
+}
+
+/// Takes what [`keep`] left in `slot`.
+pub(crate) fn take<T>(slot: &Mutex<Option<T>>) -> Result<Option<T>> {
+    Ok(slot.lock().map_err(|_| candle_core::Error::Msg("laya cuda op: lock poisoned".into()))?.take())
+}
+
+/// The `cpu_fwd` of an op that only a GPU runs (the CPU takes the fused op of the same math).
+pub(crate) fn refuse_cpu<T>(op: &str) -> Result<T> {
+    candle_core::bail!("{op} runs on a GPU; on the CPU the fused op of the same math runs instead")
+}
+
 /// The PTX of `kernels.cu`.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/laya_train.ptx"));
 /// candle's name for the loaded module.

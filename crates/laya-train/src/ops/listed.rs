@@ -106,11 +106,7 @@ mod gpu {
     use candle_core::{CpuStorage, CudaStorage, CustomOp3, Layout, Shape, Tensor};
 
     use super::WordClasses;
-    use crate::cuda::{within_class_ce, within_class_ce_grad, ListedTargets};
-
-    fn no_cpu<T>() -> candle_core::Result<T> {
-        candle_core::bail!("within-class cross-entropy with listed targets runs on a GPU; the CPU takes the fused op")
-    }
+    use crate::cuda::{keep, refuse_cpu, take, within_class_ce, within_class_ce_grad, ListedTargets};
 
     pub(super) struct WithinClassCe {
         pub classes: Arc<WordClasses>,
@@ -134,7 +130,7 @@ mod gpu {
             _: &CpuStorage,
             _: &Layout,
         ) -> candle_core::Result<(CpuStorage, Shape)> {
-            no_cpu()
+            refuse_cpu(self.name())
         }
 
         fn cuda_fwd(
@@ -148,7 +144,7 @@ mod gpu {
         ) -> candle_core::Result<(CudaStorage, Shape)> {
             let on_gpu = self.listed.upload(&sx.device)?;
             let (loss, lse) = within_class_ce(&self.classes, &self.listed, &on_gpu, (sx, lx), (sb, lb))?;
-            *self.saved.lock().map_err(|_| candle_core::Error::Msg("within-class cross-entropy: lock poisoned".into()))? = Some(lse);
+            keep(&self.saved, lse)?;
             Ok((CudaStorage::wrap_cuda_slice(loss, sx.device.clone()), Shape::from(self.listed.rows)))
         }
 
@@ -160,7 +156,7 @@ mod gpu {
             _res: &Tensor,
             grad: &Tensor,
         ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-            let saved = self.saved.lock().map_err(|_| candle_core::Error::Msg("within-class cross-entropy: lock poisoned".into()))?.take();
+            let saved = take(&self.saved)?;
             let op = Grad { classes: self.classes.clone(), listed: self.listed.clone(), lse: Mutex::new(saved), scale: grad.contiguous()? };
             let gx = x.apply_op3_no_bwd(b, t, &op)?;
             let gb = gx.apply_op1_no_bwd(&super::super::ColumnSum)?;
@@ -189,7 +185,7 @@ mod gpu {
             _: &CpuStorage,
             _: &Layout,
         ) -> candle_core::Result<(CpuStorage, Shape)> {
-            no_cpu()
+            refuse_cpu(self.name())
         }
 
         fn cuda_fwd(
@@ -202,8 +198,7 @@ mod gpu {
             lt: &Layout,
         ) -> candle_core::Result<(CudaStorage, Shape)> {
             let on_gpu = self.listed.upload(&sx.device)?;
-            let saved = self.lse.lock().map_err(|_| candle_core::Error::Msg("within-class cross-entropy: lock poisoned".into()))?.take();
-            let lse = match saved {
+            let lse = match take(&self.lse)? {
                 Some(l) => l,
                 None => within_class_ce(&self.classes, &self.listed, &on_gpu, (sx, lx), (sb, lb))?.1,
             };

@@ -291,19 +291,11 @@ mod gpu {
     use candle_core::cuda_backend::cudarc::driver::CudaSlice;
     use candle_core::{CpuStorage, CudaStorage, CustomOp3, Layout, Shape, Tensor};
 
-    use crate::cuda::{soft_ce as ce_kernel, soft_ce_grad};
+    use crate::cuda::{keep, refuse_cpu, soft_ce as ce_kernel, soft_ce_grad, take};
 
     /// `−Σ t·log softmax(x + b)` per row; with `biased` false the bias is zeros and gets no gradient.
     pub(super) fn soft_ce(x: &Tensor, b: &Tensor, t: &Tensor, biased: bool) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op3(&b.contiguous()?, &t.contiguous()?, SoftCe { biased, shifts: Mutex::new(None) })
-    }
-
-    fn poisoned() -> candle_core::Error {
-        candle_core::Error::Msg("soft cross-entropy: lock poisoned".into())
-    }
-
-    fn no_cpu<T>() -> candle_core::Result<T> {
-        candle_core::bail!("the GPU soft cross-entropy was given CPU tensors")
     }
 
     struct SoftCe {
@@ -326,7 +318,7 @@ mod gpu {
             _: &CpuStorage,
             _: &Layout,
         ) -> candle_core::Result<(CpuStorage, Shape)> {
-            no_cpu()
+            refuse_cpu(self.name())
         }
 
         fn cuda_fwd(
@@ -339,7 +331,7 @@ mod gpu {
             l3: &Layout,
         ) -> candle_core::Result<(CudaStorage, Shape)> {
             let (loss, shift) = ce_kernel((s1, l1), (s2, l2), (s3, l3))?;
-            *self.shifts.lock().map_err(|_| poisoned())? = Some(shift);
+            keep(&self.shifts, shift)?;
             Ok((CudaStorage::wrap_cuda_slice(loss, s1.device.clone()), Shape::from(l1.shape().dims2()?.0)))
         }
 
@@ -351,7 +343,7 @@ mod gpu {
             _res: &Tensor,
             grad: &Tensor,
         ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-            let shifts = self.shifts.lock().map_err(|_| poisoned())?.take();
+            let shifts = take(&self.shifts)?;
             let gx = x.apply_op3_no_bwd(b, t, &Grad { shifts: Mutex::new(shifts), scale: grad.contiguous()? })?;
             let gb = if self.biased { Some(gx.apply_op1_no_bwd(&super::super::ColumnSum)?) } else { None };
             Ok((Some(gx), gb, None))
@@ -377,7 +369,7 @@ mod gpu {
             _: &CpuStorage,
             _: &Layout,
         ) -> candle_core::Result<(CpuStorage, Shape)> {
-            no_cpu()
+            refuse_cpu(self.name())
         }
 
         fn cuda_fwd(
@@ -389,7 +381,7 @@ mod gpu {
             s3: &CudaStorage,
             l3: &Layout,
         ) -> candle_core::Result<(CudaStorage, Shape)> {
-            let shift = match self.shifts.lock().map_err(|_| poisoned())?.take() {
+            let shift = match take(&self.shifts)? {
                 Some(s) => s,
                 None => ce_kernel((s1, l1), (s2, l2), (s3, l3))?.1,
             };
