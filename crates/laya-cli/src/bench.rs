@@ -440,8 +440,7 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
         None => {
             let bytes =
                 crate::default_model::bytes().ok_or_else(|| CliError("no model is embedded in this build; pass --model FILE".into()))?;
-            Ok(Model::from_bytes_with(bytes.to_vec(), kernels)
-                .map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?)
+            Ok(Model::from_static_with(bytes, kernels).map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?)
         }
     }
 }

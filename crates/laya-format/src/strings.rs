@@ -114,6 +114,16 @@ impl Strings {
         self.offsets[i] as usize..self.offsets[i + 1] as usize
     }
 
+    /// The string that holds byte `pos` of [`Strings::buffer`] (`pos` below its length).
+    ///
+    /// ```
+    /// let s: laya_format::Strings = ["今天", "", "hi"].into_iter().collect();
+    /// assert_eq!((s.index_at(0), s.index_at(5), s.index_at(6), s.index_at(7)), (0, 0, 2, 2));
+    /// ```
+    pub fn index_at(&self, pos: usize) -> usize {
+        self.offsets.partition_point(|&o| o as usize <= pos) - 1
+    }
+
     /// Every string, in order, back to back.
     pub fn buffer(&self) -> &str {
         &self.buf

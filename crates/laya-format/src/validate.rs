@@ -265,7 +265,28 @@ pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {
         return Err(invalid(keys::LEXICON_WORDS, format!("has {} words; 1..={MAX_WORDS} allowed", words.len())));
     }
-    let sorted = (1..words.len()).all(|i| words[i - 1] < words[i]);
+    // Neighbours compared by their 8-byte prefix keys first: one integer comparison decides most
+    // pairs, the bytes only a tie (this runs for every word at load). A key is one unaligned
+    // load from the shared buffer, masked to the word's length.
+    let buf = words.buffer().as_bytes();
+    let key = |r: &std::ops::Range<usize>| match buf.get(r.start..r.start + 8) {
+        Some(b8) => {
+            let raw = u64::from_be_bytes([b8[0], b8[1], b8[2], b8[3], b8[4], b8[5], b8[6], b8[7]]);
+            if r.len() >= 8 {
+                raw
+            } else {
+                raw & !(u64::MAX >> (8 * r.len()))
+            }
+        }
+        None => prefix_key(&buf[r.clone()]),
+    };
+    let (mut prev, mut prev_key) = (words.span(0), key(&words.span(0)));
+    let sorted = (1..words.len()).all(|i| {
+        let (cur, cur_key) = (words.span(i), key(&words.span(i)));
+        let ordered = prev_key < cur_key || (prev_key == cur_key && buf[prev.clone()] < buf[cur.clone()]);
+        (prev, prev_key) = (cur, cur_key);
+        ordered
+    });
     let (order, duplicate) = if sorted {
         ((0..words.len() as u32).collect(), None)
     } else {
@@ -283,32 +304,61 @@ pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
         (order, duplicate)
     };
     let scan_to = duplicate.map_or(words.len(), |(second, _)| second);
-    for (index, w) in words.iter().take(scan_to).enumerate() {
-        let err = |reason: String| FormatError::Lexicon { index, reason };
-        if w.is_empty() {
-            return Err(err("the word is empty".into()));
-        }
-        // One pass over the characters for both rules (this runs for every word at load).
-        let (mut n, mut bad) = (0usize, None);
-        for c in w.chars() {
-            n += 1;
-            // No character above U+3000 is whitespace or control: CJK skips both lookups.
-            if bad.is_none() && c <= '\u{3000}' && (c.is_whitespace() || c.is_control()) {
-                bad = Some(c);
-            }
-        }
-        if n > MAX_WORD_CHARS {
-            return Err(err(format!("{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed")));
-        }
-        if let Some(c) = bad {
-            return Err(err(format!("{w:?} contains whitespace or control character U+{:04X}", c as u32)));
-        }
+    for index in words_to_check(words).into_iter().take_while(|&i| i < scan_to) {
+        check_word(&words[index]).map_err(|reason| FormatError::Lexicon { index, reason })?;
     }
     if let Some((index, first)) = duplicate {
         let w = &words[index];
         return Err(FormatError::Lexicon { index, reason: format!("{w:?} duplicates laya.lexicon.words[{first}]") });
     }
     Ok(order)
+}
+
+/// One word's own rules, character by character: not empty, at most [`MAX_WORD_CHARS`]
+/// characters, no whitespace or control character.
+fn check_word(w: &str) -> Result<(), String> {
+    if w.is_empty() {
+        return Err("the word is empty".into());
+    }
+    let n = w.chars().count();
+    if n > MAX_WORD_CHARS {
+        return Err(format!("{w:?} has {n} characters; at most {MAX_WORD_CHARS} allowed"));
+    }
+    match w.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        Some(c) => Err(format!("{w:?} contains whitespace or control character U+{:04X}", c as u32)),
+        None => Ok(()),
+    }
+}
+
+/// The words that [`check_word`] must read, ascending: the empty ones, those longer than
+/// [`MAX_WORD_CHARS`] bytes (no shorter word has more characters), and those whose bytes may
+/// encode whitespace or a control character. Every such character is at most U+3000, and its
+/// encoding holds a byte ≤ 0x20, 0x7F, or the lead byte 0xC2 (U+0080–U+00BF), 0xE1 (U+1680),
+/// 0xE2 (U+2000–U+205F) or 0xE3 (U+3000). The whole buffer is scanned for those bytes 64 at a
+/// time (a loop the compiler vectorises); most Chinese words hold none, so only a few words are
+/// read character by character.
+fn words_to_check(words: &Strings) -> Vec<usize> {
+    let suspect = |b: u8| b <= 0x20 || b == 0x7F || b == 0xC2 || (0xE1..=0xE3).contains(&b);
+    let mut list: Vec<usize> = (0..words.len()).filter(|&i| words.span(i).is_empty() || words.span(i).len() > MAX_WORD_CHARS).collect();
+    let buf = words.buffer().as_bytes();
+    for (c, chunk) in buf.chunks(64).enumerate() {
+        if chunk.iter().fold(false, |any, &b| any | suspect(b)) {
+            for (j, _) in chunk.iter().enumerate().filter(|&(_, &b)| suspect(b)) {
+                list.push(words.index_at(c * 64 + j));
+            }
+        }
+    }
+    list.sort_unstable();
+    list.dedup();
+    list
+}
+
+/// The first 8 bytes of `w`, big-endian and zero-padded: comparing two keys orders two words as
+/// their bytes do, except that a tie needs the full bytes. (A loop, not a copy: a copy of a
+/// variable length is a call, and this runs for every word at load.)
+#[inline]
+fn prefix_key(w: &[u8]) -> u64 {
+    w.iter().take(8).enumerate().fold(0u64, |k, (j, &b)| k | u64::from(b) << (56 - 8 * j))
 }
 
 /// Word ids of `words` in byte order, equal words by id. The sort runs on an 8-byte big-endian
@@ -322,13 +372,7 @@ pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
 /// assert_eq!(laya_format::lexicon_order(&words), vec![1, 4, 3, 2, 0]);
 /// ```
 pub fn lexicon_order(words: &Strings) -> Vec<u32> {
-    let key = |w: &str| {
-        let mut k = [0u8; 8];
-        let n = w.len().min(8);
-        k[..n].copy_from_slice(&w.as_bytes()[..n]);
-        u64::from_be_bytes(k)
-    };
-    let mut keyed: Vec<(u64, u32)> = words.iter().enumerate().map(|(i, w)| (key(w), i as u32)).collect();
+    let mut keyed: Vec<(u64, u32)> = words.iter().enumerate().map(|(i, w)| (prefix_key(w.as_bytes()), i as u32)).collect();
     keyed.sort_unstable_by(|a, b| {
         a.0.cmp(&b.0).then_with(|| words[a.1 as usize].as_bytes().cmp(words[b.1 as usize].as_bytes())).then(a.1.cmp(&b.1))
     });

@@ -122,6 +122,11 @@ proptest! {
                 // Shared 8-byte prefixes: ties the key alone cannot break.
                 1 => "[ab天]{6,12}",
                 1 => "\\PC{1,6}",
+                // Whitespace and controls above ASCII (U+0085, U+00A0, U+1680, U+2000, U+2028,
+                // U+202F, U+205F, U+3000) beside their non-space neighbours in the same lead bytes.
+                1 => "[a天\u{85}\u{9f}\u{a0}\u{a1}\u{1680}\u{1681}\u{2000}\u{200b}\u{2028}\u{202f}\u{205f}\u{2060}\u{3000}\u{3001}\u{7f}“]{1,4}",
+                // Around the 64-character limit.
+                1 => "[a天]{62,66}",
             ],
             1..40,
         ),

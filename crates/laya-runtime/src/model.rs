@@ -311,8 +311,13 @@ impl Model {
     /// Validates a model compiled into the program (`include_bytes!`). The bytes must be
     /// 64-byte aligned for in-place use; if they are not, they are copied once.
     pub fn from_static(bytes: &'static [u8]) -> Result<Arc<Model>, LoadError> {
+        Self::from_static_with(bytes, Kernels::detect())
+    }
+
+    /// Like [`Model::from_static`] with an explicit kernel tier.
+    pub fn from_static_with(bytes: &'static [u8], kernels: Kernels) -> Result<Arc<Model>, LoadError> {
         let storage = if (bytes.as_ptr() as usize).is_multiple_of(64) { Storage::Static(bytes) } else { Storage::Owned(bytes.to_vec()) };
-        Self::from_storage(storage, Kernels::detect()).map(Arc::new)
+        Self::from_storage(storage, kernels).map(Arc::new)
     }
 
     /// Like [`Model::from_bytes`] with an explicit kernel tier.
