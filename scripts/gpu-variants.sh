@@ -98,7 +98,7 @@ train)
     exit $status
     ;;
 *)
-    sed -n '2,18p' "$0" >&2
+    sed -n '2,22p' "$0" >&2
     exit 2
     ;;
 esac
