@@ -8,6 +8,8 @@
 #     LAYA=path/to/laya (default target/release/laya), LAYA_EVAL_LIMIT=N (default 1000 lines a genre)
 #     LAYA_EVAL_LEARN=1: each predictor twice, without and with `--learn` (lines typed in order,
 #     each learned after it was typed; docs/personalisation.md)
+#     LAYA_EVAL_GENRES="name|file;name|file…": other texts than the Chinese dev genres
+#     (scripts/train-english.sh types the English ones)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/default.laya}
@@ -23,7 +25,7 @@ D=data/zh
 
 # genre name, dev file: the reviews and held-out People's Daily 1998 (the previous evaluation
 # texts) and the held-out dev split of every new training genre (docs/data.md).
-GENRES=(
+DEFAULT_GENRES=(
     "reviews|$D/valid.txt"
     "news 1998 (held out)|$D/heldout-raw.txt"
     "news 2013|$D/genre/news2013/dev.txt"
@@ -33,6 +35,8 @@ GENRES=(
     "tech|$D/genre/tech/dev.txt"
     "ui|$D/genre/ui/dev.txt"
 )
+GENRES=("${DEFAULT_GENRES[@]}")
+[[ -n "${LAYA_EVAL_GENRES:-}" ]] && IFS=';' read -r -a GENRES <<< "$LAYA_EVAL_GENRES"
 echo "| genre | predictor | ksr | top1_k0 | top5_k0 | top1_k1 | top5_k1 | oov_rate | words |"
 echo "|-------|-----------|----:|--------:|--------:|--------:|--------:|---------:|------:|"
 for g in "${GENRES[@]}"; do

@@ -38,16 +38,4 @@ LAYA_BIN=${LAYA_BIN:-$LAYA} LAYA_NAME=laya-en-experiment LAYA_LANGUAGE=en \
 $LAYA prior --dict $D/wordfreq.txt "$OUT_F16" "$OUT_F16"
 $LAYA quantize "$OUT_F16" "$OUT"
 
-echo "| text | predictor | ksr | top1_k0 | top5_k0 | top1_k1 | top5_k1 | oov_rate | words |"
-echo "|------|-----------|----:|--------:|--------:|--------:|--------:|---------:|------:|"
-for g in "chat (dev)|$D/chat/dev.txt" "Brown K–R|$D/valid.txt"; do
-    for p in model ngram; do
-        $LAYA eval --model "$OUT" --predictor $p --ngram $W/ngram.json --text "${g#*|}" --limit 1000 --json |
-            python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-keys = ("ksr", "top1_k0", "top5_k0", "top1_k1", "top5_k1", "oov_rate")
-print("| " + " | ".join(sys.argv[1:3] + ["%.4f" % r[k] for k in keys] + [str(r["words"])]) + " |")
-' "${g%%|*}" $p
-    done
-done
+LAYA_EVAL_GENRES="chat (dev)|$D/chat/dev.txt;Brown K–R|$D/valid.txt" scripts/eval-genres.sh "$OUT" $W/ngram.json
