@@ -274,31 +274,30 @@ for d in "${DEB_OTHER[@]}"; do
 done
 say "have Debian package files"
 
-# Genre text and frequency lists (redone when missing, with --force, or when the script changed).
+# Runs a preparation script (SCRIPT RAW DATA) when one of its outputs is missing, with --force,
+# or when the script is newer than its first output.
+prepare_when_stale() {
+    local script=$1 what=$2
+    shift 2
+    local missing=0 f
+    for f in "$@"; do [[ -e "$f" ]] || missing=1; done
+    [[ "$script" -nt "$1" ]] && missing=1
+    if [[ $FORCE == 1 || $missing == 1 ]]; then
+        say "preparing $what ($(basename "$script"))"
+        python3 "$script" "$RAW" "$DATA" || die "preparing $what failed (see the message above)"
+    else
+        say "$what are up to date (--force to redo)"
+    fi
+}
+
+# Genre text and frequency lists, English chat and frequencies.
 BROAD_OUTS=("$DATA/zh/genre/summary.tsv" "$DATA/zh/wordfreq.txt" "$DATA/zh/essay.txt")
 for g in subtitles news2013 formal dialogue tech ui; do
     for s in train dev test; do BROAD_OUTS+=("$DATA/zh/genre/$g/$s.txt"); done
 done
-missing=0
-for f in "${BROAD_OUTS[@]}"; do [[ -e "$f" ]] || missing=1; done
-[[ "$ROOT/scripts/prepare_broad.py" -nt "$DATA/zh/genre/summary.tsv" ]] && missing=1
-if [[ $FORCE == 1 || $missing == 1 ]]; then
-    say "preparing genre text and frequency lists (scripts/prepare_broad.py)"
-    python3 "$ROOT/scripts/prepare_broad.py" "$RAW" "$DATA" || die "genre preparation failed (see the message above)"
-else
-    say "genre files and frequency lists are up to date (--force to redo)"
-fi
-
+prepare_when_stale "$ROOT/scripts/prepare_broad.py" "genre text and frequency lists" "${BROAD_OUTS[@]}"
 EN_OUTS=("$DATA/en/chat/train.txt" "$DATA/en/chat/dev.txt" "$DATA/en/chat/test.txt" "$DATA/en/wordfreq.txt")
-missing=0
-for f in "${EN_OUTS[@]}"; do [[ -e "$f" ]] || missing=1; done
-[[ "$ROOT/scripts/prepare_english.py" -nt "$DATA/en/chat/train.txt" ]] && missing=1
-if [[ $FORCE == 1 || $missing == 1 ]]; then
-    say "preparing English chat and frequencies (scripts/prepare_english.py)"
-    python3 "$ROOT/scripts/prepare_english.py" "$RAW" "$DATA" || die "English preparation failed (see the message above)"
-else
-    say "English chat and frequencies are up to date (--force to redo)"
-fi
+prepare_when_stale "$ROOT/scripts/prepare_english.py" "English chat and frequencies" "${EN_OUTS[@]}"
 
 cp "$RAW/jieba/dict.txt" "$DATA/zh/dict.txt"
 

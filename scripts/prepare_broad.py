@@ -375,6 +375,15 @@ def line_key(s):
     return hashlib.sha1(s.encode("utf-8")).digest()
 
 
+def write_lines(path, lines):
+    """One line each, through a temporary file renamed into place."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        for l in lines:
+            fh.write(l + "\n")
+    os.replace(tmp, path)
+
+
 def prepare_genre(raw, out, genre, reader):
     docs = sorted(reader(raw), key=lambda d: d[0])
     ids = [d[0] for d in docs]
@@ -398,12 +407,7 @@ def prepare_genre(raw, out, genre, reader):
     os.makedirs(gdir, exist_ok=True)
     stats = {}
     for name, lines in parts.items():
-        path = os.path.join(gdir, name + ".txt")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for l in lines:
-                fh.write(l + "\n")
-        os.replace(tmp, path)
+        write_lines(os.path.join(gdir, name + ".txt"), lines)
         stats[name] = (len(lines), sum(len(l) for l in lines), sum(han_count(l) for l in lines))
     if not parts["train"]:
         raise Fail(f"{genre}: no training lines")

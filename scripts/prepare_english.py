@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from prepare_broad import DEV_CAP, MAX_LINE, WS_RE, Fail, bucket, line_key, prepare_wordfreq
+from prepare_broad import DEV_CAP, MAX_LINE, WS_RE, Fail, bucket, line_key, prepare_wordfreq, write_lines
 
 
 def chat_conversations(raw):
@@ -55,12 +55,7 @@ def prepare_chat(raw, out):
     cdir = os.path.join(out, "en", "chat")
     os.makedirs(cdir, exist_ok=True)
     for name, lines in parts.items():
-        path = os.path.join(cdir, name + ".txt")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for l in lines:
-                fh.write(l + "\n")
-        os.replace(tmp, path)
+        write_lines(os.path.join(cdir, name + ".txt"), lines)
         words = sum(len(l.split()) for l in lines)
         print(f"  en/chat/{name}.txt: {len(lines)} messages, {words} words, {convs[name]} conversations"
               + (f" (dev conversations had {dev_all} messages; the rest are dropped)" if name == "dev" else ""))
