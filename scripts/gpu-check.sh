@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine what scripts/build-cuda.sh packed (no Rust toolchain needed there):
-# the GPU-against-CPU tests, then training throughput at the shipped model's shape (2 blocks of
-# FFN 256, d 128, relative_causal positions, 50,000 words in a head factorised over 1,024
+# the GPU-against-CPU tests, then training throughput at the shipped model's shape (d 192, 3
+# heads, 3 blocks of FFN 512, relative_causal positions, 50,000 words in a head factorised over 1,024
 # own-word classes plus 512) for laya-train on the GPU and PyTorch on the same GPU
 # (benchmarks/train-peer/torch_causal.py, eager and torch.compile), alternating, ROUNDS times.
 #
@@ -27,7 +27,7 @@ python3 scripts/gpu-smoke.py "$smoke"
 "$DIR/laya" predict --model "$smoke/m.laya" "$(head -1 "$smoke/events.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["context"])')" | head -3
 "$DIR/laya" train --device cuda:99 --events "$smoke/events.jsonl" --lexicon "$smoke/lexicon.tsv" --out "$smoke/x.laya" 2>&1 | tail -1
 echo "## Throughput, samples/s (V 50,000)"
-export LAYA_LAYERS=2 LAYA_FFN=256 LAYA_POSITIONS=relative_causal LAYA_WORD_CLASSES=512 LAYA_OWN_CLASS_WORDS=1024
+export LAYA_LAYERS=3 LAYA_FFN=512 LAYA_D_MODEL=192 LAYA_HEADS=3 LAYA_POSITIONS=relative_causal LAYA_WORD_CLASSES=512 LAYA_OWN_CLASS_WORDS=1024
 for round in $(seq "$ROUNDS"); do
     for b in $BATCHES; do
         LAYA_DEVICE=cuda LAYA_STEPS=60 "$DIR/throughput" --child 50000 table "$b"

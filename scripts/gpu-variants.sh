@@ -17,7 +17,7 @@
 #     on the GPU (LAYA_DEVICE, default cuda), then attaches the prior and quantises each to OUT_DIR/NAME.laya, like
 #     scripts/train-default.sh. A VARIANT is NAME:LAYERS:FFN:D_MODEL:HEADS:STAGE1:STAGE2:STAGE3:EPOCHS3
 #     with an optional :SET naming a pack-set lexicon (the shipped model:
-#     default:2:256:128:2:1000000:1200000:900000:2). LAYA_KEEP_F16="NAME..." also keeps those
+#     default:3:512:192:3:2000000:2000000:3500000:2). LAYA_KEEP_F16="NAME..." also keeps those
 #     variants' F16 masters (xz, in parts under 16 MiB) and loss curves in OUT_DIR.
 # Back here, scripts/eval-genres.sh OUT_DIR/NAME.laya NGRAM types the dev genres with each.
 set -euo pipefail

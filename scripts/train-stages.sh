@@ -10,8 +10,8 @@
 #   scripts/train-stages.sh DATA_DIR RUN_DIR OUT_F16
 #     DATA_DIR holds train-events.jsonl, dev-events.jsonl and lexicon.tsv; checkpoints go to
 #     RUN_DIR/stage{1,2,3}. Environment (defaults = the shipped model): LAYA_BIN (laya),
-#     LAYA_DEVICE (cpu), LAYA_LAYERS (2), LAYA_FFN (256), LAYA_D_MODEL (128), LAYA_HEADS (2),
-#     LAYA_STAGE{1,2,3}_EVENTS (1000000, 1200000, 900000), LAYA_STAGE3_EPOCHS (2),
+#     LAYA_DEVICE (cpu), LAYA_LAYERS (3), LAYA_FFN (512), LAYA_D_MODEL (192), LAYA_HEADS (3),
+#     LAYA_STAGE{1,2,3}_EVENTS (2000000, 2000000, 3500000), LAYA_STAGE3_EPOCHS (2),
 #     LAYA_WORD_CLASSES (512), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage),
 #     LAYA_NAME, LAYA_LANGUAGE and LAYA_TRAINING_DATA (the model's name, language and the note on
 #     its training data; default: the Chinese default's).
@@ -21,9 +21,9 @@ RUN=$2
 OUT_F16=$3
 LAYA=${LAYA_BIN:-laya}
 DEVICE=${LAYA_DEVICE:-cpu}
-STAGE1=${LAYA_STAGE1_EVENTS:-1000000}
-STAGE2=${LAYA_STAGE2_EVENTS:-1200000}
-STAGE3=${LAYA_STAGE3_EVENTS:-900000}
+STAGE1=${LAYA_STAGE1_EVENTS:-2000000}
+STAGE2=${LAYA_STAGE2_EVENTS:-2000000}
+STAGE3=${LAYA_STAGE3_EVENTS:-3500000}
 STAGE3_EPOCHS=${LAYA_STAGE3_EPOCHS:-2}
 WORD_CLASSES=${LAYA_WORD_CLASSES:-512}
 OWN_CLASS_WORDS=${LAYA_OWN_CLASS_WORDS:-1024}
@@ -37,8 +37,8 @@ COMMON=(--device "$DEVICE" --events "$D/train-events.jsonl" --valid-events "$D/d
     --training-data "$INFO")
 mkdir -p "$RUN"
 "$LAYA" train "${COMMON[@]}" --lexicon "$D/lexicon.tsv" --max-events "$STAGE1" --epochs 1 \
-    --layers "${LAYA_LAYERS:-2}" --ffn "${LAYA_FFN:-256}" --d-model "${LAYA_D_MODEL:-128}" \
-    --heads "${LAYA_HEADS:-2}" --lr 4e-3 --positions relative_causal \
+    --layers "${LAYA_LAYERS:-3}" --ffn "${LAYA_FFN:-512}" --d-model "${LAYA_D_MODEL:-192}" \
+    --heads "${LAYA_HEADS:-3}" --lr 4e-3 --positions relative_causal \
     --checkpoint-dir "$RUN/stage1" ${LAYA_RESUME:+--resume} --out "$RUN/stage1.laya"
 "$LAYA" train "${COMMON[@]}" --init "$RUN/stage1.laya" --max-events "$STAGE2" --epochs 1 \
     --lr 2e-3 --warmup-steps 100 ${HEAD[@]+"${HEAD[@]}"} \

@@ -2,9 +2,10 @@
 PyTorch on the same GPU (scripts/gpu-bench.sh runs both). The network and loss are those of
 `crates/laya-train` with `--positions relative_causal` and a factorised word head, as
 `cargo run --release -p laya-train --example throughput --features cuda` builds them with
-LAYA_POSITIONS=relative_causal LAYA_WORD_CLASSES=K LAYA_OWN_CLASS_WORDS=N LAYA_LAYERS LAYA_FFN:
+LAYA_POSITIONS=relative_causal LAYA_WORD_CLASSES=K LAYA_OWN_CLASS_WORDS=N LAYA_LAYERS LAYA_FFN
+LAYA_D_MODEL LAYA_HEADS:
 
-* d 128, 2 heads, T 16, L pre-norm blocks (FFN width LAYA_FFN, gelu-tanh); each sample is the
+* d LAYA_D_MODEL (128), LAYA_HEADS heads (2), T 16, L pre-norm blocks (FFN width LAYA_FFN, gelu-tanh); each sample is the
   last R = L(T-1)+1 tokens; block l computes keys and values over its n_l input positions and
   queries, attention and FFN over the last m_l = (L-1-l)(T-1)+1 only; query i sees key j within
   the window of T with a learned bias per (block, head, distance);
@@ -26,7 +27,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-D, H, T, ROWS, C = 128, 2, 16, 4098, 8
+T, ROWS, C = 16, 4098, 8
+D = int(os.environ.get("LAYA_D_MODEL", "128"))
+H = int(os.environ.get("LAYA_HEADS", "2"))
 FFN = int(os.environ.get("LAYA_FFN", "256"))
 LAYERS = int(os.environ.get("LAYA_LAYERS", "2"))
 K = int(os.environ.get("LAYA_WORD_CLASSES", "512"))

@@ -146,15 +146,17 @@ pub struct Args {
     threads: Option<u16>,
     #[arg(long, default_value_t = 16)]
     context: usize,
-    #[arg(long, default_value_t = 128)]
+    /// Width of the residual stream (the shipped model: 192).
+    #[arg(long, default_value_t = 192)]
     d_model: usize,
-    #[arg(long, default_value_t = 2)]
+    /// Attention heads; they divide `--d-model` (the shipped model: 3).
+    #[arg(long, default_value_t = 3)]
     heads: usize,
-    /// Transformer blocks (the shipped models: 2).
-    #[arg(long, default_value_t = 2)]
+    /// Transformer blocks (the shipped model: 3).
+    #[arg(long, default_value_t = 3)]
     layers: usize,
-    /// FFN width of every block (the shipped models: 256).
-    #[arg(long, default_value_t = 256)]
+    /// FFN width of every block (the shipped model: 512).
+    #[arg(long, default_value_t = 512)]
     ffn: usize,
     #[arg(long, default_value_t = 8)]
     replace_classes: usize,

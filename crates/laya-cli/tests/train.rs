@@ -327,7 +327,8 @@ fn out_is_checked_before_training_starts() {
     assert!(left.is_empty(), "stray files: {left:?}");
 }
 
-/// A new network without size flags is the shipped kind: causal positions, 2 blocks of FFN 256.
+/// A new network without size flags is the shipped kind: causal positions, d 192, 3 heads, 3
+/// blocks of FFN 512.
 #[test]
 fn defaults_build_the_shipped_kind_of_network() {
     let (events, lexicon) = fixtures();
@@ -339,6 +340,6 @@ fn defaults_build_the_shipped_kind_of_network() {
         .unwrap());
     let hp = laya_format::LayaFile::parse(&std::fs::read(&out).unwrap()).unwrap().meta.hparams;
     assert_eq!(hp.position_scheme, laya_format::PositionScheme::RelativeCausal);
-    assert_eq!(hp.feed_forward_length, vec![256, 256]);
-    assert_eq!((hp.embedding_length, hp.head_count), (128, 2));
+    assert_eq!(hp.feed_forward_length, vec![512, 512, 512]);
+    assert_eq!((hp.embedding_length, hp.head_count), (192, 3));
 }

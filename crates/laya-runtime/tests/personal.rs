@@ -51,7 +51,8 @@ fn pairs_bring_back_the_word_that_followed() {
         s.learn("我们讨论拉雅的设计");
     }
     let after = bar(&mut s, "我们讨论");
-    assert!(!before.contains(&("拉雅".to_string(), 0)), "{before:?}");
+    // Alone, the word's own count may give it the last slot; the pair puts it first.
+    assert!(before[..4].iter().all(|c| c.0 != "拉雅"), "{before:?}");
     assert_eq!(after[0], ("拉雅".to_string(), 0), "{after:?}");
     // The network's own candidates keep the rest of the bar.
     assert!(after[1..].iter().any(|c| before.contains(c)), "{before:?} then {after:?}");

@@ -1,8 +1,8 @@
 //! Training throughput on synthetic events (d 128, 3 blocks, FFN 512, lexicon 512 and 20,000).
 //!
 //! `cargo run --release -p laya-train --example throughput [--features mimalloc]`
-//! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS=2 LAYA_FFN=256` for the default
-//! model's shape, `LAYA_POSITIONS=relative_causal` for the causal scheme, `LAYA_WORD_CLASSES=K`
+//! (`LAYA_THREADS=1,2`, `LAYA_BATCH=128,512`, `LAYA_LAYERS`, `LAYA_FFN`, `LAYA_D_MODEL` and
+//! `LAYA_HEADS` for the blocks (`3 512 192 3` is the default model's shape), `LAYA_POSITIONS=relative_causal` for the causal scheme, `LAYA_WORD_CLASSES=K`
 //! for a factorised word head (`LAYA_OWN_CLASS_WORDS=N`: the first N words in classes of their
 //! own, as `laya train --own-class-words`), `LAYA_STEPS` timed steps, `LAYA_DEVICE=cuda` to
 //! train on the GPU: build with `--features cuda`, see scripts/gpu-bench.sh). It times `train_step` (batch shards side by side,
@@ -103,6 +103,9 @@ fn child(vocab: usize, mapping: &str, batch_size: usize) {
     // LAYA_FFN / LAYA_LAYERS: the blocks (default 512 / 3; the default model is 256 / 2).
     let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
     mc.ffn = vec![env("LAYA_FFN", 512); env("LAYA_LAYERS", 3)];
+    // LAYA_D_MODEL / LAYA_HEADS: the width and the attention heads (default 128 / 2).
+    mc.d_model = env("LAYA_D_MODEL", mc.d_model);
+    mc.heads = env("LAYA_HEADS", mc.heads);
     // LAYA_POSITIONS: learned_absolute (default) or relative_causal (R = L·(T−1)+1 rows a sample).
     if let Ok(name) = std::env::var("LAYA_POSITIONS") {
         mc.position_scheme = PositionScheme::from_name(&name).expect("LAYA_POSITIONS: learned_absolute or relative_causal");
