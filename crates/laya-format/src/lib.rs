@@ -48,8 +48,8 @@ pub use gguf::{Array, GgufFile, TensorInfo, Value, ValueType};
 pub use punct::{cjk_punctuation, is_punctuation_word};
 pub use save::write_file_atomically;
 pub use schema::{
-    keys, normalize, Activation, HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme, Provenance, TensorRef,
-    COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
+    keys, normalize, separates_words, Activation, HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme,
+    Provenance, TensorRef, COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
 };
 pub use strings::Strings;
 pub use types::{GgmlType, TypeTraits, QK, TYPES};

@@ -325,6 +325,28 @@ pub struct Provenance {
     pub tool: Option<String>,
 }
 
+/// Primary language subtags of scripts written without spaces between words (Chinese,
+/// Japanese, Thai, Lao, Khmer, Burmese, Tibetan).
+const UNSPACED_LANGUAGES: [&str; 9] = ["zh", "yue", "wuu", "ja", "th", "lo", "km", "my", "bo"];
+
+/// Whether `language` (a BCP 47 tag, `laya.provenance.language`) separates words with spaces.
+/// In such a language a context that ends in a letter, a digit or an apostrophe is inside a
+/// word, so the runtime offers completions there and next words only after a space
+/// (docs/format.md §3 step 6). An empty tag leaves that rule off; any other tag counts as
+/// spaced unless its primary subtag is one of the unspaced languages.
+///
+/// ```
+/// assert!(laya_format::separates_words("en"));
+/// assert!(laya_format::separates_words("en-GB"));
+/// assert!(!laya_format::separates_words("zh"));
+/// assert!(!laya_format::separates_words("zh-Hant"));
+/// assert!(!laya_format::separates_words(""));
+/// ```
+pub fn separates_words(language: &str) -> bool {
+    let primary = language.split(['-', '_']).next().unwrap_or("").trim().to_ascii_lowercase();
+    !primary.is_empty() && !UNSPACED_LANGUAGES.contains(&primary.as_str())
+}
+
 /// Everything in a model file except the tensors.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelMeta {

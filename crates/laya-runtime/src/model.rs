@@ -47,6 +47,9 @@ pub struct Config {
     pub word_classes: usize,
     /// Words in the largest class (0 for a flat head).
     pub largest_class: usize,
+    /// The model's language separates words with spaces ([`laya_format::separates_words`]):
+    /// a context ending inside a word then gets completions only, next words after a space.
+    pub spaced_words: bool,
 }
 
 /// Descriptive facts about a model file, for `laya inspect` and logs.
@@ -364,6 +367,7 @@ impl Model {
             receptive_field: hp.position_scheme.receptive_field(hp.block_count, hp.context_length) as usize,
             word_classes: 0,
             largest_class: 0,
+            spaced_words: laya_format::separates_words(&file.meta.provenance.language),
         };
         let mut layers = Vec::with_capacity(file.layers.len());
         for l in &file.layers {

@@ -72,6 +72,10 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     };
 
     let max_i = (pi.len() - 1).min(n_chars);
+    // In a language with spaces, a context ending in a letter, digit or apostrophe is inside a
+    // word: a next word would be glued to it, so the bar holds completions only (their
+    // probabilities still count the next-word mass, which stays out of the bar).
+    let next_words_on_bar = !(m.cfg.spaced_words && n_chars > 0 && inside_word(last_chars[t - 1]));
     let admissible = |i: usize, posn: usize| {
         let id = m.lexicon.id_at(posn);
         (m.lexicon.char_len(id) > i).then_some(id)
@@ -145,7 +149,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         None => {
             total += m.kernels.score_chunks(pw, completion_share, c0, next_word_scores, run_max);
             let mut threshold = f32::NEG_INFINITY;
-            for (chunk, &mx) in run_max.iter().enumerate() {
+            for (chunk, &mx) in run_max.iter().enumerate().filter(|_| next_words_on_bar) {
                 if mx > threshold {
                     for (j, &score) in next_word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
                         if score > threshold {
@@ -188,7 +192,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
             // First the best k + 3 classes, best first: typically enough to fill the bar
             // and raise the threshold past every other class.
             let first = (k + 3).min(pc.len());
-            for (run, chunk) in pc.chunks(16).enumerate() {
+            for (run, chunk) in pc.chunks(16).enumerate().filter(|_| next_words_on_bar) {
                 if best_classes.len() == first && run_max[run] <= best_classes[first - 1].0 {
                     continue;
                 }
@@ -212,7 +216,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
             // Then any other class that could still beat the k-th candidate, best first;
             // few remain and fewer are taken, so each is picked by a scan, not a sort.
             classes_left.clear();
-            for (run, chunk) in pc.chunks(16).enumerate() {
+            for (run, chunk) in pc.chunks(16).enumerate().filter(|_| next_words_on_bar) {
                 if hits.len() == k && beaten(run_max[run], threshold) {
                     continue;
                 }
@@ -264,7 +268,8 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     if punctuation_slot && best_punct.score > 0.0 {
         push_top(hits, k, best_punct);
     }
-    replace_mass[0] = total - replace_mass[1..].iter().sum::<f32>();
+    // Off the bar, the next-word class offers the history nothing to mix into either.
+    replace_mass[0] = if next_words_on_bar { total - replace_mass[1..].iter().sum::<f32>() } else { 0.0 };
     if total > 0.0 && total.is_finite() {
         for h in hits.iter_mut() {
             h.score /= total;
@@ -274,6 +279,12 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         }
     }
     clock.lap(Stage::Rank);
+}
+
+/// A letter, digit or apostrophe: in a language with spaces, a context ending in one is
+/// inside a word.
+fn inside_word(cp: u32) -> bool {
+    char::from_u32(cp).is_some_and(|c| c.is_alphanumeric() || matches!(c, '\'' | '\u{2019}'))
 }
 
 /// Fills `pw` (by word id) with `P(w)` of the words of class `c` of a factorised head

@@ -414,3 +414,42 @@ fn classes_packed_on_first_use_predict_as_classes_packed_at_once() {
         }
     }
 }
+
+/// In a language written with spaces (`laya.provenance.language`, `laya_format::separates_words`)
+/// a context ending in a letter, digit or apostrophe is inside a word: the bar holds completions
+/// only, with the probabilities they have anyway, and neither the network nor the learned
+/// history adds a next word that would be glued to it. After a space, or in Chinese with the
+/// same weights, next words come back.
+#[test]
+fn a_spaced_language_offers_no_next_word_inside_a_word() {
+    use laya_format::testing::random_model;
+    for cfg in [TinyConfig::default(), TinyConfig { word_classes: 12, ..TinyConfig::default() }] {
+        let (mut meta, tensors) = random_model(&cfg, 11, GgmlType::Q8_0);
+        let zh = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        meta.provenance.language = "en-GB".into();
+        let en = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        let (mut zs, mut es) = (Session::new(zh), Session::new(en));
+        let bar = |s: &mut Session, ctx: &str| s.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect::<Vec<_>>();
+        let mut zh_next_words_inside = 0;
+        for ctx in ["hel", "hello wor", "a", "naï", "don'", "x9", "hello"] {
+            let (z, e) = (bar(&mut zs, ctx), bar(&mut es, ctx));
+            assert!(e.iter().all(|c| c.1 > 0), "{ctx:?}: {e:?}");
+            zh_next_words_inside += z.iter().filter(|c| c.1 == 0).count();
+            for c in &e {
+                if let Some(same) = z.iter().find(|d| (&d.0, d.1) == (&c.0, c.1)) {
+                    assert!((same.2 - c.2).abs() <= 1e-6, "{ctx:?}: {c:?} against {same:?}");
+                }
+            }
+        }
+        assert!(zh_next_words_inside > 0, "the same weights in Chinese offer next words there");
+        for ctx in ["hello ", "", "hi, ", "😀"] {
+            assert_eq!(bar(&mut zs, ctx), bar(&mut es, ctx), "{ctx:?}");
+        }
+        // A learned pair brings its word back after a space, never glued to the first word.
+        for _ in 0..3 {
+            es.learn("hello zork");
+        }
+        assert!(bar(&mut es, "hello ").iter().any(|c| (c.0.as_str(), c.1) == ("zork", 0)), "{:?}", bar(&mut es, "hello "));
+        assert!(bar(&mut es, "hello").iter().all(|c| c.1 > 0), "{:?}", bar(&mut es, "hello"));
+    }
+}
