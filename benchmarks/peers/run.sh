@@ -83,7 +83,7 @@ target/release/laya quantize "$models/rand-20000-causal-cls-f32.laya" "$models/r
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 512, seed shape, F32 (random)=$models/seed-512-f32.laya=3 blocks, d 128, 2 heads, FFN 512, random weights, F32 everywhere." \
-    "lexicon 50000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (2 blocks, FFN 256, table embedding, factorised word head, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
+    "lexicon 50000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (3 blocks, d 192, 3 heads, FFN 512, table embedding, factorised word head, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
     "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere." \
     "lexicon 512, seed shape, quantised=$models/seed-512-q.laya=the seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
     "lexicon 50000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize (= models/default.laya): Laya runs Q8_0 with int8 activations and expands only the classes its ranking needs, peers compute the dense log P(w) from the dequantised weights." \
