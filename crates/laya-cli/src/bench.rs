@@ -107,6 +107,8 @@ struct Report {
     /// Median over the same processes, inside each: from the start of loading the model to
     /// the first prediction (what an input method that embeds the runtime waits for).
     cold_first_prediction_ms: f64,
+    /// `cold_first_prediction_ms` by phase (medians of each over the same processes).
+    cold_phases: ColdPhases,
     load_ms: f64,
     allocations_per_prediction: f64,
     /// Multiply-adds of a prediction computed whole.
@@ -142,6 +144,18 @@ struct Report {
 struct Probe {
     first_prediction_us: f64,
     peak_rss_kb: u64,
+    /// The phases of `first_prediction_us`: validating the file, preparing the model
+    /// ([`laya_runtime::LoadTime`]), making the session, the first prediction.
+    phases_us: [f64; 4],
+}
+
+/// Medians over the cold processes of [`Probe::phases_us`], in ms.
+#[derive(Serialize, Clone, Copy)]
+struct ColdPhases {
+    validate_ms: f64,
+    prepare_ms: f64,
+    session_ms: f64,
+    first_prediction_ms: f64,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
@@ -270,6 +284,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         mean_us: mean,
         cold_start_ms: cold.0,
         cold_first_prediction_ms: cold.1,
+        cold_phases: cold.3,
         load_ms,
         allocations_per_prediction: info.count_total as f64 / args.iterations as f64,
         macs_per_prediction: model.macs_per_prediction(),
@@ -316,6 +331,14 @@ fn print_report(r: &Report) -> Result<(), CliError> {
     outln!("| predictions / second        | {:.0} |", r.predictions_per_second);
     outln!("| cold start (process → first prediction) | {:.2} ms |", r.cold_start_ms);
     outln!("| cold start in that process (load → first prediction) | {:.2} ms |", r.cold_first_prediction_ms);
+    let c = r.cold_phases;
+    outln!(
+        "| … validate / prepare / session / first prediction | {:.2} / {:.2} / {:.2} / {:.2} ms |",
+        c.validate_ms,
+        c.prepare_ms,
+        c.session_ms,
+        c.first_prediction_ms
+    );
     outln!("| load in this process        | {:.2} ms |", r.load_ms);
     outln!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
     outln!("| allocations per prediction  | {} |", r.allocations_per_prediction);
@@ -446,12 +469,13 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
 }
 
 /// Starts `--cold-runs` fresh processes that each load the model and predict once. Returns
-/// the medians of spawn → first prediction and of load → first prediction (ms), and the
-/// largest peak RSS (KB).
-fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
+/// the medians of spawn → first prediction and of load → first prediction (ms), the largest
+/// peak RSS (KB) and the medians of the phases.
+fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases), CliError> {
     let exe = std::env::current_exe()?;
     let mut times = Vec::new();
     let mut inside = Vec::new();
+    let mut phases: [Vec<f64>; 4] = Default::default();
     let mut rss = 0;
     for _ in 0..args.cold_runs.max(1) {
         let mut cmd = Command::new(&exe);
@@ -473,23 +497,35 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64), CliError> {
         let probe: Probe = serde_json::from_str(line.trim()).map_err(|_| CliError(format!("cold-start probe failed ({status})")))?;
         times.push(elapsed);
         inside.push(probe.first_prediction_us / 1e3);
+        for (all, us) in phases.iter_mut().zip(probe.phases_us) {
+            all.push(us / 1e3);
+        }
         rss = rss.max(probe.peak_rss_kb);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
-    Ok((median(&mut times), median(&mut inside), rss))
+    let [v, p, s, f] = &mut phases;
+    let phases = ColdPhases { validate_ms: median(v), prepare_ms: median(p), session_ms: median(s), first_prediction_ms: median(f) };
+    Ok((median(&mut times), median(&mut inside), rss, phases))
 }
 
 fn probe(args: &Args) -> Result<(), CliError> {
     let t0 = Instant::now();
     let model = load(args)?;
+    let load_time = model.info().load_time;
+    let t1 = Instant::now();
     let mut session = Session::new(model);
     session.set_act_precision(args.act.activations);
+    let t2 = Instant::now();
     std::hint::black_box(session.predict("今天天气", 5).len());
-    let us = t0.elapsed().as_secs_f64() * 1e6;
-    outln!("{}", serde_json::to_string(&Probe { first_prediction_us: us, peak_rss_kb: peak_rss_kb() })?);
+    let t3 = Instant::now();
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    // Loading is validate + prepare plus opening (or mapping) the file, counted with prepare.
+    let prepare = us(t1 - t0) - us(load_time.validate);
+    let phases_us = [us(load_time.validate), prepare, us(t2 - t1), us(t3 - t2)];
+    outln!("{}", serde_json::to_string(&Probe { first_prediction_us: us(t3 - t0), peak_rss_kb: peak_rss_kb(), phases_us })?);
     Ok(())
 }
 

@@ -169,6 +169,12 @@ fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     // The in-process part of a cold start is part of the whole (both medians of the same runs).
     let (whole, inside) = (v["cold_start_ms"].as_f64().unwrap(), v["cold_first_prediction_ms"].as_f64().unwrap());
     assert!(inside > 0.0 && inside <= whole, "{inside} ms of {whole} ms");
+    // Its phases: each measured, none longer than the whole (medians of the same processes).
+    let phases = &v["cold_phases"];
+    for key in ["validate_ms", "prepare_ms", "session_ms", "first_prediction_ms"] {
+        let ms = phases[key].as_f64().unwrap_or_else(|| panic!("missing cold_phases.{key}: {v}"));
+        assert!(ms > 0.0 && ms <= whole, "{key}: {ms} ms of {whole} ms");
+    }
     // The peak is measured on this core (or assumed where there is no probe): positive, and the
     // fraction is the p50 arithmetic over it.
     let peak = v["peak_gflops"].as_f64().unwrap();

@@ -40,7 +40,7 @@ pub use engine::{Engine, EngineSession, SwapReport};
 pub use error::LoadError;
 pub use install::{install, install_with, InstallError, InstallPoint};
 pub use laya_kernels::{Int8Isa, Kernels, Level};
-pub use model::{Config, Model, ModelInfo};
+pub use model::{Config, LoadTime, Model, ModelInfo};
 pub use session::{
     ActPrecision, Candidate, CompletionRule, Predictions, Session, COMPLETION_EXPONENT_RANGE, COMPLETION_PRIOR_RANGE,
     DEFAULT_COMPLETION_PRIOR, DEFAULT_MAX_K, MAX_INCREMENTAL_CHARS,

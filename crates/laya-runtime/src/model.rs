@@ -72,6 +72,18 @@ pub struct ModelInfo {
     /// Lexicon words with a dictionary frequency (`laya.lexicon.dict_frequencies`); 0 when
     /// the file has none, and then completions are ranked by the network alone.
     pub dict_words: usize,
+    /// How long this load took, by phase (for `laya bench`'s cold start).
+    pub load_time: LoadTime,
+}
+
+/// The two phases of a load, as they ran in this process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadTime {
+    /// Parsing and validating the file: every check of `laya-format`, the checksum included.
+    pub validate: std::time::Duration,
+    /// Building what predictions read from the validated file: the lexicon's index, the packed
+    /// int8 copies of the linear layers, the word classes.
+    pub prepare: std::time::Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -329,8 +341,10 @@ impl Model {
     }
 
     fn from_storage(storage: Storage, kernels: Kernels) -> Result<Model, LoadError> {
+        let start = std::time::Instant::now();
         let bytes = storage.bytes();
         let mut file = LayaFile::parse(bytes)?;
+        let validate = start.elapsed();
         let base = bytes.as_ptr() as usize;
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
             let ty = t.ty;
@@ -399,6 +413,7 @@ impl Model {
             file_len: bytes.len(),
             storage: storage.kind(),
             dict_words: file.meta.dict_frequencies.as_deref().map_or(0, |d| d.iter().filter(|&&f| f > 0).count()),
+            load_time: LoadTime { validate, prepare: std::time::Duration::ZERO },
         };
         let classes = match &file.output_class {
             Some((w, _)) => {
@@ -449,6 +464,8 @@ impl Model {
             storage: Storage::Owned(Vec::new()),
         };
         drop(file);
+        let mut parts = parts;
+        parts.info.load_time.prepare = start.elapsed() - validate;
         // The parts hold byte ranges, not references, so the storage can move in now.
         Ok(Model { storage, ..parts })
     }
