@@ -725,7 +725,12 @@ impl<'a> LayaFile<'a> {
         let rules: Vec<&str> = m.normalization.iter().map(|r| r.name()).collect();
         let _ = writeln!(s, "normalization    [{}]", rules.join(", "));
         let p = &m.provenance;
-        let _ = writeln!(s, "language         {}", p.language);
+        let words = if crate::separates_words(&p.language) {
+            "words separated by spaces: completions only inside a word"
+        } else {
+            "words not separated by spaces"
+        };
+        let _ = writeln!(s, "language         {} ({words})", p.language);
         let _ = writeln!(s, "training data    {}", p.training_data);
         let _ = writeln!(s, "created          {}", p.created);
         if let Some(tool) = &p.tool {

@@ -181,6 +181,7 @@ fn summary_lists_hparams_tensors_and_checksum() {
         "table mapping, 46 codepoints",
         "lexicon          24 words",
         "[fullwidth_ascii, lowercase_ascii]",
+        "language         zh (words not separated by spaces)",
         "(verified)",
         "blk.0.ffn_down.weight",
         "Q4_1",
@@ -188,6 +189,10 @@ fn summary_lists_hparams_tensors_and_checksum() {
         assert!(s.contains(needle), "summary lacks {needle:?}:\n{s}");
     }
     assert_eq!(s.lines().filter(|l| l.starts_with("  ")).count(), tensors.len() + 1);
+    let mut en = meta.clone();
+    en.provenance.language = "en".into();
+    let s = LayaFile::parse(&write_model(&en, &tensors).unwrap()).unwrap().summary();
+    assert!(s.contains("language         en (words separated by spaces: completions only inside a word)"), "{s}");
 }
 
 #[test]
