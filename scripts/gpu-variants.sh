@@ -6,8 +6,9 @@
 #
 # Here (after scripts/train-default.sh has made data/zh, and scripts/build-cuda.sh the binary):
 #   scripts/gpu-variants.sh pack [DIR]
-#     compresses the training text, the dev text, lexicon.tsv, ngram.json and the three
-#     dictionaries of the prior of data/zh (or LAYA_DATA_DIR) into DIR (.device/data)
+#     compresses the training text, the dev text, lexicon.tsv, ngram.json and the dictionaries
+#     of the prior of data/zh (or LAYA_DATA_DIR: runs/en for English, which has wordfreq's list
+#     only) into DIR (.device/data)
 #   scripts/gpu-variants.sh pack-set NAME LEXICON NGRAM [DIR]
 #     adds another lexicon with the n-gram trained over it (`laya lexicon --size`, `laya ngram`)
 #     as DIR/NAME, for the variants that name it
@@ -18,7 +19,9 @@
 #     scripts/train-default.sh. A VARIANT is NAME:LAYERS:FFN:D_MODEL:HEADS:STAGE1:STAGE2:STAGE3:EPOCHS3
 #     with an optional :SET naming a pack-set lexicon (the shipped model:
 #     default:3:512:192:3:2000000:2000000:3500000:2). LAYA_KEEP_F16="NAME..." also keeps those
-#     variants' F16 masters (xz, in parts under 16 MiB) and loss curves in OUT_DIR.
+#     variants' F16 masters (xz, in parts under 16 MiB) and loss curves in OUT_DIR. The prior
+#     uses the dictionaries the pack has; LAYA_LANGUAGE, LAYA_NAME, LAYA_TRAINING_DATA and the
+#     other variables of scripts/train-stages.sh pass through (scripts/train-english.sh gpu).
 # Back here, scripts/eval-genres.sh OUT_DIR/NAME.laya NGRAM types the dev genres with each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +30,11 @@ case "${1:-}" in
 pack)
     out=${2:-.device/data}
     mkdir -p "$out"
-    for f in "${INPUTS[@]}"; do xz -T0 -6 -c "${LAYA_DATA_DIR:-data/zh}/$f" > "$out/$f.xz"; done
+    for f in "${INPUTS[@]}"; do
+        src=${LAYA_DATA_DIR:-data/zh}/$f
+        case $f in dict.txt | essay.txt) [ -f "$src" ] || continue ;; esac
+        xz -T0 -6 -c "$src" > "$out/$f.xz"
+    done
     ls -l "$out"
     ;;
 pack-set)
@@ -44,7 +51,12 @@ train)
     [ -f "$laya.xz" ] && xz -dkf "$laya.xz"
     chmod +x "$laya"
     work=$(mktemp -d)
-    for f in "${INPUTS[@]}"; do xz -dc "$data/$f.xz" > "$work/$f"; done
+    dicts=()
+    for f in "${INPUTS[@]}"; do
+        [ -f "$data/$f.xz" ] || continue
+        xz -dc "$data/$f.xz" > "$work/$f"
+        case $f in dict.txt | wordfreq.txt | essay.txt) dicts+=(--dict "$work/$f") ;; esac
+    done
     mkdir -p "$out"
     SECONDS=0
     # One set of logs per lexicon: simulated with the n-gram over that lexicon.
@@ -77,8 +89,7 @@ train)
                 LAYA_HEADS=$heads LAYA_STAGE1_EVENTS=$s1 LAYA_STAGE2_EVENTS=$s2 LAYA_STAGE3_EVENTS=$s3 \
                 LAYA_STAGE3_EPOCHS=$e3 scripts/train-stages.sh "$work/$lex" "$work/run-$name" "$work/$name-f16.laya" \
                 > "$out/$name.log" 2>&1
-            "$laya" prior --dict "$work/dict.txt" --dict "$work/wordfreq.txt" --dict "$work/essay.txt" \
-                "$work/$name-f16.laya" "$work/$name-f16.laya" >> "$out/$name.log"
+            "$laya" prior "${dicts[@]}" "$work/$name-f16.laya" "$work/$name-f16.laya" >> "$out/$name.log"
             "$laya" quantize "$work/$name-f16.laya" "$out/$name.laya" >> "$out/$name.log"
             case " ${LAYA_KEEP_F16:-} " in
             *" $name "*)

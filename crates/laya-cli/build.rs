@@ -1,14 +1,20 @@
-// Embeds models/default.laya into the binary when it exists, so `laya predict` works with no
-// files and no flags. Without it the binary still builds and says so plainly.
+// Embeds models/default.laya (Chinese) and models/en.laya (English) into the binary when they
+// exist, so `laya predict` works with no files and `--lang en` with no files either. Without
+// them the binary still builds and says so plainly.
 use std::path::Path;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(laya_default_model)");
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default.laya");
-    println!("cargo::rerun-if-changed={}", model.display());
+    println!("cargo::rustc-check-cfg=cfg(laya_english_model)");
     println!("cargo::rerun-if-changed=../../models");
-    if model.is_file() {
-        println!("cargo::rustc-cfg=laya_default_model");
-        println!("cargo::rustc-env=LAYA_DEFAULT_MODEL={}", model.canonicalize().unwrap().display());
+    for (file, cfg, env) in
+        [("default.laya", "laya_default_model", "LAYA_DEFAULT_MODEL"), ("en.laya", "laya_english_model", "LAYA_ENGLISH_MODEL")]
+    {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models").join(file);
+        println!("cargo::rerun-if-changed={}", model.display());
+        if model.is_file() {
+            println!("cargo::rustc-cfg={cfg}");
+            println!("cargo::rustc-env={env}={}", model.canonicalize().unwrap().display());
+        }
     }
 }

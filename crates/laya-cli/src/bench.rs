@@ -30,9 +30,8 @@ const SAMPLE_TEXT: &[&str] = &[
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (default: the embedded model).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: crate::ModelChoice,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -453,17 +452,16 @@ fn threaded(
 /// The model with the kernels `--int8` asks for (default: detected).
 fn load(args: &Args) -> Result<Arc<Model>, CliError> {
     let Some(isa) = args.int8 else {
-        return crate::load_model(args.model.as_deref());
+        return args.model.load();
     };
     let kernels = laya_kernels::Kernels::detect()
         .with_int8(isa)
         .ok_or_else(|| CliError(format!("--int8 {isa}: this CPU (or this build's target) does not have it")))?;
-    match &args.model {
+    match &args.model.model {
         Some(p) => Ok(Model::load_with(p, kernels)?),
         None => {
-            let bytes =
-                crate::default_model::bytes().ok_or_else(|| CliError("no model is embedded in this build; pass --model FILE".into()))?;
-            Ok(Model::from_static_with(bytes, kernels).map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?)
+            let bytes = crate::embedded(args.model.lang)?;
+            Ok(Model::from_static_with(bytes, kernels).map_err(|e| CliError(format!("the embedded model is invalid: {e}")))?)
         }
     }
 }
@@ -480,9 +478,10 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases), CliError> {
     for _ in 0..args.cold_runs.max(1) {
         let mut cmd = Command::new(&exe);
         cmd.args(["bench", "--cold-probe", "--activations", &args.act.activations.to_string()]);
-        if let Some(m) = &args.model {
-            cmd.arg("--model").arg(m);
-        }
+        match &args.model.model {
+            Some(m) => cmd.arg("--model").arg(m),
+            None => cmd.arg("--lang").arg(args.model.lang.name()),
+        };
         if let Some(i) = args.int8 {
             cmd.arg("--int8").arg(i.to_string());
         }

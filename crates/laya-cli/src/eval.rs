@@ -11,9 +11,9 @@ use crate::CliError;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (default: the embedded model). Its lexicon also defines out-of-vocabulary.
-    #[arg(long)]
-    model: Option<PathBuf>,
+    /// The model (its lexicon also defines out-of-vocabulary).
+    #[command(flatten)]
+    model: crate::ModelChoice,
     /// Text to type, one line at a time.
     #[arg(long)]
     text: PathBuf,
@@ -62,7 +62,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let model = crate::load_model(args.model.as_deref())?;
+    let model = args.model.load()?;
     let lexicon = match &args.lexicon {
         Some(path) => {
             if args.predictor == Kind::Model {
@@ -71,7 +71,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
             laya_text::Lexicon::read_tsv(std::io::BufReader::new(f))?.word_set()
         }
-        None => predictors::lexicon_set(&model),
+        None => predictors::lexicon_set(&model, laya_format::ignores_case(&model.info().language)),
     };
     let file = std::fs::File::open(&args.text).map_err(|e| CliError(format!("cannot read {}: {e}", args.text.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -82,7 +82,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let seg = Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto });
     let bar = crate::progress::bytes_bar(total, "typing", args.json);
     let progress = |n: u64| bar.inc(n);
-    let in_lex = |w: &str| lexicon.contains(w);
+    // A model whose language ignores case has a word in any case; the n-gram's lexicon file
+    // is taken as it is.
+    let fold = args.lexicon.is_none() && laya_format::ignores_case(&model.info().language);
+    let in_lex = |w: &str| predictors::in_lexicon(&lexicon, fold, w);
     let threads = predictors::thread_count(args.threads);
     let mix = args.mix.params()?;
     let session = || {

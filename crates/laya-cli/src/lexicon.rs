@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use laya_text::{build_lexicon, count_words, coverage, merge_dicts, read_dict, Counts, LexiconOptions, SegmentMode, Segmenter};
+use laya_text::{
+    build_lexicon, count_inner_words, count_words, coverage, merge_dicts, read_dict, Counts, LexiconOptions, SegmentMode, Segmenter,
+};
 
 use crate::CliError;
 
@@ -27,6 +29,12 @@ pub struct Args {
     /// Number of words (512 … 50,000).
     #[arg(long, default_value_t = 20_000)]
     size: usize,
+    /// Count the forms of a word that differ only in case as one word, kept in its most
+    /// frequent form inside sentences (`the`, `I`, `Monday`): for a model of a language that ignores case (one
+    /// with spaces between words, such as `en`), whose runtime matches typed text to the
+    /// lexicon in any case and shows candidates in the typed case. Coverage then ignores case.
+    #[arg(long)]
+    fold_case: bool,
     /// Also report coverage on these texts (raw text, segmented by Laya's segmenter).
     #[arg(long)]
     valid: Vec<PathBuf>,
@@ -57,6 +65,15 @@ fn count(path: &Path, seg: &Segmenter) -> Result<Counts, CliError> {
     Ok(c)
 }
 
+/// `counts` with the forms that fold alike ([`laya_format::fold_case`]) counted as one.
+fn fold_counts(counts: &Counts) -> Counts {
+    let mut out = Counts::new();
+    for (w, &c) in counts {
+        *out.entry(laya_format::fold_case(w)).or_insert(0) += c;
+    }
+    out
+}
+
 pub fn run(args: Args) -> Result<(), CliError> {
     if !(1..=1_000_000).contains(&args.size) {
         return Err(CliError(format!("--size {} is out of range (1 … 1,000,000)", args.size)));
@@ -67,19 +84,29 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError(format!("{} has no usable words", args.train.display())));
     }
     let dict = read_dicts(&args.dict)?;
-    let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: args.size, dict_weight: args.dict_weight });
+    let fold_case = match args.fold_case {
+        true => {
+            let f = std::fs::File::open(&args.train).map_err(|e| CliError(format!("cannot read {}: {e}", args.train.display())))?;
+            let mut inner = Counts::new();
+            count_inner_words(BufReader::new(f), &gold, &mut inner)?;
+            Some(inner)
+        }
+        false => None,
+    };
+    let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: args.size, dict_weight: args.dict_weight, fold_case });
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     lex.write_tsv(std::io::BufWriter::new(out))?;
-    let set: HashSet<String> = lex.word_set();
+    let fold = |c: Counts| if args.fold_case { fold_counts(&c) } else { c };
+    let set: HashSet<String> = fold(lex.words.iter().map(|w| (w.clone(), 1)).collect()).into_keys().collect();
     outln!("wrote {}: {} words", args.out.display(), lex.len());
     outln!();
     outln!("| text | tokens | coverage |");
     outln!("|------|--------|----------|");
-    let c = coverage(&set, &corpus);
+    let c = coverage(&set, &fold(corpus));
     outln!("| {} (train) | {} | {:.2}% |", args.train.display(), c.tokens, 100.0 * c.rate);
     let auto = Segmenter::new(SegmentMode::Auto);
     for v in &args.valid {
-        let c = coverage(&set, &count(v, &auto)?);
+        let c = coverage(&set, &fold(count(v, &auto)?));
         outln!("| {} | {} | {:.2}% |", v.display(), c.tokens, 100.0 * c.rate);
     }
     Ok(())

@@ -115,18 +115,48 @@ pub fn stdout_error(e: std::io::Error) -> CliError {
     }
 }
 
-/// The model named by `--model`, or the one embedded in this binary.
+/// The model named by `--model`, or the Chinese one embedded in this binary.
 pub fn load_model(path: Option<&std::path::Path>) -> Result<Arc<Model>, CliError> {
+    load_model_for(path, default_model::Lang::Zh)
+}
+
+/// The model named by `--model`, or the one of `lang` embedded in this binary.
+pub fn load_model_for(path: Option<&std::path::Path>, lang: default_model::Lang) -> Result<Arc<Model>, CliError> {
     match path {
         Some(p) => Ok(Model::load(p)?),
-        None => match default_model::bytes() {
-            Some(bytes) => Ok(Model::from_static(bytes).map_err(|e| CliError(format!("the embedded default model is invalid: {e}")))?),
-            None => Err(CliError(
-                "no model is embedded in this build yet; pass --model FILE \
-                 (models are made with `laya train`, see docs/training.md)"
-                    .into(),
-            )),
-        },
+        None => {
+            Ok(Model::from_static(embedded(lang)?).map_err(|e| CliError(format!("the embedded {} model is invalid: {e}", lang.name())))?)
+        }
+    }
+}
+
+/// The bytes of the model of `lang` embedded in this binary.
+pub fn embedded(lang: default_model::Lang) -> Result<&'static [u8], CliError> {
+    default_model::bytes(lang).ok_or_else(|| {
+        CliError(format!(
+            "no {} model is embedded in this build; pass --model FILE \
+             (models are made with `laya train`, see docs/training.md)",
+            lang.name()
+        ))
+    })
+}
+
+/// `--model` and `--lang`: which model a command runs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelChoice {
+    /// Model file (default: the model of --lang embedded in this binary).
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    /// Which embedded model to use when no --model is given: zh (Chinese, the default) or en
+    /// (English).
+    #[arg(long, value_enum, default_value_t, conflicts_with = "model")]
+    pub lang: default_model::Lang,
+}
+
+impl ModelChoice {
+    /// Loads the chosen model.
+    pub fn load(&self) -> Result<Arc<Model>, CliError> {
+        load_model_for(self.model.as_deref(), self.lang)
     }
 }
 

@@ -38,7 +38,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let f = std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?;
         Some(laya_text::Lexicon::read_tsv(std::io::BufReader::new(f))?.word_set())
     } else {
-        Some(crate::predictors::lexicon_set(&crate::load_model(args.model.as_deref())?))
+        Some(crate::predictors::lexicon_set(&crate::load_model(args.model.as_deref())?, false))
     };
     let file = std::fs::File::open(&args.train).map_err(|e| CliError(format!("cannot read {}: {e}", args.train.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -18,9 +18,8 @@ pub struct Args {
     /// Read {"context": "..."} JSON lines from stdin, write one JSON line each.
     #[arg(long)]
     jsonl: bool,
-    /// Model file (default: the model embedded in this binary).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: crate::ModelChoice,
     /// Number of candidates.
     #[arg(long, default_value_t = 5)]
     top: usize,
@@ -93,7 +92,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if !args.jsonl && args.context.is_none() {
         return Err(CliError("missing context: `laya predict \"今天天气\"` or `laya predict --jsonl`".into()));
     }
-    let model = crate::load_model(args.model.as_deref())?;
+    let model = args.model.load()?;
     let mut session = Session::with_max_k(model, args.top.max(1));
     args.tuning.apply(&mut session, args.tuning.check()?);
     if let Some(path) = &args.user {

@@ -250,7 +250,23 @@ pub fn thread_count(threads: Option<u16>) -> usize {
 }
 
 /// The model's lexicon as a set: what counts as in-vocabulary for both predictors, since the
-/// baseline is trained with the model's lexicon as its vocabulary.
-pub fn lexicon_set(model: &Arc<Model>) -> HashSet<String> {
-    (0..model.lexicon_len()).filter_map(|i| model.word(i).map(str::to_string)).collect()
+/// baseline is trained with the model's lexicon as its vocabulary. With `fold`, the words folded
+/// ([`laya_format::fold_case`]), for a model whose language ignores case.
+pub fn lexicon_set(model: &Arc<Model>, fold: bool) -> HashSet<String> {
+    let words = (0..model.lexicon_len()).filter_map(|i| model.word(i));
+    if fold {
+        // Membership is then asked of folded words (see `in_lexicon`).
+        words.map(laya_format::fold_case).collect()
+    } else {
+        words.map(str::to_string).collect()
+    }
+}
+
+/// Whether `word` is in `set` (from [`lexicon_set`]), in any case when `fold`.
+pub fn in_lexicon(set: &HashSet<String>, fold: bool, word: &str) -> bool {
+    if fold {
+        set.contains(&laya_format::fold_case(word))
+    } else {
+        set.contains(word)
+    }
 }

@@ -140,6 +140,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         seed: args.seed,
         patience: args.patience,
         log_every: 20,
+        fold_case: laya_format::ignores_case(&file.meta.provenance.language),
         ..TrainConfig::default()
     };
     let saliency = match args.saliency {

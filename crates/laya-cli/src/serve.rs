@@ -14,10 +14,10 @@ use crate::CliError;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model file (default: the model embedded in this binary); reloaded on SIGHUP and when the
-    /// file is replaced (`laya install --into` its directory).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    /// The model; a --model file is reloaded on SIGHUP and when it is replaced (`laya install
+    /// --into` its directory).
+    #[command(flatten)]
+    model: crate::ModelChoice,
     /// The user file (docs/personalisation.md): read at start, written back atomically after
     /// every `/v1/learn` and `/v1/forget` that changed it.
     #[arg(long)]
@@ -32,8 +32,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     // Watched from before the first load, so that a file installed during the load is seen.
-    let watched = args.model.clone().map(reload::Watched::new);
-    let model = crate::load_model(args.model.as_deref())?;
+    let watched = args.model.model.clone().map(reload::Watched::new);
+    let model = args.model.load()?;
     let user = match &args.user {
         Some(path) => crate::predict::open_user(path)?,
         None => User::new(),

@@ -200,7 +200,8 @@ pub struct Args {
     /// `general.name` of the model.
     #[arg(long, default_value = "laya-model")]
     name: String,
-    /// Language tag stored in the model.
+    /// Language tag stored in the model (BCP 47). In a language with spaces between words
+    /// (`en`, not `zh`) clicks match the lexicon whatever their case, as the runtime does.
     #[arg(long, default_value = "zh")]
     language: String,
     /// What the model was trained on, stored in the model.
@@ -295,6 +296,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         seed: args.seed,
         patience: args.patience,
         log_every: 20,
+        fold_case: laya_format::ignores_case(&args.language),
         ..TrainConfig::default()
     };
     if let Some(dir) = &args.checkpoint_dir {

@@ -23,6 +23,19 @@ fn run_stdin(cmd: &mut Command, input: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// `laya predict --json ARGS… CONTEXT`'s candidates: (word, replace, p).
+fn predict_json(args: &[&str], context: &str) -> Vec<(String, u64, f64)> {
+    let out = laya().args(["predict", "--json"]).args(args).arg(context).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap()))
+        .collect()
+}
+
 fn assert_clean_error(out: &Output) {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -234,15 +247,9 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_split_the_default() {
 #[test]
 fn completion_prior_flag_on_the_embedded_model() {
     let run = |extra: &[&str]| {
-        let out = laya().args(["predict", "--json", "--top", "64"]).args(extra).arg("今天天").output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["candidates"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap()))
-            .collect::<Vec<_>>()
+        let mut args = vec!["--top", "64"];
+        args.extend_from_slice(extra);
+        predict_json(&args, "今天天")
     };
     let (with, without) = (run(&["--completion-prior", "0.5"]), run(&[]));
     let order = |v: &[(String, u64, f64)]| v.iter().filter(|c| c.1 == 1).take(10).map(|c| c.0.clone()).collect::<Vec<_>>();
@@ -618,4 +625,32 @@ fn predict_table_lines_up_by_display_width() {
     for line in table.lines() {
         assert_eq!(line.width(), header, "misaligned:\n{table}");
     }
+}
+
+/// `--lang en` runs the embedded English model (models/en.laya): next words after a space,
+/// completions inside a word in the typed case, apostrophes, a capital where a sentence
+/// starts; `--lang` and `--model` together are refused.
+#[test]
+fn lang_en_predicts_english_with_english_typing_rules() {
+    let bar = |ctx: &str| -> Vec<(String, u64)> { predict_json(&["--lang", "en"], ctx).into_iter().map(|c| (c.0, c.1)).collect() };
+    let ascii_words = |b: &[(String, u64)]| b.iter().all(|(w, _)| w.chars().all(|c| c.is_ascii_alphabetic() || c == '\''));
+    let next = bar("I want to ");
+    assert!(next.len() == 5 && next.iter().all(|c| c.1 == 0) && ascii_words(&next), "{next:?}");
+    assert!(next.iter().any(|c| ["go", "do", "be", "see", "get"].contains(&c.0.as_str())), "{next:?}");
+    assert!(bar("hel").contains(&("hello".into(), 3)), "{:?}", bar("hel"));
+    assert!(bar("Hel").contains(&("Hello".into(), 3)), "{:?}", bar("Hel"));
+    assert!(bar("HEL").contains(&("HELLO".into(), 3)), "{:?}", bar("HEL"));
+    assert!(bar("see you tomor").contains(&("tomorrow".into(), 5)));
+    assert!(bar("i don'").contains(&("don't".into(), 4)), "{:?}", bar("i don'"));
+    assert!(bar("i'").contains(&("I'm".into(), 2)), "{:?}", bar("i'"));
+    // Inside a word completions only; at a sentence start capitals.
+    assert!(bar("hel").iter().all(|c| c.1 > 0));
+    for ctx in ["", "Thanks. "] {
+        let b = bar(ctx);
+        assert!(b.iter().all(|c| c.0.starts_with(|ch: char| ch.is_uppercase())), "{ctx:?}: {b:?}");
+    }
+    let out = laya().args(["predict", "--lang", "en", "--model", "x.laya", "hi"]).output().unwrap();
+    assert!(!out.status.success());
+    let out = laya().args(["predict", "--lang", "fr", "hi"]).output().unwrap();
+    assert!(!out.status.success());
 }

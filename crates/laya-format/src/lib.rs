@@ -25,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod case;
 pub mod checksum;
 pub mod classes;
 pub mod error;
@@ -41,6 +42,7 @@ pub mod types;
 pub mod validate;
 pub mod writer;
 
+pub use case::{display_case, fold_case, fold_char, fold_into, ignores_case, starts_sentence};
 pub use checksum::{checksum, checksum_report, ChecksumReport};
 pub use classes::{assign_word_classes, assign_word_classes_own, class_members};
 pub use error::FormatError;

@@ -726,7 +726,7 @@ impl<'a> LayaFile<'a> {
         let _ = writeln!(s, "normalization    [{}]", rules.join(", "));
         let p = &m.provenance;
         let words = if crate::separates_words(&p.language) {
-            "words separated by spaces: completions only inside a word"
+            "words separated by spaces: completions only inside a word; case ignored in matching, typed case shown"
         } else {
             "words not separated by spaces"
         };

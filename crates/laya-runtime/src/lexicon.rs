@@ -1,6 +1,8 @@
 //! The model's word list, laid out for the hot path: one byte buffer, offsets, lengths in
 //! scalar values, and a byte-sorted order so that "every word starting with these characters"
-//! is one contiguous range found by binary search.
+//! is one contiguous range found by binary search. In a language that ignores case
+//! ([`laya_format::ignores_case`]) the order and the search are over the folded words, so a
+//! typed prefix finds its words whatever their case.
 
 use std::ops::Range;
 
@@ -17,11 +19,19 @@ pub(crate) struct Lexicon {
     offsets: Vec<u32>,
     /// Length of each word in Unicode scalar values (`replace` is counted in these).
     char_lens: Vec<u16>,
-    /// Word ids in byte order. `None` when the file stores the words sorted.
+    /// Word ids in byte order of their keys. `None` when the keys are the words and the file
+    /// stores them sorted.
     order: Option<Vec<u32>>,
+    /// The words folded ([`laya_format::fold_char`]) and where each is, when the lexicon ignores
+    /// case: the keys that the order sorts and prefixes are searched in. `None`: the keys are
+    /// the words.
+    folded: Option<(String, Vec<u32>)>,
     /// Per word: punctuation or symbols only ([`laya_format::is_punctuation_word`]), never a
     /// candidate unless the session allows a punctuation slot.
     punct: Vec<bool>,
+    /// Per word, when the lexicon ignores case: a more frequent word folds to the same key, so
+    /// this one is never a candidate (it would show as the same word). Empty otherwise.
+    shadowed: Vec<bool>,
 }
 
 impl Lexicon {
@@ -29,12 +39,22 @@ impl Lexicon {
     pub(crate) fn new(words: &[&str]) -> Lexicon {
         let words: Strings = words.iter().collect();
         let order = laya_format::lexicon_order(&words);
-        Self::with_order(words, order)
+        Self::with_order(words, order, None)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn new_folded(words: &[&str], freqs: &[u32]) -> Lexicon {
+        let words: Strings = words.iter().collect();
+        let order = laya_format::lexicon_order(&words);
+        Self::with_order(words, order, Some(freqs))
     }
 
     /// `order`: the ids in byte order, as validation computed them
     /// ([`laya_format::LayaFile::word_order`]). Takes the validated word buffer as it is.
-    pub(crate) fn with_order(words: Strings, order: Vec<u32>) -> Lexicon {
+    /// `fold`: when the model's language ignores case ([`laya_format::ignores_case`]), the
+    /// words' frequencies: keys are then folded, and of the words that fold alike the most
+    /// frequent is the one shown.
+    pub(crate) fn with_order(words: Strings, order: Vec<u32>, fold: Option<&[u32]>) -> Lexicon {
         debug_assert_eq!(order.len(), words.len());
         // Scalar values are the bytes that do not continue a UTF-8 sequence; counted over the
         // buffer word by word, with no per-word call (this runs for every word at load).
@@ -48,12 +68,26 @@ impl Lexicon {
             })
             .collect();
         let punct = words.iter().map(laya_format::is_punctuation_word).collect();
+        let (folded, order) = match fold {
+            Some(freqs) => fold_keys(&words, freqs),
+            None => (None, order),
+        };
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
         let order = (!sorted).then_some(order);
         let (bytes, offsets) = words.into_parts();
-        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order, punct };
+        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order, folded, punct, shadowed: Vec::new() };
+        if lex.folded.is_some() {
+            lex.shadowed = vec![false; lex.len()];
+            for pos in 1..lex.len() {
+                // Equal keys are adjacent, the most frequent first.
+                if lex.key(lex.id_at(pos)) == lex.key(lex.id_at(pos - 1)) {
+                    let id = lex.id_at(pos);
+                    lex.shadowed[id] = true;
+                }
+            }
+        }
         for pos in 0..lex.len() {
-            if let Some(c) = lex.word(lex.id_at(pos)).chars().next() {
+            if let Some(c) = lex.key(lex.id_at(pos)).chars().next() {
                 if lex.first_chars.last().is_none_or(|&(last, _)| last != c as u32) {
                     lex.first_chars.push((c as u32, pos as u32));
                 }
@@ -69,6 +103,33 @@ impl Lexicon {
     #[inline]
     pub(crate) fn word(&self, id: usize) -> &str {
         &self.bytes[self.offsets[id] as usize..self.offsets[id + 1] as usize]
+    }
+
+    /// What prefixes are searched in: the word, folded when the lexicon ignores case.
+    #[inline]
+    fn key(&self, id: usize) -> &str {
+        match &self.folded {
+            None => self.word(id),
+            Some((bytes, offsets)) => &bytes[offsets[id] as usize..offsets[id + 1] as usize],
+        }
+    }
+
+    /// Whether prefixes match case-insensitively: callers fold what they search for.
+    #[inline]
+    pub(crate) fn ignores_case(&self) -> bool {
+        self.folded.is_some()
+    }
+
+    /// True when a more frequent word folds to the same key as word `id`: never a candidate
+    /// (see `shadowed`).
+    #[inline]
+    pub(crate) fn is_shadowed(&self, id: usize) -> bool {
+        self.shadowed.get(id) == Some(&true)
+    }
+
+    /// The length of the longest word, in scalar values.
+    pub(crate) fn max_char_len(&self) -> usize {
+        self.char_lens.iter().copied().max().unwrap_or(0) as usize
     }
 
     #[inline]
@@ -91,14 +152,24 @@ impl Lexicon {
         }
     }
 
-    /// The id of `word`, if it is in the lexicon.
+    /// The id of `word`, if it is in the lexicon; when the lexicon ignores case, of the word
+    /// shown for it in any case (`the` for `The`). Allocates when folding (not on the
+    /// per-keystroke path).
     pub(crate) fn id_of(&self, word: &str) -> Option<usize> {
-        let r = self.prefix_range(word.as_bytes());
+        let folded;
+        let key = if self.ignores_case() {
+            folded = laya_format::fold_case(word);
+            folded.as_str()
+        } else {
+            word
+        };
+        let r = self.prefix_range(key.as_bytes());
         let id = self.id_at(r.start.min(self.len().saturating_sub(1)));
-        (!r.is_empty() && self.word(id) == word).then_some(id)
+        (!r.is_empty() && self.key(id) == key).then_some(id)
     }
 
-    /// Positions (in sorted order) of every word whose bytes start with `prefix`.
+    /// Positions (in sorted order) of every word whose key (the word, or its folded form when
+    /// the lexicon ignores case) starts with the bytes `prefix`.
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
         // Only the words that start with the prefix's first character, found by integer search.
         let (start, end) = match first_char(prefix) {
@@ -111,10 +182,10 @@ impl Lexicon {
                 }
             }
         };
-        let lo = start + partition_point(end - start, |off| self.word(self.id_at(start + off)).as_bytes() < prefix);
+        let lo = start + partition_point(end - start, |off| self.key(self.id_at(start + off)).as_bytes() < prefix);
         // A typed prefix starts a few words, not thousands: gallop from `lo` (1, 2, 4, …) to
         // bracket the end, then bisect inside the bracket.
-        let has = |off: usize| self.word(self.id_at(lo + off)).as_bytes().starts_with(prefix);
+        let has = |off: usize| self.key(self.id_at(lo + off)).as_bytes().starts_with(prefix);
         let rest = end - lo;
         let mut bound = 1;
         while bound <= rest && has(bound - 1) {
@@ -124,6 +195,23 @@ impl Lexicon {
         let hi = lo + half + partition_point(top.saturating_sub(half), |off| has(half + off));
         lo..hi
     }
+}
+
+/// The folded words (one buffer and offsets) and the ids in byte order of those keys, equal keys
+/// the most frequent (by `freqs`, missing counting 0) first, then by id.
+fn fold_keys(words: &Strings, freqs: &[u32]) -> (Option<(String, Vec<u32>)>, Vec<u32>) {
+    let mut bytes = String::with_capacity(words.buffer().len());
+    let mut offsets = Vec::with_capacity(words.len() + 1);
+    offsets.push(0u32);
+    for w in words.iter() {
+        laya_format::fold_into(w, &mut bytes);
+        offsets.push(bytes.len() as u32);
+    }
+    let key = |id: u32| &bytes.as_bytes()[offsets[id as usize] as usize..offsets[id as usize + 1] as usize];
+    let mut order: Vec<u32> = (0..words.len() as u32).collect();
+    let freq = |id: u32| freqs.get(id as usize).copied().unwrap_or(0);
+    order.sort_by(|&a, &b| key(a).cmp(key(b)).then(freq(b).cmp(&freq(a))).then(a.cmp(&b)));
+    (Some((bytes, offsets)), order)
 }
 
 /// The first scalar value of a UTF-8 `prefix`; `None` when it is empty (or does not start with
@@ -204,6 +292,28 @@ mod tests {
         let got: Vec<&str> = l.prefix_range(&lead).map(|p| l.word(l.id_at(p))).collect();
         assert_eq!(got.len(), 27);
         assert!(got.iter().all(|w| w.starts_with('明')));
+    }
+
+    /// Folded, a prefix finds its words in any case, and of two words that fold alike only the
+    /// first can be a candidate.
+    #[test]
+    fn folded_prefixes_ignore_case() {
+        let l = Lexicon::new_folded(&["the", "I", "Monday", "The", "hello", "HELP", "ärger", "Ärger"], &[9, 8, 7, 6, 5, 4, 1, 2]);
+        assert!(l.ignores_case());
+        assert_eq!(words_in(&l, "the"), ["the", "The"]);
+        assert_eq!(words_in(&l, "hel"), ["hello", "HELP"]);
+        assert_eq!(words_in(&l, "i"), ["I"]);
+        assert_eq!(words_in(&l, "mon"), ["Monday"]);
+        assert_eq!(words_in(&l, "är"), ["Ärger", "ärger"]);
+        assert_eq!(l.id_of("ÄRGER"), Some(7));
+        assert_eq!(l.id_of("THE"), Some(0));
+        assert_eq!(l.id_of("i"), Some(1));
+        assert_eq!(l.id_of("Mon"), None);
+        let shadowed: Vec<bool> = (0..l.len()).map(|id| l.is_shadowed(id)).collect();
+        assert_eq!(shadowed, [false, false, false, true, false, false, true, false]);
+        let plain = lex(&["the", "The"]);
+        assert!(!plain.is_shadowed(1));
+        assert_eq!(words_in(&plain, "the"), ["the"]);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod display;
 mod engine;
 mod error;
 mod forward;

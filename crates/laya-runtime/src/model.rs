@@ -428,6 +428,8 @@ impl Model {
             largest_class: classes.as_ref().map_or(0, WordClasses::max_class),
             ..cfg
         };
+        // Which of the words that fold alike is shown, where the language ignores case.
+        let fold_freqs = laya_format::ignores_case(&file.meta.provenance.language).then(|| file.meta.frequencies.clone());
         let parts = Model {
             classes,
             kernels,
@@ -457,7 +459,7 @@ impl Model {
             word_logp: std::sync::OnceLock::new(),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
-            lexicon: Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order)),
+            lexicon: Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order), fold_freqs.as_deref()),
             layers,
             cfg,
             info,

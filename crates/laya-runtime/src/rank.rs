@@ -81,11 +81,14 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         (m.lexicon.char_len(id) > i).then_some(id)
     };
     // The admissible words of `i >= 1` are those that start with the last `i` characters
-    // and are longer than `i`: one sorted-lexicon range per `i`.
+    // (in any case, where the lexicon ignores case) and are longer than `i`: one
+    // sorted-lexicon range per `i`.
+    let fold = m.lexicon.ignores_case();
     let mut suffix_range = |i: usize| {
         typed_utf8.clear();
         for &cp in &last_chars[t - i..t] {
             let c = char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER);
+            let c = if fold { laya_format::fold_char(c) } else { c };
             let mut buf = [0u8; 4];
             typed_utf8.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
         }
@@ -336,8 +339,9 @@ fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, blocked: &[bo
         if h.score > best_punct.score {
             *best_punct = h;
         }
-    } else if blocked.get(h.id as usize) == Some(&true) {
-        // The user blocked this word: never on the bar.
+    } else if blocked.get(h.id as usize) == Some(&true) || lexicon.is_shadowed(h.id as usize) {
+        // The user blocked this word, or it is another case of a word the bar shows: never on
+        // the bar.
     } else {
         push_top(hits, k, h);
     }

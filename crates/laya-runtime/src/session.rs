@@ -6,6 +6,7 @@
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
+use crate::display::Shown;
 use crate::forward;
 use crate::model::Model;
 use crate::personal::Personal;
@@ -37,7 +38,8 @@ pub const COMPLETION_EXPONENT_RANGE: RangeInclusive<f32> = 0.0..=1.0;
 /// One candidate word.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate<'a> {
-    /// The word, borrowed from the model's lexicon.
+    /// The word as shown: the model's lexicon word (or a learned word), in the case the person
+    /// is typing in where the model's language has case ([`laya_format::display_case`]).
     pub word: &'a str,
     /// How many trailing characters of the context this word completes (0 = next word).
     pub replace: usize,
@@ -71,6 +73,7 @@ pub struct Session {
     ranking: Ranking,
     times: StageTimes,
     personal: Personal,
+    shown: Shown,
 }
 
 /// The candidates of one prediction, borrowed from the session until the next call.
@@ -80,6 +83,8 @@ pub struct Predictions<'a> {
     /// Learned words on the bar and where each is in `user_text`.
     user_text: &'a str,
     user_spans: &'a [(u32, u32)],
+    /// The candidates shown in another case than stored.
+    shown: &'a Shown,
     /// The context ends in Chinese text, so a punctuation candidate takes its Chinese form.
     cjk: bool,
 }
@@ -96,6 +101,9 @@ impl<'a> Predictions<'a> {
     /// Candidate `i`, best first.
     pub fn get(&self, i: usize) -> Option<Candidate<'a>> {
         self.hits.get(i).map(|h| {
+            if let Some(word) = self.shown.get(i) {
+                return Candidate { word, replace: h.replace as usize, p: h.score };
+            }
             if h.id & crate::user::USER_BIT != 0 {
                 let (a, b) = self.user_spans[(h.id & !crate::user::USER_BIT) as usize];
                 return Candidate { word: &self.user_text[a as usize..b as usize], replace: h.replace as usize, p: h.score };
@@ -123,6 +131,7 @@ impl Session {
         let c = &model.cfg;
         let s = Scratch::new(c, max_k);
         let personal = Personal::new(User::new(), DEFAULT_MIX, c, max_k);
+        let shown = Shown::new(max_k, model.lexicon.max_char_len().max(crate::user::MAX_WORD_CHARS));
         let mut session = Session {
             model,
             s,
@@ -133,6 +142,7 @@ impl Session {
             ranking: Ranking { rule: CompletionRule::default(), completion_exponent: 1.0, punctuation_slot: false },
             times: StageTimes::default(),
             personal,
+            shown,
         };
         session.refresh_prior();
         session
@@ -379,6 +389,18 @@ impl Session {
         self.personal.text.clear();
         if personal {
             self.personal.personalise(&self.model.lexicon, &mut self.s, context, n_chars, k);
+        }
+        if self.model.lexicon.ignores_case() {
+            let Personal { text, spans, .. } = &self.personal;
+            let learned = |j: u32| {
+                let (a, b) = spans[j as usize];
+                &text[a as usize..b as usize]
+            };
+            self.shown.fill(&self.s.candidates, context, &self.model.lexicon, learned);
+        } else {
+            self.shown.clear();
+        }
+        if personal || self.model.lexicon.ignores_case() {
             clock.lap(Stage::Rank);
         }
         if self.profiling {
@@ -388,7 +410,14 @@ impl Session {
             self.times.add(&clock.acc);
         }
         let cjk = context.chars().rev().find(|c| !c.is_whitespace()).is_some_and(laya_format::punct::is_unspaced_script);
-        Predictions { model: &self.model, hits: &self.s.candidates, cjk, user_text: &self.personal.text, user_spans: &self.personal.spans }
+        Predictions {
+            model: &self.model,
+            hits: &self.s.candidates,
+            cjk,
+            user_text: &self.personal.text,
+            user_spans: &self.personal.spans,
+            shown: &self.shown,
+        }
     }
 
     /// The learned history this session ranks with (an empty in-memory one unless
@@ -470,7 +499,16 @@ impl Session {
             };
             crate::learn::cut(text, &score, u.unknown)
         };
-        self.personal.user.write().learn_words(ranges.into_iter().map(|r| &text[r]))
+        // Where the lexicon ignores case, a word it has is learned in the lexicon's form (`The`
+        // at a sentence start counts for `the`).
+        let as_known = |w: &'_ str| -> String {
+            match lex.ignores_case().then(|| lex.id_of(w)).flatten() {
+                Some(id) => lex.word(id).to_string(),
+                None => w.to_string(),
+            }
+        };
+        let words: Vec<String> = ranges.into_iter().map(|r| as_known(&text[r])).collect();
+        self.personal.user.write().learn_words(words.iter().map(String::as_str))
     }
 
     /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class

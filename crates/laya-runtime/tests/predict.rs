@@ -442,8 +442,15 @@ fn a_spaced_language_offers_no_next_word_inside_a_word() {
             }
         }
         assert!(zh_next_words_inside > 0, "the same weights in Chinese offer next words there");
-        for ctx in ["hello ", "", "hi, ", "😀"] {
-            assert_eq!(bar(&mut zs, ctx), bar(&mut es, ctx), "{ctx:?}");
+        // After a space the same next words, shown with a capital where a sentence starts.
+        for ctx in ["hello ", "", "hi, ", "😀", "Done. "] {
+            let shown = |w: String| {
+                let mut s = String::new();
+                laya_format::display_case(&w, "", laya_format::starts_sentence(ctx), &mut s);
+                s
+            };
+            let z: Vec<_> = bar(&mut zs, ctx).into_iter().map(|(w, i, p)| (shown(w), i, p)).collect();
+            assert_eq!(z, bar(&mut es, ctx), "{ctx:?}");
         }
         // A learned pair brings its word back after a space, never glued to the first word.
         for _ in 0..3 {
@@ -451,5 +458,73 @@ fn a_spaced_language_offers_no_next_word_inside_a_word() {
         }
         assert!(bar(&mut es, "hello ").iter().any(|c| (c.0.as_str(), c.1) == ("zork", 0)), "{:?}", bar(&mut es, "hello "));
         assert!(bar(&mut es, "hello").iter().all(|c| c.1 > 0), "{:?}", bar(&mut es, "hello"));
+    }
+}
+
+/// In a language with letter case (`laya_format::ignores_case`) a typed prefix finds its words
+/// in any case and each candidate is shown in the typed case: `hel` → `hello`, `Hel` → `Hello`,
+/// `HEL` → `HELLO`, `mon` → `Monday` (a capital of the lexicon's stays); a sentence's first
+/// word gets a capital; of two words that differ only in case the more frequent one alone is a
+/// candidate; learning `The` counts for `the`. Chinese with the same weights matches exactly.
+#[test]
+fn a_language_with_case_matches_and_shows_the_typed_case() {
+    use laya_format::testing::random_model;
+    for cfg in [TinyConfig::default(), TinyConfig { word_classes: 12, ..TinyConfig::default() }] {
+        let (mut meta, tensors) = random_model(&cfg, 12, GgmlType::Q8_0);
+        let mut words: Vec<String> = meta.words.iter().map(str::to_string).collect();
+        for (i, w) in ["hello", "Hello", "Monday", "the", "help"].iter().enumerate() {
+            words[i] = w.to_string();
+        }
+        meta.words = words.iter().collect();
+        // As the shipped models: the network sees case (no `lowercase_ascii`).
+        meta.normalization = vec![laya_format::NormRule::FullwidthAscii];
+        let zh = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        meta.provenance.language = "en".into();
+        let en = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        let (mut zs, mut es) = (Session::new(zh), Session::new(en));
+        let bar = |s: &mut Session, ctx: &str| s.predict(ctx, 64).iter().map(|c| (c.word.to_string(), c.replace)).collect::<Vec<_>>();
+        let has = |b: &[(String, usize)], w: &str, i: usize| b.iter().any(|c| (c.0.as_str(), c.1) == (w, i));
+        for (ctx, want, never) in [
+            ("say hel", ["hello", "help"], "Hello"),
+            ("say Hel", ["Hello", "Help"], "hello"),
+            ("say HEL", ["HELLO", "HELP"], "Hello"),
+            ("say mon", ["Monday", "Monday"], "monday"),
+            ("say MON", ["MONDAY", "MONDAY"], "Monday"),
+        ] {
+            let b = bar(&mut es, ctx);
+            for w in want {
+                assert!(has(&b, w, 3), "{ctx:?}: {w} missing from {b:?}");
+            }
+            assert!(!b.iter().any(|c| c.0 == never), "{ctx:?}: {never} in {b:?}");
+            // Every completion starts with what was typed, in any case.
+            let typed = laya_format::fold_case(&ctx[4..]);
+            for (w, i) in b.iter().filter(|c| c.1 > 0) {
+                let folded = laya_format::fold_case(w);
+                assert!(
+                    folded.starts_with(&typed[typed.len() - typed.chars().rev().take(*i).map(char::len_utf8).sum::<usize>()..]),
+                    "{ctx:?}: {w} ({i})"
+                );
+            }
+        }
+        // Chinese keeps case exactly: `Hel` completes to no form of `help`.
+        let z = bar(&mut zs, "say Hel");
+        assert!(!has(&z, "Help", 3) && !has(&z, "help", 3), "{z:?}");
+        // A sentence's first word gets a capital, and the bar never shows two cases of one word.
+        for ctx in ["", "Yes. ", "ok? "] {
+            let b = bar(&mut es, ctx);
+            assert!(b.iter().all(|c| !c.0.starts_with(|ch: char| ch.is_lowercase())), "{ctx:?}: {b:?}");
+            let mut folded: Vec<String> = b.iter().map(|c| laya_format::fold_case(&c.0)).collect();
+            folded.sort();
+            let n = folded.len();
+            folded.dedup();
+            assert_eq!(folded.len(), n, "{ctx:?}: {b:?}");
+        }
+        // Inside a sentence next words keep the lexicon's form, less the rarer `Hello`.
+        let e = bar(&mut es, "I saw ");
+        let z: Vec<_> = bar(&mut zs, "I saw ").into_iter().filter(|c| c.0 != "Hello").collect();
+        assert_eq!(e[..z.len()], z[..]);
+        // Learning `The` counts for `the`, the lexicon's form.
+        es.learn("The");
+        assert!(es.user().read().count("the") > 0.99 && es.user().read().count("The") == 0.0);
     }
 }

@@ -56,6 +56,32 @@ pub fn count_words<R: BufRead>(reader: R, seg: &Segmenter, counts: &mut Counts, 
     Ok(n)
 }
 
+/// Like [`count_words`], but only the words that do not start a sentence
+/// ([`laya_format::starts_sentence`] of the line before them): the case a word has inside a
+/// sentence, for [`LexiconOptions::fold_case`].
+///
+/// ```
+/// use laya_text::{count_inner_words, Segmenter, SegmentMode, Counts};
+/// let mut c = Counts::new();
+/// let seg = Segmenter::new(SegmentMode::Segmented);
+/// count_inner_words("Hello there . Yes I do\n".as_bytes(), &seg, &mut c).unwrap();
+/// assert_eq!((c.get("Hello"), c.get("Yes"), c["there"], c["I"]), (None, None, 1, 1));
+/// ```
+pub fn count_inner_words<R: BufRead>(reader: R, seg: &Segmenter, counts: &mut Counts) -> io::Result<usize> {
+    let mut n = 0;
+    let mut ranges = Vec::new();
+    for line in reader.lines() {
+        let line = line?;
+        n += 1;
+        ranges.clear();
+        seg.word_ranges(&line, &mut ranges);
+        for r in ranges.iter().filter(|r| !laya_format::starts_sentence(&line[..r.start])) {
+            *counts.entry(line[r.clone()].to_string()).or_insert(0) += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// A malformed line of a dictionary file.
 #[derive(Debug)]
 pub enum DictError {
@@ -253,11 +279,19 @@ pub struct LexiconOptions {
     /// Weight of the dictionary prior, in corpus counts per (dictionary count rescaled to the
     /// corpus size). 0 ignores the dictionary.
     pub dict_weight: f64,
+    /// `Some`: count the forms of a word that differ only in case as one word
+    /// ([`laya_format::fold_case`]), for a language whose runtime ignores case
+    /// ([`laya_format::ignores_case`]). The word keeps the form most frequent in these counts,
+    /// the corpus's words away from sentence starts ([`count_inner_words`]), so that `the`, `I`
+    /// and `Monday` keep their usual case and `Hello` at the start of every message does not
+    /// make `hello` a capitalised word; then the form most frequent in the corpus, then in the
+    /// dictionary.
+    pub fold_case: Option<Counts>,
 }
 
 impl Default for LexiconOptions {
     fn default() -> Self {
-        LexiconOptions { size: 20_000, dict_weight: 0.1 }
+        LexiconOptions { size: 20_000, dict_weight: 0.1, fold_case: None }
     }
 }
 
@@ -277,8 +311,14 @@ impl Default for LexiconOptions {
 /// use laya_text::{build_lexicon, Counts, LexiconOptions};
 /// let corpus: Counts = [("的".into(), 50), ("明天".into(), 3), ("a b".into(), 99)].into();
 /// let dict: Counts = [("明天".into(), 1000), ("后天".into(), 500)].into();
-/// let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 3, dict_weight: 0.1 });
+/// let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 3, dict_weight: 0.1, fold_case: None });
 /// assert_eq!(lex.words, vec!["的", "明天", "后天"]);
+/// // Folding case, "The" and "the" are one word, in its usual form inside sentences:
+/// let corpus: Counts = [("the".into(), 5), ("The".into(), 6), ("I".into(), 4)].into();
+/// let inner: Counts = [("the".into(), 5), ("I".into(), 3)].into();
+/// let dict: Counts = [("i".into(), 10)].into();
+/// let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 5, dict_weight: 0.0, fold_case: Some(inner) });
+/// assert_eq!((lex.words, lex.freqs), (vec!["the".to_string(), "I".to_string()], vec![11, 4]));
 /// ```
 pub fn build_lexicon(corpus: &Counts, dict: &Counts, opts: &LexiconOptions) -> Lexicon {
     let corpus_total: u64 = corpus.values().sum();
@@ -297,6 +337,10 @@ pub fn build_lexicon(corpus: &Counts, dict: &Counts, opts: &LexiconOptions) -> L
             }
         }
     }
+    let scored = match &opts.fold_case {
+        Some(inner) => fold_scores(scored, inner, corpus, dict),
+        None => scored,
+    };
     let mut v: Vec<(&str, f64)> = scored.into_iter().filter(|(_, s)| *s > 0.0).collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
     v.truncate(opts.size);
@@ -304,6 +348,25 @@ pub fn build_lexicon(corpus: &Counts, dict: &Counts, opts: &LexiconOptions) -> L
         words: v.iter().map(|(w, _)| w.to_string()).collect(),
         freqs: v.iter().map(|(_, s)| s.round().clamp(1.0, u32::MAX as f64) as u32).collect(),
     }
+}
+
+/// The scores of the forms that fold alike summed under one form: the one most frequent inside
+/// sentences, then in the corpus, then in the dictionary (ties by byte order).
+fn fold_scores<'a>(scored: HashMap<&'a str, f64>, inner: &Counts, corpus: &Counts, dict: &Counts) -> HashMap<&'a str, f64> {
+    // Per folded key: the form kept, its counts (inside sentences, corpus, dictionary), the
+    // summed score.
+    type Entry<'a> = (&'a str, (u64, u64, u64), f64);
+    let mut by_key: HashMap<String, Entry<'a>> = HashMap::new();
+    let count = |c: &Counts, w: &str| c.get(w).copied().unwrap_or(0);
+    for (w, s) in scored {
+        let rank = (count(inner, w), count(corpus, w), count(dict, w));
+        let e = by_key.entry(laya_format::fold_case(w)).or_insert((w, rank, 0.0));
+        if rank > e.1 || (rank == e.1 && w < e.0) {
+            (e.0, e.1) = (w, rank);
+        }
+        e.2 += s;
+    }
+    by_key.into_values().map(|(w, _, s)| (w, s)).collect()
 }
 
 /// Token coverage of a lexicon on some counted text.
@@ -350,7 +413,7 @@ mod tests {
         // Corpus total 10, dict total 100: scale 0.1 * 10/100 = 0.01 per dict count.
         let corpus: Counts = [("x".into(), 8), ("b".into(), 1), ("a".into(), 1)].into();
         let dict: Counts = [("b".into(), 90), ("c".into(), 10)].into();
-        let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 10, dict_weight: 0.1 });
+        let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 10, dict_weight: 0.1, fold_case: None });
         assert_eq!(lex.words, vec!["x", "b", "a", "c"]);
     }
 
@@ -366,7 +429,7 @@ mod tests {
     proptest! {
         #[test]
         fn lexicon_roundtrip_and_bounded(words in proptest::collection::hash_map("[a-z中]{1,5}", 1u64..100, 0..30), n in 0usize..40) {
-            let lex = build_lexicon(&words, &Counts::new(), &LexiconOptions { size: n, dict_weight: 0.0 });
+            let lex = build_lexicon(&words, &Counts::new(), &LexiconOptions { size: n, dict_weight: 0.0, fold_case: None });
             prop_assert!(lex.len() <= n);
             prop_assert!(lex.freqs.windows(2).all(|w| w[0] >= w[1]));
             let mut buf = Vec::new();

@@ -325,6 +325,12 @@ pub struct TrainConfig {
     pub log_every: usize,
     /// Stop after this many epochs without a better validation loss (0 disables).
     pub patience: usize,
+    /// Match clicked and shown words to the lexicon case-insensitively
+    /// ([`laya_format::fold_case`]): `The` at a sentence start is a click on `the`. Set for a
+    /// model whose language ignores case ([`laya_format::ignores_case`]), as the runtime
+    /// matches it.
+    #[serde(default)]
+    pub fold_case: bool,
 }
 
 impl Default for TrainConfig {
@@ -349,6 +355,7 @@ impl Default for TrainConfig {
             seed: 42,
             log_every: 50,
             patience: 2,
+            fold_case: false,
         }
     }
 }

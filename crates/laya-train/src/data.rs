@@ -63,7 +63,8 @@ pub fn word_index(cfg: &ModelConfig) -> HashMap<&str, u32> {
 /// `ClickWeighted`: the clicked word weighs `click_weight`, every other distinct shown word in the
 /// lexicon `shown_weight` (with [`ShownScope::SameReplace`], only those shown with the clicked
 /// one's `replace`). `Clicked`: the clicked word alone. Empty when the event has no valid click
-/// or the clicked word is not in the lexicon.
+/// or the clicked word is not in the lexicon. With `cfg.fold_case` a word not in `lex` as it is
+/// is looked up folded ([`laya_format::fold_case`]).
 ///
 /// ```
 /// use laya_train::{word_target, Event, Shown, TrainConfig};
@@ -83,12 +84,23 @@ pub fn word_index(cfg: &ModelConfig) -> HashMap<&str, u32> {
 /// };
 /// assert_eq!(word_target(&ev, &lex, &TrainConfig::default()), vec![(0, 0.75), (2, 0.25)]);
 /// assert_eq!(word_target(&ev, &lex, &all), vec![(0, 0.6), (1, 0.2), (2, 0.2)]);
+/// // Folding case, a click on "The" is one on "the" (the index's keys are folded):
+/// let lex: HashMap<&str, u32> = [("the", 0), ("i", 1)].into_iter().collect();
+/// let ev = Event { context: "".into(), shown: vec![shown("The"), shown("I")], clicked: Some(0), weight: 1.0 };
+/// let fold = TrainConfig { fold_case: true, ..TrainConfig::default() };
+/// assert_eq!(word_target(&ev, &lex, &fold), vec![(0, 0.75), (1, 0.25)]);
+/// assert_eq!(word_target(&ev, &lex, &TrainConfig::default()), vec![]);
 /// ```
 pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> Vec<(u32, f32)> {
     let Some(clicked) = ev.clicked.and_then(|c| ev.shown.get(c)) else {
         return Vec::new();
     };
-    let Some(&cid) = lex.get(clicked.word.as_str()) else {
+    let find = |w: &str| match lex.get(w) {
+        Some(&id) => Some(id),
+        None if cfg.fold_case => lex.get(laya_format::fold_case(w).as_str()).copied(),
+        None => None,
+    };
+    let Some(cid) = find(&clicked.word) else {
         return Vec::new();
     };
     let mut weights: Vec<(u32, f32)> = vec![(cid, cfg.click_weight)];
@@ -97,7 +109,7 @@ pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> V
             if cfg.shown_scope == ShownScope::SameReplace && s.replace != clicked.replace {
                 continue;
             }
-            if let Some(&id) = lex.get(s.word.as_str()) {
+            if let Some(id) = find(&s.word) {
                 if !weights.iter().any(|&(w, _)| w == id) {
                     weights.push((id, cfg.shown_weight));
                 }
@@ -116,9 +128,25 @@ pub fn word_target(ev: &Event, lex: &HashMap<&str, u32>, cfg: &TrainConfig) -> V
     weights
 }
 
-/// Encodes events for `model` under the objective of `train`.
+/// Encodes events for `model` under the objective of `train`. With `train.fold_case` words
+/// are found by their folded form, the most frequent of the words that fold alike taking the
+/// click (as the runtime shows only that one).
 pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig) -> EncodedSet {
-    let lex = word_index(model);
+    let folded: Vec<String> = if train.fold_case { model.words.iter().map(|w| laya_format::fold_case(w)).collect() } else { Vec::new() };
+    let lex: HashMap<&str, u32> = if train.fold_case {
+        // The most frequent (then the lowest id) inserted last, so it stays.
+        let freq = |i: usize| model.frequencies.get(i).copied().unwrap_or(0);
+        let mut ids: Vec<usize> = (0..folded.len()).collect();
+        ids.sort_by(|&a, &b| freq(a).cmp(&freq(b)).then(b.cmp(&a)));
+        ids.into_iter().map(|i| (folded[i].as_str(), i as u32)).collect()
+    } else {
+        word_index(model)
+    };
+    let find = |w: &str| match lex.get(w) {
+        Some(&id) => Some(id),
+        None if train.fold_case => lex.get(laya_format::fold_case(w).as_str()).copied(),
+        None => None,
+    };
     let t = model.seq_len();
     let mut set = EncodedSet { t, ..EncodedSet::default() };
     let mut rows = vec![0u32; t];
@@ -138,7 +166,7 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
         model.encode_into(&ev.context, &mut rows);
         set.rows.extend_from_slice(&rows);
         let target = word_target(ev, &lex, train);
-        let cw = lex.get(shown.word.as_str()).copied();
+        let cw = find(&shown.word);
         if cw.is_none() {
             set.stats.clicked_oov += 1;
         }
