@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sizes of what a keyboard embeds, stripped: the C library (shared and static) and a `laya`
-# binary without the training commands, next to the full binary. The embedded default model
-# (models/default.laya) is part of both binaries' size; it is given on its own line.
+# binary without the training commands, next to the full binary. The embedded models
+# (models/default.laya, models/en.laya) are part of both binaries' size; each has its own line.
 #   scripts/sizes.sh            # builds what it measures (release), prints a markdown table
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,12 +23,14 @@ done
 size() { stat -c %s "$1"; }
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1e6 }'; }
 model=$(size models/default.laya)
+english=$(size models/en.laya)
 echo "| artefact | as built | stripped |"
 echo "|---|--:|--:|"
 for f in liblaya_ffi.so liblaya_ffi.a laya-predict-only laya-full; do
   echo "| \`$f\` | $(mb "$(size "$out/$f")") | $(mb "$(size "$out/$f.stripped")") |"
 done
 echo "| of which the embedded \`models/default.laya\` (binaries only) | $(mb "$model") | $(mb "$model") |"
+echo "| of which the embedded \`models/en.laya\` (binaries only) | $(mb "$english") | $(mb "$english") |"
 echo
 echo "candle in laya-ffi's dependencies: $(cargo tree -q -p laya-ffi -e normal | grep -c candle || true)"
 echo "candle in the predict-only laya:   $(cargo tree -q -p laya-cli --no-default-features -e normal | grep -c candle || true)"

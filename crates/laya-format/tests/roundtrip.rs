@@ -192,7 +192,12 @@ fn summary_lists_hparams_tensors_and_checksum() {
     let mut en = meta.clone();
     en.provenance.language = "en".into();
     let s = LayaFile::parse(&write_model(&en, &tensors).unwrap()).unwrap().summary();
-    assert!(s.contains("language         en (words separated by spaces: completions only inside a word; case ignored in matching, typed case shown)"), "{s}");
+    assert!(
+        s.contains(
+            "language         en (words separated by spaces: completions only inside a word; case ignored in matching, typed case shown)"
+        ),
+        "{s}"
+    );
 }
 
 #[test]
