@@ -78,6 +78,19 @@ pub fn is_unspaced_script(c: char) -> bool {
             | 0xFF00..=0xFFEF | 0x2014 | 0x2018..=0x201F | 0x2026)
 }
 
+/// A letter or digit of a script written with spaces (Latin, Cyrillic, Greek, digits …): in
+/// Chinese text a word starting with one, right after another, would be glued to it
+/// (docs/format.md §3 step 6, "Glued Latin").
+///
+/// ```
+/// use laya_format::punct::glues;
+/// assert!(glues('a') && glues('7') && glues('é'));
+/// assert!(!glues('好') && !glues(',') && !glues(' '));
+/// ```
+pub fn glues(c: char) -> bool {
+    c.is_alphanumeric() && !is_unspaced_script(c)
+}
+
 fn is_joiner(c: char) -> bool {
     matches!(c, '\'' | '\u{2019}' | '-' | '.')
 }

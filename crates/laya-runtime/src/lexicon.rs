@@ -29,6 +29,9 @@ pub(crate) struct Lexicon {
     /// Per word: punctuation or symbols only ([`laya_format::is_punctuation_word`]), never a
     /// candidate unless the session allows a punctuation slot.
     punct: Vec<bool>,
+    /// Per word: it starts with a letter or digit of a spaced script
+    /// ([`laya_format::punct::glues`]), so in Chinese it is no next word right after one.
+    glues: Vec<bool>,
     /// Per word, when the lexicon ignores case: a more frequent word folds to the same key, so
     /// this one is never a candidate (it would show as the same word). Empty otherwise.
     shadowed: Vec<bool>,
@@ -68,6 +71,7 @@ impl Lexicon {
             })
             .collect();
         let punct = words.iter().map(laya_format::is_punctuation_word).collect();
+        let glues = words.iter().map(|w| w.chars().next().is_some_and(laya_format::punct::glues)).collect();
         let (folded, order) = match fold {
             Some(freqs) => fold_keys(&words, freqs),
             None => (None, order),
@@ -75,7 +79,7 @@ impl Lexicon {
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
         let order = (!sorted).then_some(order);
         let (bytes, offsets) = words.into_parts();
-        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order, folded, punct, shadowed: Vec::new() };
+        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order, folded, punct, glues, shadowed: Vec::new() };
         if lex.folded.is_some() {
             lex.shadowed = vec![false; lex.len()];
             for pos in 1..lex.len() {
@@ -118,6 +122,12 @@ impl Lexicon {
     #[inline]
     pub(crate) fn ignores_case(&self) -> bool {
         self.folded.is_some()
+    }
+
+    /// True when word `id` starts with a letter or digit of a spaced script.
+    #[inline]
+    pub(crate) fn glues(&self, id: usize) -> bool {
+        self.glues[id]
     }
 
     /// True when a more frequent word folds to the same key as word `id`: never a candidate

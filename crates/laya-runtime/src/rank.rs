@@ -76,6 +76,15 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     // word: a next word would be glued to it, so the bar holds completions only (their
     // probabilities still count the next-word mass, which stays out of the bar).
     let next_words_on_bar = !(m.cfg.spaced_words && n_chars > 0 && inside_word(last_chars[t - 1]));
+    // In a language without spaces, right after a Latin letter or digit a next word that starts
+    // with one would be glued to it (`hello` + `host`): such words stay off the bar, next words
+    // in the language's own script (and completions) stay on.
+    let unglued = |id: usize| {
+        m.cfg.spaced_words
+            || n_chars == 0
+            || !m.lexicon.glues(id)
+            || !char::from_u32(last_chars[t - 1]).is_some_and(laya_format::punct::glues)
+    };
     let admissible = |i: usize, posn: usize| {
         let id = m.lexicon.id_at(posn);
         (m.lexicon.char_len(id) > i).then_some(id)
@@ -155,7 +164,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
             for (chunk, &mx) in run_max.iter().enumerate().filter(|_| next_words_on_bar) {
                 if mx > threshold {
                     for (j, &score) in next_word_scores[16 * chunk..pw.len().min(16 * chunk + 16)].iter().enumerate() {
-                        if score > threshold {
+                        if score > threshold && unglued(chunk * 16 + j) {
                             offer(hits, k, Hit { id: (chunk * 16 + j) as u32, replace: 0, score }, &m.lexicon, blocked, &mut best_punct);
                             if hits.len() == k {
                                 threshold = hits[k - 1].score;
@@ -184,7 +193,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
                     class_state[c] = ClassState::Scored;
                     for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
                         let score = pw[id as usize] * (c0 - completion_share[id as usize]);
-                        if score > *threshold {
+                        if score > *threshold && unglued(id as usize) {
                             offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
                             if hits.len() == k {
                                 *threshold = hits[k - 1].score;

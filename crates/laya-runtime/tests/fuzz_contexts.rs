@@ -60,7 +60,18 @@ fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
                 cases.set(cases.get() + 1);
                 let mut s = session.borrow_mut();
                 let first: Top = s.predict(&ctx, k).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
-                prop_assert_eq!(first.len(), k.min(pairs));
+                // After a Latin letter or digit the Latin next words stay off the bar
+                // (docs/format.md §3 step 6, "Glued Latin"), so a small lexicon may offer fewer.
+                // (Judged after the models' full-width rule: `０` is `0`.)
+                let last = ctx.chars().last().map(|c| match c as u32 {
+                    0xFF01..=0xFF5E => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+                    _ => c,
+                });
+                if last.is_some_and(laya_format::punct::glues) {
+                    prop_assert!(first.len() <= k.min(pairs));
+                } else {
+                    prop_assert_eq!(first.len(), k.min(pairs));
+                }
                 let n_chars = ctx.chars().count();
                 let mut last = f32::INFINITY;
                 for (word, replace, bits) in &first {

@@ -56,7 +56,18 @@ fn probabilities_of_all_admissible_pairs_sum_to_one() {
     let mut s = Session::with_max_k(m, n);
     for ctx in CONTEXTS {
         let total: f32 = s.predict(ctx, n).iter().map(|c| c.p).sum();
-        assert!((total - 1.0).abs() < 1e-3, "{ctx:?}: {total}");
+        // After a Latin letter or digit the Latin next words keep their share off the bar
+        // (docs/format.md §3 step 6, "Glued Latin").
+        // (Judged after the model's full-width rule: `１` is `1`.)
+        let last = ctx.chars().last().map(|c| match c as u32 {
+            0xFF01..=0xFF5E => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+            _ => c,
+        });
+        if last.is_some_and(laya_format::punct::glues) {
+            assert!(total < 1.0 + 1e-3, "{ctx:?}: {total}");
+        } else {
+            assert!((total - 1.0).abs() < 1e-3, "{ctx:?}: {total}");
+        }
     }
 }
 
@@ -219,6 +230,9 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                     }
                 };
                 let mut pairs: Vec<(f64, String, usize)> = Vec::new();
+                // Next words glued to a typed Latin word count in the total, off the bar.
+                let glued = chars.last().is_some_and(|&c| laya_format::punct::glues(c));
+                let mut off_bar = 0.0f64;
                 for (id, &p) in pw.iter().enumerate() {
                     let w = m.word(id).unwrap().to_string();
                     let own: Vec<usize> = (1..adm.len()).filter(|&i| adm[i].contains(&id)).collect();
@@ -226,7 +240,12 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                         // Split: P(w) goes to the word's completions in proportion to P(i).
                         let norm: f64 = own.iter().map(|&i| pi[i]).sum();
                         split_words += usize::from(norm > 0.0);
-                        pairs.push((if norm > 0.0 { 0.0 } else { p }, w.clone(), 0));
+                        let next = if norm > 0.0 { 0.0 } else { p };
+                        if glued && w.starts_with(laya_format::punct::glues) {
+                            off_bar += next;
+                        } else {
+                            pairs.push((next, w.clone(), 0));
+                        }
                         for &i in &own {
                             reweighted += usize::from((pwc(id, i) - p).abs() > 0.01 * p);
                             pairs.push((if norm > 0.0 { pwc(id, i) * pi[i] / norm } else { 0.0 }, w.clone(), i));
@@ -238,12 +257,16 @@ fn ranking_matches_a_naive_reference_for_every_completion_rule() {
                         CompletionRule::Marginal => p * (1.0 - taken).max(0.0),
                         _ => p * pi[0],
                     };
-                    pairs.push((next, w.clone(), 0));
+                    if glued && w.starts_with(laya_format::punct::glues) {
+                        off_bar += next;
+                    } else {
+                        pairs.push((next, w.clone(), 0));
+                    }
                     for &i in &own {
                         pairs.push((pwc(id, i) * factor(i), w.clone(), i));
                     }
                 }
-                let total: f64 = pairs.iter().map(|p| p.0).sum();
+                let total: f64 = pairs.iter().map(|p| p.0).sum::<f64>() + off_bar;
                 pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
                 let got = s.predict(ctx, 5);
                 assert_eq!(got.len(), 5.min(pairs.len()));
@@ -526,5 +549,31 @@ fn a_language_with_case_matches_and_shows_the_typed_case() {
         // Learning `The` counts for `the`, the lexicon's form.
         es.learn("The");
         assert!(es.user().read().count("the") > 0.99 && es.user().read().count("The") == 0.0);
+    }
+}
+
+/// In a language without spaces, right after a Latin letter or digit no next word starts with
+/// one (it would be glued to the typed word: `hello` + `host`); next words in Han and
+/// completions of the typed letters stay, with the probabilities they have anyway. After a
+/// space, or after Han, Latin next words come back.
+#[test]
+fn chinese_offers_no_latin_next_word_glued_to_a_latin_word() {
+    use laya_format::punct::glues;
+    use laya_format::testing::random_model;
+    for cfg in [TinyConfig::default(), TinyConfig { word_classes: 12, ..TinyConfig::default() }] {
+        let (meta, tensors) = random_model(&cfg, 13, GgmlType::Q8_0);
+        let mut s = Session::new(Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap());
+        let bar = |s: &mut Session, ctx: &str| s.predict(ctx, 64).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect::<Vec<_>>();
+        let latin_next = |b: &[(String, usize, f32)]| b.iter().filter(|c| c.1 == 0 && c.0.starts_with(glues)).count();
+        for ctx in ["hello", "用iPhone", "x9", "版本3"] {
+            let b = bar(&mut s, ctx);
+            assert_eq!(latin_next(&b), 0, "{ctx:?}: {b:?}");
+            assert!(b.iter().any(|c| c.1 == 0), "{ctx:?}: Han next words stay: {b:?}");
+        }
+        let mut latin_after_space = 0;
+        for ctx in ["hello ", "今天", "", "好。"] {
+            latin_after_space += latin_next(&bar(&mut s, ctx));
+        }
+        assert!(latin_after_space > 0, "Latin next words come back after a space or Han");
     }
 }
