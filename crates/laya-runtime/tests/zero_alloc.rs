@@ -30,8 +30,12 @@ fn predict_allocates_nothing() {
     // A factorised word head expands classes into buffers sized at session creation.
     let factorised = TinyConfig { word_classes: 12, ..causal.clone() };
     models.push(("factorised Q8_0".into(), common::model_with_dict(&factorised, 2, GgmlType::Q8_0).0));
+    // A language with case shows candidates in the typed case, from a buffer sized once.
+    let (mut meta, tensors) = laya_format::testing::random_model(&factorised, 2, GgmlType::Q8_0);
+    meta.provenance.language = "en".into();
+    models.push(("English (case shown) Q8_0".into(), Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap()));
     let typed: Vec<String> = {
-        let text = "今天天气不错，我们去公园散步吧。typing one key at a time, long enough to wrap the kept keys around";
+        let text = "今天天气不错，我们去公园散步吧。Typing ONE key at a time. Long enough to wrap the kept keys around";
         text.char_indices().map(|(i, c)| text[..i + c.len_utf8()].to_string()).collect()
     };
     for (ty, m) in models {
