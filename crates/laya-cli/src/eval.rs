@@ -11,7 +11,6 @@ use crate::CliError;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The model (its lexicon also defines out-of-vocabulary).
     #[command(flatten)]
     model: crate::ModelChoice,
     /// Text to type, one line at a time.

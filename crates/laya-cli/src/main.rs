@@ -68,6 +68,7 @@ enum Command {
     /// Time single predictions: p50/p99, cold start, allocations, per-stage breakdown.
     Bench(bench::Args),
     /// Simulate typing a text file with a 5-candidate bar: KSR and top-k hit rates (docs/evaluation.md §2).
+    /// The model's lexicon also defines out-of-vocabulary.
     Eval(eval::Args),
     /// Choose a lexicon from corpus and dictionary counts; report coverage.
     Lexicon(lexicon::Args),
@@ -87,7 +88,9 @@ enum Command {
     Prune(prune::Args),
     /// Store each lexicon word's dictionary frequency in a model: the completion prior.
     Prior(prior::Args),
-    /// A local JSON service and a typing page on http://127.0.0.1:8757 (docs/serve.md).
+    /// A local JSON service and a typing page on http://127.0.0.1:8757 (docs/serve.md). A
+    /// --model file is reloaded on SIGHUP and when it is replaced (`laya install --into` its
+    /// directory).
     Serve(serve::Args),
     /// Look into, edit and export a user file: the learned history and the blocklist.
     User(user::Args),

@@ -14,8 +14,6 @@ use crate::CliError;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The model; a --model file is reloaded on SIGHUP and when it is replaced (`laya install
-    /// --into` its directory).
     #[command(flatten)]
     model: crate::ModelChoice,
     /// The user file (docs/personalisation.md): read at start, written back atomically after
