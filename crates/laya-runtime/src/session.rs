@@ -501,14 +501,11 @@ impl Session {
         };
         // Where the lexicon ignores case, a word it has is learned in the lexicon's form (`The`
         // at a sentence start counts for `the`).
-        let as_known = |w: &'_ str| -> String {
-            match lex.ignores_case().then(|| lex.id_of(w)).flatten() {
-                Some(id) => lex.word(id).to_string(),
-                None => w.to_string(),
-            }
-        };
-        let words: Vec<String> = ranges.into_iter().map(|r| as_known(&text[r])).collect();
-        self.personal.user.write().learn_words(words.iter().map(String::as_str))
+        let words = ranges.into_iter().map(|r| match lex.ignores_case().then(|| lex.id_of(&text[r.clone()])).flatten() {
+            Some(id) => lex.word(id),
+            None => &text[r],
+        });
+        self.personal.user.write().learn_words(words)
     }
 
     /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class
