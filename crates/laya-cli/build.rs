@@ -1,6 +1,8 @@
 // Embeds models/default.laya (Chinese) and models/en.laya (English) into the binary when they
 // exist, so `laya predict` works with no files and `--lang en` with no files either. Without
-// them the binary still builds and says so plainly.
+// them the binary still builds and says so plainly. Each is validated here, checksum included,
+// and a damaged one stops the build; its verified checksum goes into the binary, so that loading
+// it checks everything but the hash again (docs/architecture.md, "What a load checks").
 use std::path::Path;
 
 fn main() {
@@ -13,8 +15,14 @@ fn main() {
         let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models").join(file);
         println!("cargo::rerun-if-changed={}", model.display());
         if model.is_file() {
+            let bytes = std::fs::read(&model).unwrap_or_else(|e| panic!("cannot read {}: {e}", model.display()));
+            let checksum = match laya_format::LayaFile::parse(&bytes) {
+                Ok(file) => file.checksum,
+                Err(e) => panic!("{} is not a valid model, so it cannot be embedded: {e}", model.display()),
+            };
             println!("cargo::rustc-cfg={cfg}");
             println!("cargo::rustc-env={env}={}", model.canonicalize().unwrap().display());
+            println!("cargo::rustc-env={env}_CHECKSUM={checksum}");
         }
     }
 }

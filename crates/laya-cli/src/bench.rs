@@ -71,6 +71,9 @@ pub struct Args {
     /// Internal: load, predict once, report, exit (used to time cold start).
     #[arg(long, hide = true)]
     cold_probe: bool,
+    /// Internal: report at once and exit, loading nothing (the spawn floor of cold start).
+    #[arg(long, hide = true)]
+    spawn_probe: bool,
 }
 
 #[derive(Serialize)]
@@ -108,6 +111,9 @@ struct Report {
     cold_first_prediction_ms: f64,
     /// `cold_first_prediction_ms` by phase (medians of each over the same processes).
     cold_phases: ColdPhases,
+    /// Median over as many fresh processes of this binary that load nothing and report at
+    /// once, started alternately with the cold ones: what starting the process costs here.
+    spawn_floor_ms: f64,
     load_ms: f64,
     allocations_per_prediction: f64,
     /// Multiply-adds of a prediction computed whole.
@@ -160,6 +166,10 @@ struct ColdPhases {
 pub fn run(args: Args) -> Result<(), CliError> {
     if args.cold_probe {
         return probe(&args);
+    }
+    if args.spawn_probe {
+        outln!("{{}}");
+        return Ok(());
     }
     if args.iterations == 0 || args.threads == 0 {
         return Err(CliError("--iterations and --threads must be at least 1".into()));
@@ -284,6 +294,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         cold_start_ms: cold.0,
         cold_first_prediction_ms: cold.1,
         cold_phases: cold.3,
+        spawn_floor_ms: cold.4,
         load_ms,
         allocations_per_prediction: info.count_total as f64 / args.iterations as f64,
         macs_per_prediction: model.macs_per_prediction(),
@@ -329,6 +340,7 @@ fn print_report(r: &Report) -> Result<(), CliError> {
     outln!("| mean latency                | {:.1} µs |", r.mean_us);
     outln!("| predictions / second        | {:.0} |", r.predictions_per_second);
     outln!("| cold start (process → first prediction) | {:.2} ms |", r.cold_start_ms);
+    outln!("| … of which starting the process (spawn floor) | {:.2} ms |", r.spawn_floor_ms);
     outln!("| cold start in that process (load → first prediction) | {:.2} ms |", r.cold_first_prediction_ms);
     let c = r.cold_phases;
     outln!(
@@ -460,22 +472,42 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
     match &args.model.model {
         Some(p) => Ok(Model::load_with(p, kernels)?),
         None => {
-            let bytes = crate::embedded(args.model.lang)?;
-            Ok(Model::from_static_with(bytes, kernels).map_err(|e| CliError(format!("the embedded model is invalid: {e}")))?)
+            let m = crate::embedded(args.model.lang)?;
+            Ok(Model::from_static_verified_with(m.bytes, m.checksum, kernels)
+                .map_err(|e| CliError(format!("the embedded model is invalid: {e}")))?)
         }
     }
 }
 
-/// Starts `--cold-runs` fresh processes that each load the model and predict once. Returns
-/// the medians of spawn → first prediction and of load → first prediction (ms), the largest
-/// peak RSS (KB) and the medians of the phases.
-fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases), CliError> {
+/// The time from spawning `cmd` to reading the first line it writes (ms), and that line.
+fn spawn_and_read(cmd: &mut Command) -> Result<(f64, String, std::process::ExitStatus), CliError> {
+    let t0 = Instant::now();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    let elapsed = t0.elapsed().as_secs_f64() * 1e3;
+    Ok((elapsed, line, child.wait()?))
+}
+
+/// Starts `--cold-runs` fresh processes that each load the model and predict once, each after
+/// one that loads nothing (the spawn floor). Returns the medians of spawn → first prediction
+/// and of load → first prediction (ms), the largest peak RSS (KB), the medians of the phases
+/// and the median spawn floor (ms).
+fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases, f64), CliError> {
     let exe = std::env::current_exe()?;
     let mut times = Vec::new();
+    let mut floors = Vec::new();
     let mut inside = Vec::new();
     let mut phases: [Vec<f64>; 4] = Default::default();
     let mut rss = 0;
     for _ in 0..args.cold_runs.max(1) {
+        let (floor, _, status) = spawn_and_read(Command::new(&exe).args(["bench", "--spawn-probe"]))?;
+        if !status.success() {
+            return Err(CliError(format!("spawn-floor probe failed ({status})")));
+        }
+        floors.push(floor);
         let mut cmd = Command::new(&exe);
         cmd.args(["bench", "--cold-probe", "--activations", &args.act.activations.to_string()]);
         match &args.model.model {
@@ -485,14 +517,7 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases), CliError> {
         if let Some(i) = args.int8 {
             cmd.arg("--int8").arg(i.to_string());
         }
-        let t0 = Instant::now();
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-        let mut line = String::new();
-        if let Some(out) = child.stdout.take() {
-            BufReader::new(out).read_line(&mut line)?;
-        }
-        let elapsed = t0.elapsed().as_secs_f64() * 1e3;
-        let status = child.wait()?;
+        let (elapsed, line, status) = spawn_and_read(&mut cmd)?;
         let probe: Probe = serde_json::from_str(line.trim()).map_err(|_| CliError(format!("cold-start probe failed ({status})")))?;
         times.push(elapsed);
         inside.push(probe.first_prediction_us / 1e3);
@@ -507,7 +532,7 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases), CliError> {
     };
     let [v, p, s, f] = &mut phases;
     let phases = ColdPhases { validate_ms: median(v), prepare_ms: median(p), session_ms: median(s), first_prediction_ms: median(f) };
-    Ok((median(&mut times), median(&mut inside), rss, phases))
+    Ok((median(&mut times), median(&mut inside), rss, phases, median(&mut floors)))
 }
 
 fn probe(args: &Args) -> Result<(), CliError> {

@@ -32,13 +32,29 @@ static DEFAULT: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LAYA_DEFAULT_MOD
 #[cfg(laya_english_model)]
 static ENGLISH: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LAYA_ENGLISH_MODEL")));
 
-/// The embedded model of `lang`'s bytes, or `None` when this binary was built without one.
-pub fn bytes(lang: Lang) -> Option<&'static [u8]> {
+/// An embedded model: its bytes and the checksum build.rs verified over them.
+#[derive(Clone, Copy)]
+pub struct Embedded {
+    pub bytes: &'static [u8],
+    pub checksum: u64,
+}
+
+/// The checksum build.rs computed, passed as a decimal string.
+#[allow(dead_code)] // unused in builds without an embedded model
+const fn parse_checksum(s: &str) -> u64 {
+    match u64::from_str_radix(s, 10) {
+        Ok(v) => v,
+        Err(_) => panic!("build.rs passed a checksum that is not a u64"),
+    }
+}
+
+/// The embedded model of `lang`, or `None` when this binary was built without one.
+pub fn get(lang: Lang) -> Option<Embedded> {
     match lang {
         #[cfg(laya_default_model)]
-        Lang::Zh => Some(&DEFAULT.0),
+        Lang::Zh => Some(Embedded { bytes: &DEFAULT.0, checksum: const { parse_checksum(env!("LAYA_DEFAULT_MODEL_CHECKSUM")) } }),
         #[cfg(laya_english_model)]
-        Lang::En => Some(&ENGLISH.0),
+        Lang::En => Some(Embedded { bytes: &ENGLISH.0, checksum: const { parse_checksum(env!("LAYA_ENGLISH_MODEL_CHECKSUM")) } }),
         #[allow(unreachable_patterns)]
         _ => None,
     }

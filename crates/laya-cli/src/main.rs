@@ -128,14 +128,16 @@ pub fn load_model_for(path: Option<&std::path::Path>, lang: default_model::Lang)
     match path {
         Some(p) => Ok(Model::load(p)?),
         None => {
-            Ok(Model::from_static(embedded(lang)?).map_err(|e| CliError(format!("the embedded {} model is invalid: {e}", lang.name())))?)
+            let m = embedded(lang)?;
+            Ok(Model::from_static_verified(m.bytes, m.checksum)
+                .map_err(|e| CliError(format!("the embedded {} model is invalid: {e}", lang.name())))?)
         }
     }
 }
 
-/// The bytes of the model of `lang` embedded in this binary.
-pub fn embedded(lang: default_model::Lang) -> Result<&'static [u8], CliError> {
-    default_model::bytes(lang).ok_or_else(|| {
+/// The model of `lang` embedded in this binary (validated when it was built).
+pub fn embedded(lang: default_model::Lang) -> Result<default_model::Embedded, CliError> {
+    default_model::get(lang).ok_or_else(|| {
         CliError(format!(
             "no {} model is embedded in this build; pass --model FILE \
              (models are made with `laya train`, see docs/training.md)",

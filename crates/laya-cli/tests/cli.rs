@@ -182,6 +182,9 @@ fn bench_reports_the_eval_md_keys_and_zero_allocations() {
     // The in-process part of a cold start is part of the whole (both medians of the same runs).
     let (whole, inside) = (v["cold_start_ms"].as_f64().unwrap(), v["cold_first_prediction_ms"].as_f64().unwrap());
     assert!(inside > 0.0 && inside <= whole, "{inside} ms of {whole} ms");
+    // Starting a process that loads nothing is measured beside it.
+    let floor = v["spawn_floor_ms"].as_f64().unwrap_or_else(|| panic!("missing spawn_floor_ms: {v}"));
+    assert!(floor > 0.0, "spawn floor {floor} ms");
     // Its phases: each measured, none longer than the whole (medians of the same processes).
     let phases = &v["cold_phases"];
     for key in ["validate_ms", "prepare_ms", "session_ms", "first_prediction_ms"] {

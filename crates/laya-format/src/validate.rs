@@ -561,6 +561,38 @@ impl<'a> LayaFile<'a> {
         })
     }
 
+    /// Every check of [`LayaFile::parse`] except hashing the bytes, for bytes whose checksum
+    /// the caller has already verified and that cannot have changed since: a model compiled
+    /// into a program, which its build script validated with [`LayaFile::parse`] and whose
+    /// checksum it passed on as `verified`. The stored checksum must equal `verified` (so bytes
+    /// other than the vouched-for ones are refused); everything else is checked as by `parse`.
+    /// Hashing is most of a large model's load, so this is what makes an embedded model's
+    /// cold start fast.
+    ///
+    /// ```
+    /// use laya_format::{testing, write_model, GgmlType, LayaFile};
+    /// let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 5, GgmlType::F16);
+    /// let bytes = write_model(&meta, &tensors)?;
+    /// let verified = LayaFile::parse(&bytes)?.checksum; // e.g. in a build script
+    /// assert_eq!(LayaFile::parse_verified(&bytes, verified)?.checksum, verified);
+    /// assert!(LayaFile::parse_verified(&bytes, verified ^ 1).is_err());
+    /// # Ok::<(), laya_format::FormatError>(())
+    /// ```
+    pub fn parse_verified(bytes: &'a [u8], verified: u64) -> Result<Self, FormatError> {
+        let file = GgufFile::parse(bytes)?;
+        let k = Keys { file: &file };
+        let arch = k.str(keys::ARCHITECTURE)?;
+        if arch != "laya" {
+            return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
+        }
+        checksum_slot(&file)?;
+        let stored = file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0);
+        if stored != verified {
+            return Err(FormatError::ChecksumMismatch { stored, computed: verified });
+        }
+        Self::parse_checked(file, stored)
+    }
+
     /// Everything [`LayaFile::parse`] checks after the architecture and the checksum.
     fn parse_checked(mut file: GgufFile<'a>, stored: u64) -> Result<Self, FormatError> {
         let k = Keys { file: &file };

@@ -613,6 +613,47 @@ impl Kernels {
         }
     }
 
+    /// [`Kernels::matmul_q8_packed`]'s result, bit for bit, computed from the row-major Q8_0
+    /// matrix `w` itself: what a runtime multiplies with while `w`'s packed copy is still being
+    /// made, so that predictions do not wait for packing and do not change when it is done.
+    /// Slower than the packed kernel (a reduction per block), far cheaper than packing first.
+    /// Where this handle does not pack ([`Kernels::packs_q8`] false) it is the scalar
+    /// row-major kernel, which equals the packed scalar twin. Panics if `w` is not Q8_0 or a
+    /// slice is shorter than the shape needs.
+    ///
+    /// ```
+    /// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ8, GgmlType};
+    /// let mut w = Vec::new();
+    /// for r in 0..20u8 {
+    ///     w.extend([0x00, 0x3C]); // scale 1.0
+    ///     w.extend((0..32).map(|i| (i * 7 + r) % 19));
+    /// }
+    /// let m = Matrix::new(GgmlType::Q8_0, 20, 32, &w).unwrap();
+    /// let k = Kernels::detect();
+    /// let mut xq = [ActBlock::ZERO; 1];
+    /// k.quantize_act(&[0.3; 32], &mut xq);
+    /// let (mut a, mut b) = ([0.0f32; 20], [0.0f32; 20]);
+    /// k.matmul_q8_packed(&PackedQ8::new(&m).unwrap(), &xq, 1, None, &mut a);
+    /// k.matmul_q8_packed_rows(&m, &xq, 1, None, &mut b);
+    /// assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits));
+    /// ```
+    pub fn matmul_q8_packed_rows(&self, w: &Matrix, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        assert!(w.ty == GgmlType::Q8_0, "matmul_q8_packed_rows needs Q8_0 weights, got {}", w.ty);
+        let (rb, data) = w.checked();
+        let nb = w.cols / QK;
+        let xq = &xq[..n_pos * nb];
+        let y = &mut y[..n_pos * w.rows];
+        let bias = bias.map(|b| &b[..w.rows]);
+        let a = MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data };
+        match self.int8 {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
+            Int8Isa::Avx512Vnni => unsafe { packed_x86::avx512vnni_rows::matmul(&a, xq, n_pos, bias, y) },
+            Int8Isa::Avx2 | Int8Isa::AvxVnni => packed::matmul_rows_fused(&a, xq, n_pos, bias, y),
+            _ => q8::matmul(&a, xq, n_pos, bias, y),
+        }
+    }
+
     /// Whether [`Kernels::matmul_q4_packed`] has a SIMD tier on this handle (every x86 int8
     /// set: AVX2, AVX-VNNI, AVX-512 VNNI); a runtime should pack its Q4_0/Q4_1 linear layers
     /// ([`PackedQ4::new`]) only then.

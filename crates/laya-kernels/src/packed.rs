@@ -209,6 +209,28 @@ pub(crate) fn matmul(w: &PackedQ8, xq: &[ActBlock], n_pos: usize, bias: Option<&
     });
 }
 
+/// The SIMD tiers of `Kernels::matmul_q8_packed`, computed from the row-major Q8_0 layout (no
+/// packed copy): per row and position, blocks in order, `acc = fma(isum, d_w·d_x, acc)` with the
+/// exact integer block dot product `isum`, then `acc + bias`. Every SIMD tier of the packed
+/// kernel rounds exactly this way, so this twin matches them bit for bit (`f32::mul_add` is
+/// fused on every target), and the 512-bit `packed_x86::avx512vnni_rows` is tested against it.
+pub(crate) fn matmul_rows_fused(a: &crate::MatArgs, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let (rows, nb) = (a.rows, a.cols / QK);
+    for o in 0..rows {
+        let row = a.row(o);
+        for p in 0..n_pos {
+            let mut acc = 0.0f32;
+            for (b, xb) in xq[p * nb..][..nb].iter().enumerate() {
+                let blk = &row[b * Q8_BYTES..][..Q8_BYTES];
+                let dw = scalar::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+                let isum: i32 = blk[2..].iter().zip(&xb.qs).map(|(&w, &x)| w as i8 as i32 * x as i32).sum();
+                acc = (isum as f32).mul_add(dw * xb.d, acc);
+            }
+            y[p * rows + o] = acc + bias.map_or(0.0, |b| b[o]);
+        }
+    }
+}
+
 /// The packed scalar twins' loop over outputs: for row `o` (lane `r` of group `o / 16`) and
 /// position `p`, `block(group bytes, r, b, activation block, acc)` adds block `b` to an
 /// accumulator that starts at 0, blocks in order; then the bias.

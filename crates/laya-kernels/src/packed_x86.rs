@@ -202,6 +202,91 @@ pub(crate) mod avx512vnni {
     }
 }
 
+/// AVX-512 VNNI: the 512-bit packed kernel's arithmetic read from the file's row-major Q8_0 rows
+/// (`packed::matmul_rows_fused` is its twin), for predictions made before the packed copy exists.
+///
+/// Per group of 16 rows and block: eight registers each hold one block of two rows (row `2i`
+/// in the low half, `2i+1` in the high half); `vpdpbusd` of the `w + 128` bytes against the
+/// block's activations duplicated into both halves leaves eight partial sums per row; a
+/// transposing reduction (two levels of unpack-and-add, one cross-lane shuffle, one permute)
+/// turns the eight registers into one whose lane `r` is row `r`'s exact `Σ(w+128)·x`. From
+/// there it is the packed kernel's step: subtract `128·Σx`, convert, multiply the 16 scales
+/// (gathered from the rows) by `d_x`, one FMA per block, bias, masked store. Integer sums are
+/// exact in any order, and the float steps are the same instructions on the same values, so
+/// the outputs equal the packed kernel's bit for bit.
+pub(crate) mod avx512vnni_rows {
+    use super::*;
+    use crate::q8::Q8_BYTES;
+    use crate::MatArgs;
+
+    /// Rows `o0..o0+16` (those that exist), every position.
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    fn group(a: &MatArgs, xq: &[ActBlock], o0: usize, n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        let (rows, nb, rb) = (a.rows, a.cols / QK, a.rb);
+        let n = PACK_ROWS.min(rows - o0);
+        let rows_here = &a.data[o0 * rb..(o0 + n) * rb];
+        let flip = _mm512_set1_epi8(-128);
+        // After the reduction lane l holds row [0,2,4,6,1,3,5,7,8,10,12,14,9,11,13,15][l];
+        // this index puts row r in lane r.
+        let order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+        let mask: __mmask16 = ((1u32 << n) - 1) as __mmask16;
+        // Byte offset of each row's first block (its f16 scale) from the group's first row.
+        let row_at =
+            _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rb as i32));
+        let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+        let quad = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+        for p in 0..n_pos {
+            let xr = &xq[p * nb..][..nb];
+            let mut acc = _mm512_setzero_ps();
+            for (b, xb) in xr.iter().enumerate() {
+                // SAFETY: `qs` is 32 bytes; unaligned load.
+                let xv = unsafe { _mm512_broadcast_i64x4(_mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i)) };
+                let mut v = [_mm512_setzero_si512(); 8];
+                for (i, v) in v.iter_mut().enumerate().take(n.div_ceil(2)) {
+                    // SAFETY: rows 2i (and 2i+1 when it exists) are < n, so their block b's 32
+                    // values at r·rb + 34b + 2 .. + 34 lie inside `rows_here` (n·rb bytes).
+                    let w = unsafe {
+                        let lo = rows_here.as_ptr().add(2 * i * rb + b * Q8_BYTES + 2);
+                        let l = _mm512_zextsi256_si512(_mm256_loadu_si256(lo as *const __m256i));
+                        match 2 * i + 1 < n {
+                            true => _mm512_inserti64x4::<1>(l, _mm256_loadu_si256(lo.add(rb) as *const __m256i)),
+                            false => l,
+                        }
+                    };
+                    // Rows past n (a zero or absent half) give lanes that are never stored.
+                    *v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, flip), xv);
+                }
+                // Per 128-bit quarter q: [Σ_q v0, Σ_q v1, Σ_q v2, Σ_q v3] (and v4..v7).
+                let (u0, u1) = (quad(pair(v[0], v[1]), pair(v[2], v[3])), quad(pair(v[4], v[5]), pair(v[6], v[7])));
+                // Quarters 0+1 are the low rows, 2+3 the high rows of each register.
+                let sums = _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(u0, u1), _mm512_shuffle_i32x4::<0xDD>(u0, u1));
+                let isum = _mm512_sub_epi32(_mm512_permutexvar_epi32(order, sums), _mm512_set1_epi32(128 * xb.sum));
+                // SAFETY: lane r < n reads 4 bytes at r·rb + 34b, the scale and first two
+                // values of row r's block b, inside `rows_here`; masked lanes read nothing.
+                let scales = unsafe {
+                    let at = _mm512_add_epi32(row_at, _mm512_set1_epi32((b * Q8_BYTES) as i32));
+                    _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, at, rows_here.as_ptr() as *const _)
+                };
+                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(scales));
+                let s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
+            }
+            store_group(&[acc], bias, rows, o0, p, y);
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn matmul(a: &MatArgs, xq: &[ActBlock], n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+        assert!(a.data.len() >= a.rows * a.rb && a.rb == (a.cols / QK) * Q8_BYTES);
+        assert!(xq.len() >= n_pos * (a.cols / QK) && y.len() >= n_pos * a.rows);
+        assert!(bias.is_none_or(|b| b.len() >= a.rows) && PACK_ROWS * a.rb <= i32::MAX as usize);
+        for o0 in (0..a.rows).step_by(PACK_ROWS) {
+            group(a, xq, o0, n_pos, bias, y);
+        }
+    }
+}
+
 /// AVX-512 VNNI for [`PackedQ4`]: each 64-byte load is masked into the low nibbles (inputs
 /// `4t..4t+4` of 16 rows) and shifted into the high ones (inputs `16+4t..`), two `vpdpbusd`
 /// with the values as the unsigned operand; the block's offset `m` enters with the activation

@@ -587,3 +587,36 @@ fn gathering_a_row_the_matrix_lacks_is_an_error() {
     assert_eq!(PackedQ4::gather(&m, &[5]).unwrap_err(), KernelError::RowOutOfRange { row: 5, rows: 2 });
     assert_eq!(PackedQ8::gather(&Matrix::new(GgmlType::Q8_0, 2, 32, &[0u8; 2 * 34]).unwrap(), &[1, 1, 0]).unwrap().rows(), 3);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// `matmul_q8_packed_rows` on the row-major matrix gives the packed kernel's bits on every
+    /// int8 set, for any row count (partial last groups), width and number of positions, with
+    /// and without a bias: laya-runtime predicts with it until the packed copy exists, and a
+    /// prediction must not change when the copy arrives.
+    #[test]
+    fn packed_rows_equal_the_packed_kernel(
+        rows in 1usize..70,
+        ci in 0usize..COLS.len(),
+        n_pos in 1usize..=9,
+        with_bias in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let (cols, mut rng) = (COLS[ci], Rng::new(seed));
+        let buf = weights(rows, cols, 0, false, &mut rng);
+        let (m, x) = (Matrix::new(GgmlType::Q8_0, rows, cols, &buf).unwrap(), activations(n_pos * cols, &mut rng));
+        let bias: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        let (bias, xq) = (with_bias.then_some(&bias[..]), quantize(Kernels::scalar(), &x));
+        let mut kernels = isas();
+        kernels.push(Kernels::scalar());
+        for k in kernels {
+            let mut packed = vec![f32::NAN; n_pos * rows];
+            k.matmul_q8_packed(&PackedQ8::new(&m).unwrap(), &xq, n_pos, bias, &mut packed);
+            let mut direct = vec![f32::NAN; n_pos * rows];
+            k.matmul_q8_packed_rows(&m, &xq, n_pos, bias, &mut direct);
+            let same = packed.iter().zip(&direct).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "{} rows {} cols {} positions {}: {:?} vs {:?}", k.int8_isa(), rows, cols, n_pos, &packed[..rows.min(4)], &direct[..rows.min(4)]);
+        }
+    }
+}

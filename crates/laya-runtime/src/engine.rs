@@ -113,7 +113,7 @@ impl Engine {
     pub fn swap_to_model(&self, model: Arc<Model>) -> SwapReport {
         // Packed here, off the keystroke path, so that sessions picking the model up allocate
         // nothing (a fresh model packs its word classes on first use otherwise).
-        model.pack_classes();
+        model.pack();
         let _guard = self.shared.swapping.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let new_checksum = model.info().checksum;
         let old = self.shared.current.swap(model);

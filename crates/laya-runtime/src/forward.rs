@@ -5,7 +5,7 @@
 use laya_format::{Activation, PositionScheme};
 use laya_kernels::{ActBlock, GgmlType, Kernels, Matrix, QK};
 
-use crate::model::{Layer, Mat, Model, Packed, WordClasses};
+use crate::model::{Layer, Mat, Model, Packed, PackedRef, WordClasses};
 use crate::scratch::{ClassState, Scratch};
 use crate::settings::{ActPrecision, MAX_INCREMENTAL_CHARS};
 use crate::stages::{Clock, Stage};
@@ -64,7 +64,7 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
             _ => false,
         }
     };
-    let q8n = |w: &Mat, n: usize| q8pn(w.packed.is_some(), w.ty, n);
+    let q8n = |w: &Mat, n: usize| q8pn(w.packs, w.ty, n);
     let cfg = &m.cfg;
     let (t, d) = (cfg.context_length, cfg.d_model);
     let nbd = d / QK;
@@ -118,9 +118,9 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
             kern.quantize_act(&s.normed[..t * d], &mut s.act_q8[..t * nbd]);
         }
         let xq = &s.act_q8[..t * nbd];
-        linear(kern, &wk, l.k.packed.as_ref(), &s.normed, xq, t, &l.k_b, &mut s.key, k8);
-        linear(kern, &wv, l.v.packed.as_ref(), &s.normed, xq, t, &l.v_b, &mut s.value, v8);
-        linear(kern, &wq, l.q.packed.as_ref(), &s.normed[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.query[first * d..], q8(&l.q));
+        linear(kern, &wk, l.k.packed(), &s.normed, xq, t, &l.k_b, &mut s.key, k8);
+        linear(kern, &wv, l.v.packed(), &s.normed, xq, t, &l.v_b, &mut s.value, v8);
+        linear(kern, &wq, l.q.packed(), &s.normed[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.query[first * d..], q8(&l.q));
         clock.lap(Stage::Qkv);
 
         kern.attention(&s.query[first * d..], &s.key, &s.value, np, t, d, heads, scale, &mut s.attn_weights, &mut s.attn[first * d..]);
@@ -155,7 +155,7 @@ fn forward_causal(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str, 
             _ => false,
         }
     };
-    let q8 = |w: &Mat| q8p(w.packed.is_some(), w.ty);
+    let q8 = |w: &Mat| q8p(w.packs, w.ty);
 
     // 1. Tokens: the last R + MAX_INCREMENTAL_CHARS normalised values, BOS in front when
     //    the context is shorter; and the last T characters for ranking, as learned models.
@@ -289,19 +289,9 @@ fn causal_block(
     let base = li * s.kv.capacity * d;
     let slot = base + pos0 * d..base + (pos0 + n_in) * d;
     let xq = &s.act_q8[..n_in * nbd];
-    linear_rows(kern, &m.matrix(&l.k), l.k.packed.as_ref(), &s.normed, xq, n_in, &l.k_b, &mut s.kv.keys[slot.clone()], k8);
-    linear_rows(kern, &m.matrix(&l.v), l.v.packed.as_ref(), &s.normed, xq, n_in, &l.v_b, &mut s.kv.values[slot], v8);
-    linear_rows(
-        kern,
-        &m.matrix(&l.q),
-        l.q.packed.as_ref(),
-        &s.normed[first * d..],
-        &xq[first * nbd..],
-        n_q,
-        &l.q_b,
-        &mut s.query[..n_q * d],
-        qq8,
-    );
+    linear_rows(kern, &m.matrix(&l.k), l.k.packed(), &s.normed, xq, n_in, &l.k_b, &mut s.kv.keys[slot.clone()], k8);
+    linear_rows(kern, &m.matrix(&l.v), l.v.packed(), &s.normed, xq, n_in, &l.v_b, &mut s.kv.values[slot], v8);
+    linear_rows(kern, &m.matrix(&l.q), l.q.packed(), &s.normed[first * d..], &xq[first * nbd..], n_q, &l.q_b, &mut s.query[..n_q * d], qq8);
     clock.lap(Stage::Qkv);
 
     let bias = &m.rel_bias[li * heads * t..(li + 1) * heads * t];
@@ -354,7 +344,7 @@ fn out_and_ffn(
     let rows = first * d..(first + n) * d;
     let att = &s.attn[att0 * d..(att0 + n) * d];
     quantize_if(kern, q8(&l.o), att, &mut s.act_q8);
-    lin(kern, &m.matrix(&l.o), l.o.packed.as_ref(), att, &s.act_q8, n, &l.o_b, &mut s.sublayer_out[..n * d], q8(&l.o));
+    lin(kern, &m.matrix(&l.o), l.o.packed(), att, &s.act_q8, n, &l.o_b, &mut s.sublayer_out[..n * d], q8(&l.o));
     kern.add(&s.sublayer_out[..n * d], &mut s.resid[rows.clone()]);
     clock.lap(Stage::AttnOut);
 
@@ -365,7 +355,7 @@ fn out_and_ffn(
     clock.lap(Stage::FfnNorm);
     let hidden = &mut s.ffn_hidden[..n * f];
     quantize_if(kern, q8(&l.up), &s.normed[..n * d], &mut s.act_q8);
-    lin(kern, &m.matrix(&l.up), l.up.packed.as_ref(), &s.normed[..n * d], &s.act_q8, n, &l.up_b, hidden, q8(&l.up));
+    lin(kern, &m.matrix(&l.up), l.up.packed(), &s.normed[..n * d], &s.act_q8, n, &l.up_b, hidden, q8(&l.up));
     clock.lap(Stage::FfnUp);
     match cfg.activation {
         Activation::GeluTanh => kern.gelu_tanh(hidden),
@@ -373,7 +363,7 @@ fn out_and_ffn(
     }
     clock.lap(Stage::Activation);
     quantize_if(kern, q8(&l.down), hidden, &mut s.act_q8);
-    lin(kern, &m.matrix(&l.down), l.down.packed.as_ref(), hidden, &s.act_q8, n, &l.down_b, &mut s.sublayer_out[..n * d], q8(&l.down));
+    lin(kern, &m.matrix(&l.down), l.down.packed(), hidden, &s.act_q8, n, &l.down_b, &mut s.sublayer_out[..n * d], q8(&l.down));
     kern.add(&s.sublayer_out[..n * d], &mut s.resid[rows]);
     clock.lap(Stage::FfnDown);
 }
@@ -383,7 +373,7 @@ fn out_and_ffn(
 /// (`expand_class` in rank.rs), from the same `head_in` (and its int8 blocks in `act_q8`).
 /// `q8(packed, type)`: whether a layer of that type, packed or not, takes int8 activations.
 fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(bool, GgmlType) -> bool, clock: &mut Clock) {
-    let q8m = |w: &Mat| q8(w.packed.is_some(), w.ty);
+    let q8m = |w: &Mat| q8(w.packs, w.ty);
     let (kern, d) = (m.kernels, m.cfg.d_model);
     kern.layer_norm(&s.resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);
     clock.lap(Stage::OutputNorm);
@@ -391,14 +381,14 @@ fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(bool, GgmlType
         None => {
             let int8 = q8m(&m.output);
             quantize_if(kern, int8, &s.head_in, &mut s.act_q8);
-            linear(kern, &m.matrix(&m.output), m.output.packed.as_ref(), &s.head_in, &s.act_q8, 1, &m.output_b, &mut s.word_probs, int8);
+            linear(kern, &m.matrix(&m.output), m.output.packed(), &s.head_in, &s.act_q8, 1, &m.output_b, &mut s.word_probs, int8);
         }
         Some(wc) => {
             let int8 = q8m(&wc.head);
             s.class_rows_int8 = q8(wc.packs, wc.row_type);
             s.word_rows = 0;
             quantize_if(kern, int8 || s.class_rows_int8, &s.head_in, &mut s.act_q8);
-            linear(kern, &m.matrix(&wc.head), wc.head.packed.as_ref(), &s.head_in, &s.act_q8, 1, &wc.head_b, &mut s.class_probs, int8);
+            linear(kern, &m.matrix(&wc.head), wc.head.packed(), &s.head_in, &s.act_q8, 1, &wc.head_b, &mut s.class_probs, int8);
         }
     }
     clock.lap(Stage::WordHead);
@@ -431,7 +421,7 @@ pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: Hea
             m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
         }
     } else {
-        linear(m.kernels, &rows.matrix(), packed, z, &zq[..z.len() / QK], 1, &rows.bias, y, int8);
+        linear(m.kernels, &rows.matrix(), packed.map_or(PackedRef::No, PackedRef::Ready), z, &zq[..z.len() / QK], 1, &rows.bias, y, int8);
     }
     y
 }
@@ -471,7 +461,7 @@ pub(crate) fn word_log_probs(m: &Model, wc: &WordClasses, s: &mut Scratch) {
 fn linear_rows(
     kern: Kernels,
     w: &Matrix,
-    packed: Option<&Packed>,
+    packed: PackedRef<'_>,
     x: &[f32],
     xq: &[ActBlock],
     n_pos: usize,
@@ -479,7 +469,7 @@ fn linear_rows(
     y: &mut [f32],
     int8: bool,
 ) {
-    if int8 && packed.is_some() {
+    if int8 && !matches!(packed, PackedRef::No) {
         return linear(kern, w, packed, x, xq, n_pos, b, y, int8);
     }
     let (cols, rows) = (w.cols, w.rows);
@@ -499,14 +489,14 @@ fn quantize_if(kern: Kernels, yes: bool, x: &[f32], xq: &mut [ActBlock]) {
 }
 
 /// `y = x·Wᵀ + b` over `n_pos` rows: in integer arithmetic from the already quantised `xq`
-/// when `int8` (from the packed copy of the weights when the model made one), otherwise from
-/// the f32 rows `x`.
+/// when `int8` (from the packed copy of the weights, or from the file's rows with the packed
+/// kernels' arithmetic while the copy is being made), otherwise from the f32 rows `x`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn linear(
     kern: Kernels,
     w: &Matrix,
-    packed: Option<&Packed>,
+    packed: PackedRef<'_>,
     x: &[f32],
     xq: &[ActBlock],
     n_pos: usize,
@@ -517,9 +507,11 @@ fn linear(
     if int8 {
         let xq = &xq[..n_pos * w.cols / QK];
         match packed {
-            Some(Packed::Q8(p)) => kern.matmul_q8_packed(p, xq, n_pos, Some(b), y),
-            Some(Packed::Q4(p)) => kern.matmul_q4_packed(p, xq, n_pos, Some(b), y),
-            None => kern.matmul_q8(w, xq, n_pos, Some(b), y),
+            PackedRef::Ready(Packed::Q8(p)) => kern.matmul_q8_packed(p, xq, n_pos, Some(b), y),
+            PackedRef::Ready(Packed::Q4(p)) => kern.matmul_q4_packed(p, xq, n_pos, Some(b), y),
+            // Only Q8_0 layers wait for their copy (Q4 ones are packed at load).
+            PackedRef::Pending => kern.matmul_q8_packed_rows(w, xq, n_pos, Some(b), y),
+            PackedRef::No => kern.matmul_q8(w, xq, n_pos, Some(b), y),
         }
     } else {
         kern.matmul(w, x, n_pos, Some(b), y);

@@ -92,10 +92,38 @@ pub(crate) struct Mat {
     pub rows: usize,
     pub cols: usize,
     pub range: Range<usize>,
-    /// A quantised linear layer's weights repacked for the packed int8 kernels, made at load
-    /// where the CPU has them (`Kernels::packs_q8`, `Kernels::packs_q4`: x86 with AVX2);
-    /// `None` otherwise.
-    pub packed: Option<Packed>,
+    /// Whether this CPU multiplies the matrix with the packed int8 kernels: a quantised linear
+    /// layer where `Kernels::packs_q8` / `packs_q4` (x86 with AVX2).
+    pub packs: bool,
+    /// The packed copy once made (Q4 layers at load, Q8_0 ones by the model's packer thread
+    /// or [`Model::pack`]); `Some(None)` if packing failed, which leaves the layer on
+    /// [`PackedRef::Pending`]'s kernel for good.
+    pub packed: OnceLock<Option<Packed>>,
+}
+
+impl Mat {
+    /// What the int8 path multiplies this matrix with now.
+    pub fn packed(&self) -> PackedRef<'_> {
+        match (self.packs, self.packed.get()) {
+            (false, _) => PackedRef::No,
+            (true, Some(Some(p))) => PackedRef::Ready(p),
+            // Only Q8_0 has a row-major stand-in; Q4 layers are packed at load.
+            (true, _) if self.ty == GgmlType::Q8_0 => PackedRef::Pending,
+            (true, _) => PackedRef::No,
+        }
+    }
+}
+
+/// The state of a matrix's packed copy, as the forward pass sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PackedRef<'a> {
+    /// This CPU has no packed kernels for the type: the row-major kernels.
+    No,
+    /// Packed kernels apply, the copy is not made yet: `Kernels::matmul_q8_packed_rows`, the
+    /// packed kernels' arithmetic on the file's rows, so the results do not change when it is.
+    Pending,
+    /// The packed copy.
+    Ready(&'a Packed),
 }
 
 /// The packed copy of a linear layer (see `Mat::packed`).
@@ -106,6 +134,15 @@ pub(crate) enum Packed {
 }
 
 impl Packed {
+    /// Whether this CPU's kernels pack matrices of type `ty`.
+    fn packs(ty: GgmlType, kernels: Kernels) -> bool {
+        match ty {
+            GgmlType::Q8_0 => kernels.packs_q8(),
+            GgmlType::Q4_0 | GgmlType::Q4_1 => kernels.packs_q4(),
+            _ => false,
+        }
+    }
+
     /// The packed copy of a quantised matrix where this CPU has kernels for it (Q8_0, and Q4_0
     /// or Q4_1, on x86 with AVX2); `None` for other types and CPUs.
     fn of(w: &Matrix, kernels: Kernels) -> Result<Option<Packed>, laya_kernels::KernelError> {
@@ -237,7 +274,7 @@ pub(crate) struct ClassRows {
     pub data: Vec<u8>,
     pub bias: Vec<f32>,
     /// The packed copy, made once: packing 50,000 rows at load was most of a cold start, so a
-    /// class is packed when a prediction first needs it, or by [`Model::pack_classes`]
+    /// class is packed when a prediction first needs it, or by [`Model::pack`]
     /// (`Session::warm_up`, an engine swap).
     packed: OnceLock<Option<Packed>>,
 }
@@ -267,7 +304,7 @@ impl WordClasses {
         for c in 0..k {
             let members = &ids[start[c]..start[c + 1]];
             let bias = members.iter().map(|&id| out_b[id as usize]).collect();
-            let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packed: None };
+            let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packs: false, packed: OnceLock::new() };
             // A word alone in its class has its class's probability: its row is never computed
             // (`rank::expand_class`, `forward::word_log_probs`), so it is neither packed nor copied.
             // Where the CPU packs the type, the int8 path reads the packed copy and the rare
@@ -315,12 +352,12 @@ impl Model {
             return Err(directory());
         }
         let storage = Storage::map(&file, path).map_err(io)?;
-        Self::from_storage(storage, kernels).map(Arc::new)
+        Self::from_storage(storage, kernels, None).map(Self::start_packing)
     }
 
     /// Validates a model held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Arc<Model>, LoadError> {
-        Self::from_storage(Storage::Owned(bytes), Kernels::detect()).map(Arc::new)
+        Self::from_storage(Storage::Owned(bytes), Kernels::detect(), None).map(Self::start_packing)
     }
 
     /// Validates a model compiled into the program (`include_bytes!`). The bytes must be
@@ -331,19 +368,44 @@ impl Model {
 
     /// Like [`Model::from_static`] with an explicit kernel tier.
     pub fn from_static_with(bytes: &'static [u8], kernels: Kernels) -> Result<Arc<Model>, LoadError> {
-        let storage = if (bytes.as_ptr() as usize).is_multiple_of(64) { Storage::Static(bytes) } else { Storage::Owned(bytes.to_vec()) };
-        Self::from_storage(storage, kernels).map(Arc::new)
+        Self::from_storage(Storage::of_static(bytes), kernels, None).map(Self::start_packing)
+    }
+
+    /// Like [`Model::from_static`] for bytes whose checksum was verified when the program was
+    /// built: every check but hashing the bytes again ([`LayaFile::parse_verified`]; the
+    /// stored checksum must equal `checksum`). For a model compiled in with `include_bytes!`
+    /// whose build script validated it and passed on its checksum, as the `laya` binary does;
+    /// it saves hashing the whole model (most of a large model's load) at every start.
+    ///
+    /// ```no_run
+    /// # static BYTES: &[u8] = &[];
+    /// # const CHECKSUM: u64 = 0; // in a real program: env!("...") set by build.rs
+    /// let model = laya_runtime::Model::from_static_verified(BYTES, CHECKSUM)?;
+    /// # Ok::<(), laya_runtime::LoadError>(())
+    /// ```
+    pub fn from_static_verified(bytes: &'static [u8], checksum: u64) -> Result<Arc<Model>, LoadError> {
+        Self::from_static_verified_with(bytes, checksum, Kernels::detect())
+    }
+
+    /// Like [`Model::from_static_verified`] with an explicit kernel tier.
+    pub fn from_static_verified_with(bytes: &'static [u8], checksum: u64, kernels: Kernels) -> Result<Arc<Model>, LoadError> {
+        Self::from_storage(Storage::of_static(bytes), kernels, Some(checksum)).map(Self::start_packing)
     }
 
     /// Like [`Model::from_bytes`] with an explicit kernel tier.
     pub fn from_bytes_with(bytes: Vec<u8>, kernels: Kernels) -> Result<Arc<Model>, LoadError> {
-        Self::from_storage(Storage::Owned(bytes), kernels).map(Arc::new)
+        Self::from_storage(Storage::Owned(bytes), kernels, None).map(Self::start_packing)
     }
 
-    fn from_storage(storage: Storage, kernels: Kernels) -> Result<Model, LoadError> {
+    /// `verified`: the checksum already verified over these bytes (see
+    /// [`Model::from_static_verified`]), or `None` to hash them.
+    fn from_storage(storage: Storage, kernels: Kernels, verified: Option<u64>) -> Result<Model, LoadError> {
         let start = std::time::Instant::now();
         let bytes = storage.bytes();
-        let mut file = LayaFile::parse(bytes)?;
+        let mut file = match verified {
+            Some(checksum) => LayaFile::parse_verified(bytes, checksum)?,
+            None => LayaFile::parse(bytes)?,
+        };
         let validate = start.elapsed();
         let base = bytes.as_ptr() as usize;
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
@@ -353,15 +415,20 @@ impl Model {
             // Re-check through the kernel crate's own constructor so a disagreement between
             // the two crates is an error at load, never an out-of-bounds read later.
             Matrix::new(ty, rows, cols, t.data).map_err(|e| LoadError::Kernel(format!("{}: {e}", t.name)))?;
-            Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packed: None })
+            Ok(Mat { ty, rows, cols, range: start..start + t.data.len(), packs: false, packed: OnceLock::new() })
         };
-        // A linear layer: its Q8_0, Q4_0 or Q4_1 weights on x86 with AVX2 also get the interleaved copy the packed int8 kernels read (a few percent more
-        // than the tensor, once, at load).
+        // A linear layer: its Q8_0, Q4_0 or Q4_1 weights on x86 with AVX2 also get the
+        // interleaved copy the packed int8 kernels read (a few percent more than the tensor).
+        // Q8_0 layers are packed after load, off the caller's thread ([`Model::pack`]); the
+        // rare Q4 layers, which have no row-major stand-in, here.
         let lin = |t: &TensorRef| -> Result<Mat, LoadError> {
             let mut m = mat(t)?;
-            let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("{}: {e}", t.name));
-            let w = Matrix::new(m.ty, m.rows, m.cols, t.data).map_err(err)?;
-            m.packed = Packed::of(&w, kernels).map_err(err)?;
+            m.packs = Packed::packs(m.ty, kernels);
+            if m.packs && m.ty != GgmlType::Q8_0 {
+                let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("{}: {e}", t.name));
+                let w = Matrix::new(m.ty, m.rows, m.cols, t.data).map_err(err)?;
+                m.packed = OnceLock::from(Packed::of(&w, kernels).map_err(err)?);
+            }
             Ok(m)
         };
         let hp = &file.meta.hparams;
@@ -600,11 +667,11 @@ impl Model {
 
     /// Heap bytes of the packed copies of quantised layers made so far (0 where the CPU has no
     /// packed int8 kernels; a factorised head's classes count once packed, see
-    /// [`Model::pack_classes`]).
+    /// [`Model::pack`]).
     pub fn packed_bytes(&self) -> usize {
         let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
         let heads = self.classes.iter().map(|c| &c.head);
-        let layers: usize = l.chain([&self.output]).chain(heads).filter_map(|m| m.packed.as_ref()).map(Packed::heap_bytes).sum();
+        let layers: usize = l.chain([&self.output]).chain(heads).filter_map(|m| m.packed.get()?.as_ref()).map(Packed::heap_bytes).sum();
         let rows = self.classes.iter().flat_map(|c| &c.rows).filter_map(|r| r.packed.get()?.as_ref()).map(Packed::heap_bytes);
         layers + rows.sum::<usize>()
     }
@@ -624,14 +691,74 @@ impl Model {
         rows.packed.get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten()).as_ref()
     }
 
-    /// Packs every class of a factorised head that is not packed yet. A model packs a class
-    /// when a prediction first expands it, so that a cold start packs only the few its first
-    /// predictions need; after this call (made by [`Session::warm_up`](crate::Session::warm_up),
-    /// `laya_session_new` and every engine swap) no prediction allocates.
-    pub fn pack_classes(&self) {
+    /// Makes every packed copy not made yet: the linear layers and the word head (which the
+    /// packer thread started by every constructor is making meanwhile; this call waits for, or
+    /// takes over, what it has not done) and every class of a factorised head (packed when a
+    /// prediction first expands it). Predictions give the same results before and after; after
+    /// this call ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every
+    /// engine swap make it) they run at full speed and none allocates.
+    pub fn pack(&self) {
+        self.pack_layers();
         for c in 0..self.classes.as_ref().map_or(0, WordClasses::len) {
             self.class_packed(c);
         }
+    }
+
+    /// The first half of [`Model::pack`]: the linear layers and the word head, not the classes
+    /// of a factorised head. Returns once every copy is made ([`Model::is_packed`]).
+    pub fn pack_layers(&self) {
+        for i in 0.. {
+            if !self.pack_matrix(i) {
+                break;
+            }
+        }
+    }
+
+    /// Whether every linear layer and the word head have their packed copy (or have none to
+    /// make on this CPU).
+    pub fn is_packed(&self) -> bool {
+        self.packable().all(|m| !matches!(m.packed(), PackedRef::Pending))
+    }
+
+    /// The matrices a packer makes copies of, in the order a prediction reads them.
+    fn packable(&self) -> impl Iterator<Item = &Mat> {
+        let layers = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
+        layers.chain(self.classes.iter().map(|c| &c.head)).chain([&self.output]).filter(|m| m.packs)
+    }
+
+    /// Packs the `i`-th of [`Model::packable`]'s matrices if it is not packed; `false` once
+    /// there is no `i`-th. Blocks while another thread packs the same matrix.
+    fn pack_matrix(&self, i: usize) -> bool {
+        let Some(m) = self.packable().nth(i) else { return false };
+        // Shapes were checked at load, so packing cannot fail; if it did, the matrix would stay
+        // on the row-major stand-in, which computes the same values.
+        m.packed.get_or_init(|| Packed::of(&self.matrix(m), self.kernels).ok().flatten());
+        true
+    }
+
+    /// Wraps a freshly loaded model in its `Arc` and starts the thread that packs its layers
+    /// (`laya-pack`), so that loading returns without the ~10 ms a 50,000-word flat head takes
+    /// to pack; predictions meanwhile compute the same values from the file's rows. The thread
+    /// holds only a weak reference between matrices and stops when the model is dropped. Where
+    /// no thread can be started, the layers are packed here.
+    fn start_packing(model: Model) -> Arc<Model> {
+        let model = Arc::new(model);
+        if model.is_packed() {
+            return model;
+        }
+        let weak = Arc::downgrade(&model);
+        let packer = std::thread::Builder::new().name("laya-pack".into()).spawn(move || {
+            for i in 0.. {
+                match weak.upgrade() {
+                    Some(m) if m.pack_matrix(i) => {}
+                    _ => break,
+                }
+            }
+        });
+        if packer.is_err() {
+            model.pack();
+        }
+        model
     }
 
     #[inline]
@@ -673,4 +800,54 @@ fn prior_shift(corpus: &[u32], dict: &[u32]) -> Vec<f32> {
         .zip(dict)
         .map(|(&c, &d)| if d == 0 { 0.0 } else { ((d as f64 / sum_d).ln() - ((c as f64 + 1.0) / sum_c).ln()) as f32 })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Session;
+    use laya_format::quantize::QuantizeOptions;
+    use laya_format::testing::{random_quantized_model, TinyConfig};
+
+    type Bar = Vec<(String, usize, u32)>;
+
+    fn bar(s: &mut Session, ctx: &str) -> Bar {
+        s.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect()
+    }
+
+    /// Predictions made before the packer has made the layers' copies (the row-major stand-in,
+    /// `PackedRef::Pending`) equal those made after, to the bit: in fresh sessions, and in one
+    /// session that keeps its keys and values across the moment the copies arrive.
+    #[test]
+    fn predictions_do_not_change_when_the_packed_copies_arrive() {
+        let kernels = Kernels::detect();
+        if !kernels.packs_q8() {
+            eprintln!("skipped: this CPU has no packed int8 kernels, so nothing is packed");
+            return;
+        }
+        let causal = TinyConfig { position_scheme: PositionScheme::RelativeCausal, ..TinyConfig::default() };
+        let classes = TinyConfig { word_classes: 12, ..causal.clone() };
+        let contexts = ["", "今", "今天", "今天天气很好我们去", "hello wor", "😀", "的的的的的的的的的的的的的的的的的的的的"];
+        for (seed, cfg) in [(1, TinyConfig::default()), (2, causal), (3, classes)] {
+            let (meta, tensors) = random_quantized_model(&cfg, seed, &QuantizeOptions::default());
+            let bytes = laya_format::write_model(&meta, &tensors).unwrap();
+            // Without `start_packing`: nothing packs until `pack`.
+            let model = Arc::new(Model::from_storage(Storage::Owned(bytes), kernels, None).unwrap());
+            assert!(!model.is_packed(), "seed {seed}: packed at load");
+            let run = |m: &Arc<Model>| {
+                let mut s = Session::new(Arc::clone(m));
+                contexts.iter().map(|c| bar(&mut s, c)).collect::<Vec<_>>()
+            };
+            let before = run(&model);
+            let mut across = Session::new(Arc::clone(&model));
+            let first = bar(&mut across, "今天天");
+            assert!(!model.is_packed());
+            model.pack();
+            assert!(model.is_packed() && model.packed_bytes() > 0);
+            assert_eq!(before, run(&model), "seed {seed}: fresh sessions");
+            let mut after = Session::new(Arc::clone(&model));
+            assert_eq!(first, bar(&mut after, "今天天"));
+            assert_eq!(bar(&mut across, "今天天气"), bar(&mut after, "今天天气"), "seed {seed}: one session across packing");
+        }
+    }
 }

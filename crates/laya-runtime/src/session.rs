@@ -370,7 +370,7 @@ impl Session {
     /// prediction allocates.
     pub fn warm_up(&mut self) {
         self.model.prefault();
-        self.model.pack_classes();
+        self.model.pack();
         for ctx in ["", "a", "今天", "hello wor", "😀"] {
             self.predict(ctx, 5);
         }

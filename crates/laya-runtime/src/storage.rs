@@ -31,6 +31,16 @@ impl Storage {
         Ok(Storage::Mapped(map))
     }
 
+    /// A static slice in place when it is 64-byte aligned (what the kernels' loads assume of a
+    /// mapped file), else an owned copy.
+    pub(crate) fn of_static(bytes: &'static [u8]) -> Storage {
+        if (bytes.as_ptr() as usize).is_multiple_of(64) {
+            Storage::Static(bytes)
+        } else {
+            Storage::Owned(bytes.to_vec())
+        }
+    }
+
     pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Storage::Mapped(m) => m,

@@ -172,6 +172,8 @@ fn packed_matches_scalar_twin(ty: GgmlType) {
             continue;
         };
         let model = laya_runtime::Model::from_bytes_with(bytes.clone(), k).unwrap();
+        // Q8_0 copies are made by the packer thread; wait for them.
+        model.pack();
         let packs = if ty == GgmlType::Q8_0 { k.packs_q8() } else { k.packs_q4() };
         assert_eq!(model.packed_bytes() > 0, packs, "{isa} {ty:?}");
         let mut s = Session::new(model);

@@ -412,15 +412,18 @@ fn a_punctuation_slot_takes_a_place_on_a_short_bar_only_by_its_probability() {
 }
 
 /// A factorised head packs its classes when a prediction first expands them (the cold start
-/// packs only those); `pack_classes` packs the rest. Either way the candidates are the same,
+/// packs only those); `pack` packs the rest. Either way the candidates are the same,
 /// to the bit, and after `warm_up` predictions allocate nothing (zero_alloc.rs).
 #[test]
 fn classes_packed_on_first_use_predict_as_classes_packed_at_once() {
     let own = TinyConfig { word_classes: 12, own_class_words: 30, ..TinyConfig::default() };
     for ty in [GgmlType::Q8_0, GgmlType::Q4_1] {
         let (lazy, eager) = (common::model(&own, 11, ty), common::model(&own, 11, ty));
+        // The layers' copies (made by the packer thread) first, so that what changes below
+        // is the classes.
+        lazy.pack_layers();
         let before = lazy.packed_bytes();
-        eager.pack_classes();
+        eager.pack();
         let (mut a, mut b) = (Session::new(lazy.clone()), Session::new(eager.clone()));
         for ctx in common::CONTEXTS {
             let pa: Vec<(String, usize, u32)> = a.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
@@ -432,7 +435,7 @@ fn classes_packed_on_first_use_predict_as_classes_packed_at_once() {
         // Packing is per CPU: where the kernels pack this type, lazy classes filled in as used.
         if eager.packed_bytes() > before {
             assert!(lazy.packed_bytes() > before, "{ty:?}: the predictions packed some classes");
-            lazy.pack_classes();
+            lazy.pack();
             assert_eq!(lazy.packed_bytes(), eager.packed_bytes(), "{ty:?}");
         }
     }

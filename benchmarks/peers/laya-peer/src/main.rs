@@ -43,6 +43,8 @@ fn run(args: &Args) -> Result<(), PeerError> {
         }
         std::hint::black_box(session.predict(c, 5).len());
     };
+    // The packed copies the packer thread makes after load, before any timing: the steady state.
+    session.model().pack();
     let times = common::time_decisions(&contexts, args.warmup, args.iters, |c| isolated(&mut session, c));
     // One more cycle, untimed and profiled, counts the decisions that reused kept state (0 is
     // the point).

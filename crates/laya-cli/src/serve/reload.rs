@@ -66,7 +66,7 @@ async fn reload(st: &State, watched: &Watched, seen: &mut Option<Stamp>, why: &s
         // Stamped before reading: a change during the load is then seen at the next look (and
         // loads once more) instead of being taken for the version loaded.
         let stamp = Stamp::of(&path).ok();
-        let model = Model::load(&path).inspect(|m| m.pack_classes());
+        let model = Model::load(&path).inspect(|m| m.pack());
         (stamp, model)
     })
     .await;
