@@ -124,3 +124,24 @@ fn a_directory_is_refused_as_a_directory() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `Model::from_static_verified` trusts a checksum verified earlier only for the bytes that carry
+/// it: the right one loads the same model as a full load; a wrong one, or bytes damaged after the
+/// checksum was stored, are refused by the rule they break.
+#[test]
+fn a_verified_checksum_is_trusted_only_for_the_bytes_that_carry_it() {
+    let good = model_bytes(&TinyConfig::small(), 7, GgmlType::Q8_0);
+    let verified = laya_format::LayaFile::parse(&good).unwrap().checksum;
+    let leak = |b: Vec<u8>| -> &'static [u8] { Box::leak(b.into_boxed_slice()) };
+    let model = laya_runtime::Model::from_static_verified(leak(good.clone()), verified).unwrap();
+    assert_eq!(model.info().checksum, verified);
+    let wrong = laya_runtime::Model::from_static_verified(leak(good.clone()), verified ^ 1);
+    assert!(matches!(&wrong, Err(e) if e.to_string().contains("checksum")), "{:?}", wrong.err().map(|e| e.to_string()));
+    // Architecture changed in place: the schema check still refuses it.
+    let mut arch = good.clone();
+    let key = b"general.architecture\x08\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00laya";
+    let at = find(&arch, key) + key.len() - 4;
+    arch[at] = b'x';
+    assert!(laya_runtime::Model::from_static_verified(leak(arch.clone()), verified).is_err());
+    assert!(laya_runtime::Model::from_bytes(arch).is_err());
+}
