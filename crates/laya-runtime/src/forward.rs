@@ -49,7 +49,8 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
     let kern = m.kernels;
     let int8 = act != ActPrecision::F32;
     // Which layers take int8 activations (measured in benchmarks/README.md, kernel_bench):
-    // a layer the model packed at load (Q8_0 and Q4 on x86 with AVX2) always,
+    // a layer the model packs (Q8_0 and Q4 on x86 with AVX2; before its copy exists, the same
+    // arithmetic on the file's rows) always,
     // since the packed kernels beat the f32 path for every shape. Unpacked Q8_0 layers (CPUs
     // without packed kernels) only for one position (the last block and the word head):
     // there the row-major int8 kernels won (1.6x with AVX2 on Zen 3 before AVX2 packed),
