@@ -2,7 +2,7 @@
 // exist, so `laya predict` works with no files and `--lang en` with no files either. Without
 // them the binary still builds and says so plainly. Each is validated here, checksum included,
 // and a damaged one stops the build; its verified checksum goes into the binary, so that loading
-// it checks everything but the hash again (docs/architecture.md, "What a load checks").
+// it checks everything but the hash again (docs/architecture.md, "What is checked when").
 use std::path::Path;
 
 fn main() {

@@ -513,6 +513,18 @@ fn check_finite(name: &str, ty: GgmlType, data: &[u8]) -> Result<(), FormatError
     }
 }
 
+/// What both parsers check before the checksum: the architecture is `laya`, and the file has a
+/// u64 `laya.checksum`. Returns the offset of its value bytes and the stored value.
+fn laya_checksum_slot(file: &GgufFile<'_>) -> Result<(usize, u64), FormatError> {
+    let k = Keys { file };
+    let arch = k.str(keys::ARCHITECTURE)?;
+    if arch != "laya" {
+        return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
+    }
+    let slot = checksum_slot(file)?;
+    Ok((slot, file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0)))
+}
+
 /// Files at least this large are hashed on a second thread while the rest is validated.
 pub const PARALLEL_CHECKSUM_BYTES: usize = 1 << 20;
 
@@ -526,14 +538,7 @@ impl<'a> LayaFile<'a> {
     /// wrong with the bytes.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
         let file = GgufFile::parse(bytes)?;
-
-        let k = Keys { file: &file };
-        let arch = k.str(keys::ARCHITECTURE)?;
-        if arch != "laya" {
-            return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
-        }
-        let slot = checksum_slot(&file)?;
-        let stored = file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0);
+        let (slot, stored) = laya_checksum_slot(&file)?;
         // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
         let verify = |computed: u64| match computed == stored {
             true => Ok(()),
@@ -580,13 +585,7 @@ impl<'a> LayaFile<'a> {
     /// ```
     pub fn parse_verified(bytes: &'a [u8], verified: u64) -> Result<Self, FormatError> {
         let file = GgufFile::parse(bytes)?;
-        let k = Keys { file: &file };
-        let arch = k.str(keys::ARCHITECTURE)?;
-        if arch != "laya" {
-            return Err(invalid(keys::ARCHITECTURE, format!("'{arch}' is not a Laya model (expected \"laya\")")));
-        }
-        checksum_slot(&file)?;
-        let stored = file.get(keys::CHECKSUM).and_then(Value::as_u64).unwrap_or(0);
+        let (_, stored) = laya_checksum_slot(&file)?;
         if stored != verified {
             return Err(FormatError::ChecksumMismatch { stored, computed: verified });
         }
