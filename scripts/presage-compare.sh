@@ -12,7 +12,8 @@ LINES=${2:-1000}
 command -v presage_simulator > /dev/null || { echo "presage-compare: apt-get install presage" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-grep -v '^[[:space:]]*$' "$TEXT" | head -n "$LINES" > "$work/text.txt"
+# awk stops reading itself: `grep | head` would fail under pipefail when head closes the pipe.
+awk -v n="$LINES" 'NF { print; if (++c == n) exit }' "$TEXT" > "$work/text.txt"
 # presage's shipped configuration with five suggestions and its shipped n-gram alone: no online
 # learning, no user database, no recency cache.
 sed -e 's|<SUGGESTIONS>[0-9]*</SUGGESTIONS>|<SUGGESTIONS>5</SUGGESTIONS>|' \

@@ -15,6 +15,10 @@
 #     LAYA_WORD_CLASSES (0: flat; 512 for the English model), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage),
 #     LAYA_NAME, LAYA_LANGUAGE and LAYA_TRAINING_DATA (the model's name, language and the note on
 #     its training data; default: the Chinese default's).
+#     LAYA_INIT_F16=FILE continues a trained model instead: stages 1 and 2 are skipped and stage 3
+#     starts from FILE (an F16 master such as models/default-f16.laya or a LAYA_KEEP_F16 one of
+#     scripts/gpu-variants.sh), so a long recipe can run as several shorter jobs;
+#     LAYA_STAGE3_LR (1e-3) is stage 3's peak learning rate.
 set -euo pipefail
 D=$1
 RUN=$2
@@ -36,6 +40,8 @@ COMMON=(--device "$DEVICE" --events "$D/train-events.jsonl" --valid-events "$D/d
     --max-valid-events 4000 --batch-size 512 --name "${LAYA_NAME:-laya-zh-default}" --language "${LAYA_LANGUAGE:-zh}"
     --training-data "$INFO")
 mkdir -p "$RUN"
+INIT=${LAYA_INIT_F16:-}
+if [ -z "$INIT" ]; then
 "$LAYA" train "${COMMON[@]}" --lexicon "$D/lexicon.tsv" --max-events "$STAGE1" --epochs 1 \
     --layers "${LAYA_LAYERS:-3}" --ffn "${LAYA_FFN:-512}" --d-model "${LAYA_D_MODEL:-192}" \
     --heads "${LAYA_HEADS:-3}" --lr 4e-3 --positions relative_causal \
@@ -43,6 +49,8 @@ mkdir -p "$RUN"
 "$LAYA" train "${COMMON[@]}" --init "$RUN/stage1.laya" --max-events "$STAGE2" --epochs 1 \
     --lr 2e-3 --warmup-steps 100 ${HEAD[@]+"${HEAD[@]}"} \
     --checkpoint-dir "$RUN/stage2" ${LAYA_RESUME:+--resume} --out "$RUN/stage2.laya"
-"$LAYA" train "${COMMON[@]}" --init "$RUN/stage2.laya" --max-events "$STAGE3" --epochs "$STAGE3_EPOCHS" \
-    --seed 3 --lr 1e-3 --warmup-steps 100 \
+INIT=$RUN/stage2.laya
+fi
+"$LAYA" train "${COMMON[@]}" --init "$INIT" --max-events "$STAGE3" --epochs "$STAGE3_EPOCHS" \
+    --seed 3 --lr "${LAYA_STAGE3_LR:-1e-3}" --warmup-steps 100 \
     --checkpoint-dir "$RUN/stage3" ${LAYA_RESUME:+--resume} --out "$OUT_F16"

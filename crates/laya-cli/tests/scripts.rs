@@ -1,7 +1,8 @@
 //! The training scripts around `laya train`, on a tiny corpus: scripts/gpu-variants.sh packs its
 //! inputs, simulates a log per lexicon, trains two variants side by side through
 //! scripts/train-stages.sh (the stages of scripts/train-default.sh; on the CPU here), attaches
-//! the prior, quantises, and sends back a compressed F16 master in parts.
+//! the prior, quantises, and sends back a compressed F16 master in parts, which LAYA_INIT_F16
+//! then trains further.
 
 #![cfg(feature = "train")]
 
@@ -110,4 +111,22 @@ fn gpu_variants_trains_each_variant_on_its_lexicon_and_returns_the_master() {
 
     let pred = ok(&laya().args(["predict", "--json", "--model"]).arg(&a).arg("今天").output().unwrap());
     assert!(pred.contains("candidates"), "{pred}");
+
+    // LAYA_INIT_F16 continues that master: stage 3 only, over the whole log (0 events = all).
+    let more = root.join("more");
+    let run = script(&[&"train", &pack, &laya_bin, &more, &"c:1:32:32:2:0:0:0:1"])
+        .env("LAYA_DEVICE", "cpu")
+        .env("LAYA_INIT_F16", &master)
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    ok(&run);
+    let c_log = std::fs::read_to_string(more.join("c.log")).unwrap();
+    let stages: Vec<&str> = c_log.lines().filter(|l| l.starts_with("training on")).collect();
+    assert_eq!(stages.len(), 1, "one stage: {c_log}");
+    let events: usize = stages[0].split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(events > 300 && stages[0].contains("factorised"), "the whole log, the master's head: {c_log}");
+    let c = more.join("c.laya");
+    assert_eq!(lexicon_words(&c), lexicon_words(&a));
+    assert_ne!(std::fs::read(&c).unwrap(), std::fs::read(&a).unwrap(), "a pass changed the weights");
 }
