@@ -632,7 +632,7 @@ fn predict_table_lines_up_by_display_width() {
 
 /// `--lang en` runs the embedded English model (models/en.laya): next words after a space,
 /// completions inside a word in the typed case, apostrophes, a capital where a sentence
-/// starts; `--lang` and `--model` together are refused.
+/// starts, stretched spellings only once typed; `--lang` and `--model` together are refused.
 #[test]
 fn lang_en_predicts_english_with_english_typing_rules() {
     let bar = |ctx: &str| -> Vec<(String, u64)> { predict_json(&["--lang", "en"], ctx).into_iter().map(|c| (c.0, c.1)).collect() };
@@ -648,6 +648,9 @@ fn lang_en_predicts_english_with_english_typing_rules() {
     assert!(bar("i'").contains(&("I'm".into(), 2)), "{:?}", bar("i'"));
     // Inside a word completions only; at a sentence start capitals.
     assert!(bar("hel").iter().all(|c| c.1 > 0));
+    // A stretched spelling waits until its stretch is typed.
+    assert!(!bar("hel").iter().any(|c| c.0.contains("lll")), "{:?}", bar("hel"));
+    assert!(bar("helll").contains(&("helllo".into(), 5)), "{:?}", bar("helll"));
     for ctx in ["", "Thanks. "] {
         let b = bar(ctx);
         assert!(b.iter().all(|c| c.0.starts_with(|ch: char| ch.is_uppercase())), "{ctx:?}: {b:?}");

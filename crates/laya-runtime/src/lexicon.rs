@@ -35,6 +35,10 @@ pub(crate) struct Lexicon {
     /// Per word, when the lexicon ignores case: a more frequent word folds to the same key, so
     /// this one is never a candidate (it would show as the same word). Empty otherwise.
     shadowed: Vec<bool>,
+    /// Per word, when the lexicon ignores case: how many of its characters must be typed before
+    /// it may be a candidate, because it stretches a letter (`sooo`, `helllo`; see
+    /// [`stretch_len`]); 0 for every other word. Empty otherwise.
+    stretched: Vec<u8>,
 }
 
 impl Lexicon {
@@ -79,8 +83,20 @@ impl Lexicon {
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
         let order = (!sorted).then_some(order);
         let (bytes, offsets) = words.into_parts();
-        let mut lex = Lexicon { first_chars: Vec::new(), bytes, offsets, char_lens, order, folded, punct, glues, shadowed: Vec::new() };
+        let mut lex = Lexicon {
+            first_chars: Vec::new(),
+            bytes,
+            offsets,
+            char_lens,
+            order,
+            folded,
+            punct,
+            glues,
+            shadowed: Vec::new(),
+            stretched: Vec::new(),
+        };
         if lex.folded.is_some() {
+            lex.stretched = (0..lex.len()).map(|id| stretch_len(lex.key(id)).min(u8::MAX as usize) as u8).collect();
             lex.shadowed = vec![false; lex.len()];
             for pos in 1..lex.len() {
                 // Equal keys are adjacent, the most frequent first.
@@ -135,6 +151,13 @@ impl Lexicon {
     #[inline]
     pub(crate) fn is_shadowed(&self, id: usize) -> bool {
         self.shadowed.get(id) == Some(&true)
+    }
+
+    /// True when word `id` may not be a candidate that replaces `typed` characters: it stretches
+    /// a letter that those characters do not reach yet (see `stretched`).
+    #[inline]
+    pub(crate) fn hides_stretch(&self, id: usize, typed: usize) -> bool {
+        self.stretched.get(id).is_some_and(|&n| n as usize > typed)
     }
 
     /// The length of the longest word, in scalar values.
@@ -205,6 +228,23 @@ impl Lexicon {
         let hi = lo + half + partition_point(top.saturating_sub(half), |off| has(half + off));
         lo..hi
     }
+}
+
+/// How many scalar values of `key` end the first run of three equal letters (`sooo` → 4,
+/// `helllo` → 5), or 0 when no letter repeats three times in a row. Typed chat stretches words
+/// (`sooo`, `yesss`); such spellings are in a lexicon built from chat, but a keyboard should
+/// offer them only to someone already typing the stretch, not as the next word or as the
+/// completion of `so` or `hel`. No English word triples a letter.
+fn stretch_len(key: &str) -> usize {
+    let (mut prev, mut run) = ('\0', 0);
+    for (i, c) in key.chars().enumerate() {
+        run = if c == prev { run + 1 } else { 1 };
+        prev = c;
+        if run == 3 && c.is_alphabetic() {
+            return i + 1;
+        }
+    }
+    0
 }
 
 /// The folded words (one buffer and offsets) and the ids in byte order of those keys, equal keys
@@ -324,6 +364,21 @@ mod tests {
         let plain = lex(&["the", "The"]);
         assert!(!plain.is_shadowed(1));
         assert_eq!(words_in(&plain, "the"), ["the"]);
+    }
+
+    /// A stretched spelling waits until its stretch is typed; other words, and every word of a
+    /// lexicon that keeps case (Chinese 哈哈哈), are never held back.
+    #[test]
+    fn stretched_spellings_wait_for_their_stretch() {
+        assert_eq!(["sooo", "helllo", "Ohhhh", "hello", "aa", "111", "ooo", "x…!!!"].map(stretch_len), [4, 5, 4, 0, 0, 0, 3, 0]);
+        let l = Lexicon::new_folded(&["so", "sooo", "HELLLO", "hello"], &[4, 3, 2, 1]);
+        let hidden = |typed: usize| (0..l.len()).filter(|&id| l.hides_stretch(id, typed)).map(|id| l.word(id)).collect::<Vec<_>>();
+        assert_eq!(hidden(0), ["sooo", "HELLLO"]);
+        assert_eq!(hidden(3), ["sooo", "HELLLO"]);
+        assert_eq!(hidden(4), ["HELLLO"]);
+        assert!(hidden(5).is_empty());
+        let han = lex(&["哈哈哈", "sooo"]);
+        assert!(!han.hides_stretch(0, 0) && !han.hides_stretch(1, 0));
     }
 
     #[test]

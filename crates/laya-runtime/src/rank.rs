@@ -348,9 +348,12 @@ fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, blocked: &[bo
         if h.score > best_punct.score {
             *best_punct = h;
         }
-    } else if blocked.get(h.id as usize) == Some(&true) || lexicon.is_shadowed(h.id as usize) {
-        // The user blocked this word, or it is another case of a word the bar shows: never on
-        // the bar.
+    } else if blocked.get(h.id as usize) == Some(&true)
+        || lexicon.is_shadowed(h.id as usize)
+        || lexicon.hides_stretch(h.id as usize, h.replace as usize)
+    {
+        // The user blocked this word, it is another case of a word the bar shows, or it
+        // stretches a letter the typed text has not: not on the bar.
     } else {
         push_top(hits, k, h);
     }
