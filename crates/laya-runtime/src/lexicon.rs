@@ -4,6 +4,7 @@
 //! ([`laya_format::ignores_case`]) the order and the search are over the folded words, so a
 //! typed prefix finds its words whatever their case.
 
+use std::cmp::Ordering;
 use std::ops::Range;
 
 use laya_format::Strings;
@@ -77,7 +78,7 @@ impl Lexicon {
         let punct = words.iter().map(laya_format::is_punctuation_word).collect();
         let glues = words.iter().map(|w| w.chars().next().is_some_and(laya_format::punct::glues)).collect();
         let (folded, order) = match fold {
-            Some(freqs) => fold_keys(&words, freqs),
+            Some(freqs) => fold_keys(&words, freqs, order),
             None => (None, order),
         };
         let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
@@ -236,6 +237,11 @@ impl Lexicon {
 /// offer them only to someone already typing the stretch, not as the next word or as the
 /// completion of `so` or `hel`. No English word triples a letter.
 fn stretch_len(key: &str) -> usize {
+    if key.is_ascii() {
+        // One byte per scalar value.
+        let b = key.as_bytes();
+        return b.windows(3).position(|w| w[0] == w[1] && w[1] == w[2] && w[0].is_ascii_alphabetic()).map_or(0, |i| i + 3);
+    }
     let (mut prev, mut run) = ('\0', 0);
     for (i, c) in key.chars().enumerate() {
         run = if c == prev { run + 1 } else { 1 };
@@ -248,19 +254,43 @@ fn stretch_len(key: &str) -> usize {
 }
 
 /// The folded words (one buffer and offsets) and the ids in byte order of those keys, equal keys
-/// the most frequent (by `freqs`, missing counting 0) first, then by id.
-fn fold_keys(words: &Strings, freqs: &[u32]) -> (Option<(String, Vec<u32>)>, Vec<u32>) {
+/// the most frequent (by `freqs`, missing counting 0) first, then by id. `order` is the words'
+/// own byte order. The comparison is a total order (ids differ), so the result is the one
+/// sort of all ids by it would give.
+fn fold_keys(words: &Strings, freqs: &[u32], mut order: Vec<u32>) -> (Option<(String, Vec<u32>)>, Vec<u32>) {
     let mut bytes = String::with_capacity(words.buffer().len());
     let mut offsets = Vec::with_capacity(words.len() + 1);
     offsets.push(0u32);
     for w in words.iter() {
-        laya_format::fold_into(w, &mut bytes);
+        let start = bytes.len();
+        if w.is_ascii() {
+            // ASCII folds byte by byte: what `fold_char` does to each.
+            bytes.push_str(w);
+            bytes[start..].make_ascii_lowercase();
+        } else {
+            laya_format::fold_into(w, &mut bytes);
+        }
         offsets.push(bytes.len() as u32);
     }
     let key = |id: u32| &bytes.as_bytes()[offsets[id as usize] as usize..offsets[id as usize + 1] as usize];
-    let mut order: Vec<u32> = (0..words.len() as u32).collect();
     let freq = |id: u32| freqs.get(id as usize).copied().unwrap_or(0);
-    order.sort_by(|&a, &b| key(a).cmp(key(b)).then(freq(b).cmp(&freq(a))).then(a.cmp(&b)));
+    let cmp = |a: u32, b: u32| key(a).cmp(key(b)).then(freq(b).cmp(&freq(a))).then(a.cmp(&b));
+    // The words folding leaves alone keep their byte order and are distinct keys: already
+    // sorted. Only the words with capitals are sorted, then the two lists are merged.
+    let words_bytes = words.buffer().as_bytes();
+    let same = |id: u32| key(id) == &words_bytes[words.offsets()[id as usize] as usize..words.offsets()[id as usize + 1] as usize];
+    let (kept, mut moved): (Vec<u32>, Vec<u32>) = order.iter().partition(|&&id| same(id));
+    moved.sort_unstable_by(|&a, &b| cmp(a, b));
+    let (mut i, mut j) = (0, 0);
+    for slot in order.iter_mut() {
+        *slot = if j == moved.len() || (i < kept.len() && cmp(kept[i], moved[j]) == Ordering::Less) {
+            i += 1;
+            kept[i - 1]
+        } else {
+            j += 1;
+            moved[j - 1]
+        };
+    }
     (Some((bytes, offsets)), order)
 }
 
@@ -379,6 +409,35 @@ mod tests {
         assert!(hidden(5).is_empty());
         let han = lex(&["哈哈哈", "sooo"]);
         assert!(!han.hides_stretch(0, 0) && !han.hides_stretch(1, 0));
+    }
+
+    /// The folded order and the stretch against their definitions, on words of capitals,
+    /// accents, Han and repeated letters, many folding alike (ties between equal keys).
+    #[test]
+    fn folded_order_and_stretch_match_their_definitions() {
+        use proptest::prelude::*;
+        let word = prop::collection::vec(prop::sample::select(vec!["a", "A", "b", "o", "O", "é", "É", "明", "'", "zz", "ß"]), 1..7)
+            .prop_map(|parts| parts.concat());
+        proptest!(|(words in prop::collection::vec(word, 1..60), seed in any::<u64>())| {
+            // A lexicon's words are distinct (validation rejects duplicates); folded keys are not.
+            let mut refs: Vec<&str> = Vec::new();
+            for w in &words {
+                if !refs.contains(&w.as_str()) {
+                    refs.push(w);
+                }
+            }
+            let freqs: Vec<u32> = (0..refs.len() as u64).map(|i| ((i.wrapping_mul(seed | 1) >> 7) % 4) as u32).collect();
+            let l = Lexicon::new_folded(&refs, &freqs);
+            let mut want: Vec<usize> = (0..refs.len()).collect();
+            want.sort_by(|&a, &b| laya_format::fold_case(refs[a]).cmp(&laya_format::fold_case(refs[b])).then(freqs[b].cmp(&freqs[a])).then(a.cmp(&b)));
+            let got: Vec<usize> = (0..l.len()).map(|p| l.id_at(p)).collect();
+            prop_assert_eq!(got, want);
+            for w in &refs {
+                let chars: Vec<char> = laya_format::fold_case(w).chars().collect();
+                let naive = (2..chars.len()).find(|&i| chars[i] == chars[i - 1] && chars[i] == chars[i - 2] && chars[i].is_alphabetic()).map_or(0, |i| i + 1);
+                prop_assert_eq!(stretch_len(&laya_format::fold_case(w)), naive, "{}", w);
+            }
+        });
     }
 
     #[test]
