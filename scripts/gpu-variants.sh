@@ -21,7 +21,8 @@
 #     default:3:512:192:3:2000000:2000000:3500000:2). LAYA_KEEP_F16="NAME..." also keeps those
 #     variants' F16 masters (xz, in parts under 16 MiB) and loss curves in OUT_DIR. The prior
 #     uses the dictionaries the pack has; LAYA_LANGUAGE, LAYA_NAME, LAYA_TRAINING_DATA and the
-#     other variables of scripts/train-stages.sh pass through.
+#     other variables of scripts/train-stages.sh pass through (LAYA_STAGE3_SECONDS ends stage 3
+#     in time for the machine's call limit: simulating, stages 1 and 2 and the prior come first).
 #     LAYA_INIT_F16=FILE (a master that came back) makes every VARIANT continue FILE with stage 3
 #     only, so a recipe longer than one job runs as several (scripts/train-english.sh's header).
 # Back here, scripts/eval-genres.sh OUT_DIR/NAME.laya NGRAM types the dev genres with each.
@@ -111,7 +112,7 @@ train)
     exit $status
     ;;
 *)
-    sed -n '2,27p' "$0" >&2
+    sed -n '2,28p' "$0" >&2
     exit 2
     ;;
 esac

@@ -18,7 +18,9 @@
 #     LAYA_INIT_F16=FILE continues a trained model instead: stages 1 and 2 are skipped and stage 3
 #     starts from FILE (an F16 master such as models/default-f16.laya or a LAYA_KEEP_F16 one of
 #     scripts/gpu-variants.sh), so a long recipe can run as several shorter jobs;
-#     LAYA_STAGE3_LR (1e-3) is stage 3's peak learning rate.
+#     LAYA_STAGE3_LR (1e-3) is stage 3's peak learning rate; LAYA_STAGE3_SECONDS ends stage 3
+#     after that many seconds (`laya train --time-limit`, its rate decayed to the floor by then),
+#     so a job on a machine lent for a fixed time returns its model instead of being killed.
 set -euo pipefail
 D=$1
 RUN=$2
@@ -52,5 +54,5 @@ if [ -z "$INIT" ]; then
 INIT=$RUN/stage2.laya
 fi
 "$LAYA" train "${COMMON[@]}" --init "$INIT" --max-events "$STAGE3" --epochs "$STAGE3_EPOCHS" \
-    --seed 3 --lr "${LAYA_STAGE3_LR:-1e-3}" --warmup-steps 100 \
+    --seed 3 --lr "${LAYA_STAGE3_LR:-1e-3}" --warmup-steps 100 ${LAYA_STAGE3_SECONDS:+--time-limit "$LAYA_STAGE3_SECONDS"} \
     --checkpoint-dir "$RUN/stage3" ${LAYA_RESUME:+--resume} --out "$OUT_F16"

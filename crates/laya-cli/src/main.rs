@@ -78,7 +78,7 @@ enum Command {
     Simulate(simulate::Args),
     /// Train a model from keyboard logs (click-weighted), with checkpoints, resume and a loss curve.
     #[cfg(feature = "train")]
-    Train(train::Args),
+    Train(Box<train::Args>),
     /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
     Install(install::Args),
     /// Quantise a float model: INT4 embedding with error compensation, INT8 linears.
@@ -176,7 +176,7 @@ fn main() -> ExitCode {
         Command::Ngram(a) => ngram::run(a),
         Command::Simulate(a) => simulate::run(a),
         #[cfg(feature = "train")]
-        Command::Train(a) => train::run(a),
+        Command::Train(a) => train::run(*a),
         Command::Install(a) => install::run(a),
         Command::Quantize(a) => quantize::run(a),
         #[cfg(feature = "train")]

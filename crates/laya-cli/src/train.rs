@@ -193,6 +193,11 @@ pub struct Args {
     /// Also checkpoint every N steps (0: at epoch ends and on Ctrl-C).
     #[arg(long, default_value_t = 2000)]
     checkpoint_every: usize,
+    /// End training after this many seconds, as if the epochs had run out there: the epoch cut
+    /// short is validated, the learning rate has decayed to its floor by then, and the model is
+    /// written. For a machine lent for a fixed time.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
+    time_limit: Option<std::time::Duration>,
     /// Where the steps run: cpu, cuda (the first GPU) or cuda:N. A GPU needs a laya built with
     /// the `cuda` feature (scripts/build-cuda.sh).
     #[arg(long, default_value = "cpu")]
@@ -302,8 +307,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if let Some(dir) = &args.checkpoint_dir {
         std::fs::create_dir_all(dir).map_err(|e| CliError(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let opts =
-        RunOptions { checkpoint_dir: args.checkpoint_dir.clone(), resume: args.resume, checkpoint_every: args.checkpoint_every, device };
+    let opts = RunOptions {
+        checkpoint_dir: args.checkpoint_dir.clone(),
+        resume: args.resume,
+        checkpoint_every: args.checkpoint_every,
+        device,
+        time_limit: args.time_limit,
+    };
 
     let mut hooks = BarHooks::start();
     let (bar, stop) = (hooks.bar.clone(), hooks.stop.clone());
@@ -320,6 +330,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         s.used, s.no_click, s.bad_click, s.clicked_oov
     );
     outln!("{}", laya_train::summary_table(&outcome.state));
+    if outcome.stop_reason == laya_train::StopReason::TimeLimit {
+        let secs = args.time_limit.map_or(0.0, |l| l.as_secs_f64());
+        outln!("stopped at the time limit ({secs} s) after {} steps", outcome.state.step);
+    }
     if stop.load(Ordering::Relaxed) {
         let dir = args.checkpoint_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "(none)".into());
         return Err(CliError(format!("interrupted; checkpoint in {dir}: continue with the same command plus --resume (no model written)")));
@@ -345,4 +359,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
     std::fs::write(&svg, laya_train::loss_svg(&outcome.state))?;
     outln!("wrote {} ({} bytes) and its loss curve {}", args.out.display(), bytes.len(), svg.display());
     Ok(())
+}
+
+/// `--time-limit`: a positive, finite number of seconds.
+fn parse_time_limit(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => std::time::Duration::try_from_secs_f64(v).map_err(|e| e.to_string()),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
 }

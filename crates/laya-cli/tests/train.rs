@@ -343,3 +343,28 @@ fn defaults_build_the_shipped_kind_of_network() {
     assert_eq!(hp.feed_forward_length, vec![512, 512, 512]);
     assert_eq!((hp.embedding_length, hp.head_count), (192, 3));
 }
+
+/// `--time-limit` ends a run that has far more epochs than the limit holds and still writes
+/// the model; a limit that is not a positive number of seconds is refused before training.
+#[test]
+fn time_limit_ends_the_run_and_writes_the_model() {
+    let (events, lexicon) = fixtures();
+    let out = tmp("time-limit.laya");
+    let run = train_cmd(&events, &lexicon, &out)
+        .arg("--valid-events")
+        .arg(&events)
+        .args(["--layers", "1", "--d-model", "32", "--heads", "2", "--ffn", "32", "--batch-size", "16", "--precision", "f32"])
+        .args(["--epochs", "1000000", "--patience", "0", "--time-limit", "1.5"])
+        .env("RAYON_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let text = ok(run);
+    assert!(text.contains("stopped at the time limit (1.5 s)"), "{text}");
+    let pred = ok(laya().args(["predict", "--model"]).arg(&out).args(["--json", "今天"]).output().unwrap());
+    assert!(pred.contains("candidates"), "{pred}");
+    for bad in ["0", "-3", "soon", "inf"] {
+        let run = train_cmd(&events, &lexicon, &tmp("time-limit-bad.laya")).pipe(tiny).arg(format!("--time-limit={bad}")).output().unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && err.contains("--time-limit") && err.contains("positive number of seconds"), "{bad}: {err}");
+    }
+}

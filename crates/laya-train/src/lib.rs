@@ -23,7 +23,7 @@ pub use error::{Result, TrainError};
 /// The meaning of a model file is laya-format's: the trainer configures networks in its terms.
 pub use laya_format::{normalize, Activation, Mapping, NormRule, PositionScheme};
 pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recency_prior, softmax_last, LayaNet, Param, ParamKind};
-pub use optim::{lr_at, AdamW, Grads};
+pub use optim::{lr_at, lr_at_time, AdamW, Grads};
 pub use pipeline::{
     check_output_path, even_stride, head_description, lexicon_in_file_order, load_init, parse_device, save_model, today_utc, InitModel,
     InitOptions, PriorCarry,

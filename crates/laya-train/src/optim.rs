@@ -28,12 +28,28 @@ use std::sync::Mutex;
 /// assert!(lr_at(109, 110, &cfg) < 0.01);
 /// ```
 pub fn lr_at(step: usize, total: usize, cfg: &TrainConfig) -> f64 {
+    lr_at_time(step, total, 0.0, cfg)
+}
+
+/// [`lr_at`] for a run that also ends at a time limit (`RunOptions::time_limit`):
+/// `time_fraction` is the share of that limit used so far, and the decay follows whichever of
+/// the steps and the time is further along, so the rate reaches its floor when either runs out.
+/// Warm-up still counts steps.
+///
+/// ```
+/// use laya_train::{lr_at, lr_at_time, TrainConfig};
+/// let cfg = TrainConfig { lr: 1e-3, warmup_steps: 10, min_lr_ratio: 0.05, ..TrainConfig::default() };
+/// assert_eq!(lr_at_time(50, 1000, 0.0, &cfg), lr_at(50, 1000, &cfg));
+/// assert!((lr_at_time(50, 1000, 1.0, &cfg) - 5e-5).abs() < 1e-12); // time is up: the floor
+/// assert!(lr_at_time(50, 1000, 0.5, &cfg) < lr_at(50, 1000, &cfg));
+/// ```
+pub fn lr_at_time(step: usize, total: usize, time_fraction: f64, cfg: &TrainConfig) -> f64 {
     let peak = cfg.lr;
     if step < cfg.warmup_steps {
         return peak * (step + 1) as f64 / cfg.warmup_steps as f64;
     }
     let span = total.saturating_sub(cfg.warmup_steps).max(1) as f64;
-    let progress = ((step - cfg.warmup_steps) as f64 / span).min(1.0);
+    let progress = ((step - cfg.warmup_steps) as f64 / span).max(time_fraction).min(1.0);
     let floor = peak * cfg.min_lr_ratio;
     match cfg.decay {
         Decay::Constant => peak,

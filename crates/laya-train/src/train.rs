@@ -6,7 +6,7 @@ use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Eve
 use crate::error::{io_err, Result, TrainError};
 use crate::model::{LayaNet, ParamKind};
 use crate::ops::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy};
-use crate::optim::{lr_at, AdamW, Grads};
+use crate::optim::{lr_at_time, AdamW, Grads};
 use crate::rng::Rng;
 use candle_core::{Tensor, Var};
 use rayon::prelude::*;
@@ -461,11 +461,17 @@ pub struct RunOptions {
     /// with the `cuda` feature; see [`crate::parse_device`]). The network is copied there
     /// before the first step; the result comes back on it.
     pub device: candle_core::Device,
+    /// Stop once training has run this long (counted from the first step of this call), as if
+    /// the epochs had ended there: the epoch cut short is validated, the best weights are kept
+    /// and the run is finished ([`StopReason::TimeLimit`]). The learning rate decays by
+    /// whichever of the steps and the time is further along ([`crate::lr_at_time`]), so it
+    /// reaches its floor at the limit. For a machine lent for a fixed time.
+    pub time_limit: Option<std::time::Duration>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { checkpoint_dir: None, resume: false, checkpoint_every: 0, device: candle_core::Device::Cpu }
+        RunOptions { checkpoint_dir: None, resume: false, checkpoint_every: 0, device: candle_core::Device::Cpu, time_limit: None }
     }
 }
 
@@ -526,6 +532,8 @@ pub enum StopReason {
     EarlyStop,
     /// The hooks asked to stop (a checkpoint was written when a directory was given).
     Interrupted,
+    /// [`RunOptions::time_limit`] was reached; the run is finished.
+    TimeLimit,
 }
 
 /// Permutation of the training samples for `epoch`: a pure function of the seed and the epoch,
@@ -641,6 +649,8 @@ pub fn train_from(
         }
     }
     let mut stop_reason = StopReason::Epochs;
+    let t_run = Instant::now();
+    let time_used = || opts.time_limit.map_or(0.0, |l| t_run.elapsed().as_secs_f64() / l.as_secs_f64().max(1e-9));
     'epochs: while state.epoch < cfg.epochs && !state.finished {
         let epoch = state.epoch;
         let order = epoch_order(trainset.len(), cfg.seed, epoch);
@@ -654,10 +664,15 @@ pub fn train_from(
                 stop_reason = StopReason::Interrupted;
                 break 'epochs;
             }
+            let time_fraction = time_used();
+            if time_fraction >= 1.0 {
+                stop_reason = StopReason::TimeLimit;
+                break;
+            }
             let s = state.batch_in_epoch * cfg.batch_size;
             let idx = &order[s..(s + cfg.batch_size).min(order.len())];
             let batch = make_batch(&trainset, idx, v, c, net.device())?;
-            lr = lr_at(state.step, total_steps, &cfg);
+            lr = lr_at_time(state.step, total_steps, time_fraction, &cfg);
             let (parts, norm) = pool.install(|| train_step(&net, &mut opt, &batch, &cfg, lr))?;
             if !parts.total.is_finite() {
                 return Err(TrainError::NoData(format!(
@@ -690,7 +705,11 @@ pub fn train_from(
                     lr,
                     grad_norm: norm,
                     samples_per_sec: sps,
-                    eta_secs: (total_steps - state.step.min(total_steps)) as f64 * cfg.batch_size as f64 / sps,
+                    eta_secs: opts
+                        .time_limit
+                        .map_or(f64::INFINITY, |l| l.as_secs_f64() - t_run.elapsed().as_secs_f64())
+                        .max(0.0)
+                        .min((total_steps - state.step.min(total_steps)) as f64 * cfg.batch_size as f64 / sps),
                 });
                 acc = LossParts::default();
                 acc_n = 0;
@@ -736,6 +755,9 @@ pub fn train_from(
             state.finished = true;
         }
         if state.epoch >= cfg.epochs {
+            state.finished = true;
+        } else if !state.finished && (stop_reason == StopReason::TimeLimit || time_used() >= 1.0) {
+            stop_reason = StopReason::TimeLimit;
             state.finished = true;
         }
         if let Some(dir) = &opts.checkpoint_dir {

@@ -321,6 +321,36 @@ fn resume_continues_exactly() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Records every step's learning rate.
+struct LrLog(Vec<f64>);
+impl TrainHooks for LrLog {
+    fn on_step(&mut self, r: &StepReport) {
+        self.0.push(r.lr);
+    }
+}
+
+#[test]
+fn a_time_limit_ends_the_run_with_the_rate_at_its_floor() {
+    let events = memorise_events();
+    // Far more epochs than a second holds: the limit, not the epochs, must end the run.
+    let tc =
+        TrainConfig { batch_size: 6, epochs: 1_000_000, log_every: 1, warmup_steps: 2, lr: 1e-2, patience: 0, ..TrainConfig::default() };
+    let limit = std::time::Duration::from_secs(1);
+    let opts = RunOptions { time_limit: Some(limit), ..RunOptions::default() };
+    let mut lrs = LrLog(Vec::new());
+    let out = train(tiny_cfg(50, 1), tc.clone(), &events, &events, &opts, &mut lrs).unwrap();
+    // The network that comes back is the best validated one, as after epochs that ran out.
+    assert!(out.state.best_valid.is_some());
+    assert_eq!(out.stop_reason, StopReason::TimeLimit);
+    assert!(out.state.finished && out.state.epoch < tc.epochs);
+    assert!(out.state.step >= 3, "a second holds several steps of a tiny network: {}", out.state.step);
+    assert_eq!(out.state.step, lrs.0.len());
+    // After warm-up the rate only falls, and the last step ran close to the limit, near the floor.
+    assert!(lrs.0[2..].windows(2).all(|w| w[1] <= w[0]), "{:?}", &lrs.0[..8.min(lrs.0.len())]);
+    let last = *lrs.0.last().unwrap();
+    assert!(last < 0.25 * tc.lr, "last rate {last} of peak {}", tc.lr);
+}
+
 #[test]
 fn differentiable_primitives_match_candle_fused_ops() {
     let dev = candle_core::Device::Cpu;
