@@ -35,6 +35,17 @@ pub struct Args {
     /// lexicon in any case and shows candidates in the typed case. Coverage then ignores case.
     #[arg(long)]
     fold_case: bool,
+    /// With `--fold-case`: edited text (books, press; repeat for several files) that may store
+    /// a word in lowercase whose usual form in the training text has capitals (`states`
+    /// beside the news's `United States`): when it writes the word in lowercase at least
+    /// `--lowercase-share` times as often as in its most frequent form. Edited text writes
+    /// names with their capital, so names stay capitalised even where chat types them in
+    /// lowercase; a typist who wants the capital types it and gets it.
+    #[arg(long, requires = "fold_case")]
+    case_text: Vec<PathBuf>,
+    /// See `--case-text` (a number from 0 to 1).
+    #[arg(long, default_value_t = laya_text::LOWERCASE_SHARE, value_parser = share)]
+    lowercase_share: f64,
     /// Also report coverage on these texts (raw text, segmented by Laya's segmenter).
     #[arg(long)]
     valid: Vec<PathBuf>,
@@ -65,6 +76,14 @@ fn count(path: &Path, seg: &Segmenter) -> Result<Counts, CliError> {
     Ok(c)
 }
 
+/// A share in 0 ..= 1.
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected a number from 0 to 1, got {s:?}")),
+    }
+}
+
 /// `counts` with the forms that fold alike ([`laya_format::fold_case`]) counted as one.
 fn fold_counts(counts: &Counts) -> Counts {
     let mut out = Counts::new();
@@ -93,7 +112,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         false => None,
     };
-    let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: args.size, dict_weight: args.dict_weight, fold_case });
+    let mut edited_case = None;
+    for p in &args.case_text {
+        let f = std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?;
+        count_inner_words(BufReader::new(f), &Segmenter::new(SegmentMode::Auto), edited_case.get_or_insert_with(Counts::new))?;
+    }
+    let opts =
+        LexiconOptions { size: args.size, dict_weight: args.dict_weight, fold_case, edited_case, lowercase_share: args.lowercase_share };
+    let lex = build_lexicon(&corpus, &dict, &opts);
     let out = std::fs::File::create(&args.out).map_err(|e| CliError(format!("cannot write {}: {e}", args.out.display())))?;
     lex.write_tsv(std::io::BufWriter::new(out))?;
     let fold = |c: Counts| if args.fold_case { fold_counts(&c) } else { c };

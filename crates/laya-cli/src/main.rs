@@ -30,6 +30,7 @@ mod eval;
 mod inspect;
 mod install;
 mod lexicon;
+mod model_file;
 mod ngram;
 mod predict;
 mod predictors;
@@ -38,6 +39,7 @@ mod progress;
 #[cfg(feature = "train")]
 mod prune;
 mod quantize;
+mod recase;
 mod serve;
 mod simulate;
 #[cfg(feature = "train")]
@@ -88,6 +90,8 @@ enum Command {
     Prune(prune::Args),
     /// Store each lexicon word's dictionary frequency in a model: the completion prior.
     Prior(prior::Args),
+    /// Give a case-ignoring model's words the spellings of a lexicon (`States` → `states`), without training.
+    Recase(recase::Args),
     /// A local JSON service and a typing page on http://127.0.0.1:8757 (docs/serve.md). A
     /// --model file is reloaded on SIGHUP and when it is replaced (`laya install --into` its
     /// directory).
@@ -182,6 +186,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "train")]
         Command::Prune(a) => prune::run(a),
         Command::Prior(a) => prior::run(a),
+        Command::Recase(a) => recase::run(a),
         Command::Serve(a) => serve::run(a),
         Command::User(a) => user::run(a),
     };

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use laya_format::{write_model, LayaFile, TensorData};
 
-use crate::CliError;
+use crate::{model_file, CliError};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,8 +22,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let path = args.input.display().to_string();
-    let bytes = std::fs::read(&args.input).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
-    let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;
+    let bytes = model_file::read(&args.input)?;
+    let file = model_file::parse(&args.input, &bytes)?;
     let dict_path = args.dict.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" + ");
     let dict = crate::lexicon::read_dicts(&args.dict)?;
     let mut meta = file.meta.clone();
@@ -40,8 +40,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let tensors = owned_tensors(&file);
     let out_bytes = write_model(&meta, &tensors)?;
     let out = args.output.display().to_string();
-    // OUT may be IN: an interrupted run must leave the old file whole.
-    laya_format::write_file_atomically(&args.output, &out_bytes).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
+    model_file::write(&args.output, &out_bytes)?;
     outln!("{path} -> {out}");
     outln!(
         "dictionary {dict_path}: {} entries; {found} of {} lexicon words found ({:.1}%){}",

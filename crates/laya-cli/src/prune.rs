@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use laya_format::LayaFile;
 use laya_train::{
     float_precision, prune, train_from, widths_for_keep, ExportInfo, LayaNet, Precision, PruneReport, RunOptions, Saliency, TrainConfig,
 };
@@ -106,8 +105,8 @@ fn fmt_int(n: usize) -> String {
 pub fn run(args: Args) -> Result<(), CliError> {
     crate::train::set_training_threads(args.threads);
     let path = args.model.display().to_string();
-    let bytes = std::fs::read(&args.model).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
-    let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;
+    let bytes = crate::model_file::read(&args.model)?;
+    let file = crate::model_file::parse(&args.model, &bytes)?;
     let input_precision = float_precision(&file).map_err(|e| CliError(format!("{path}: {e}")))?;
     let net = LayaNet::from_laya(&file).map_err(|e| CliError(format!("{path}: {e}")))?;
     let widths = match (&args.ffn, args.keep) {

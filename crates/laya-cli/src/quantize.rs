@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use laya_format::quantize::{quantize_model, ErrorStats, QuantizeOptions};
-use laya_format::{sort_lexicon, write_model, GgmlType, LayaFile};
+use laya_format::{sort_lexicon, write_model, GgmlType};
 
-use crate::CliError;
+use crate::{model_file, CliError};
 
 /// Types the embedding may take.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -88,8 +88,8 @@ fn stats_json(s: Option<ErrorStats>) -> serde_json::Value {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let path = args.input.display().to_string();
-    let bytes = std::fs::read(&args.input).map_err(|e| CliError(format!("cannot read {path}: {e}")))?;
-    let file = LayaFile::parse(&bytes).map_err(|e| CliError(format!("{path} is not a valid Laya model: {e}")))?;
+    let bytes = model_file::read(&args.input)?;
+    let file = model_file::parse(&args.input, &bytes)?;
     let opts = QuantizeOptions {
         embedding: args.embedding.ggml(),
         linear: args.linear.ggml(),
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     sort_lexicon(&mut q.meta, &mut q.tensors)?;
     let out_bytes = write_model(&q.meta, &q.tensors)?;
     let out = args.output.display().to_string();
-    laya_format::write_file_atomically(&args.output, &out_bytes).map_err(|e| CliError(format!("cannot write {out}: {e}")))?;
+    model_file::write(&args.output, &out_bytes)?;
 
     let e = q.embedding;
     if args.json {

@@ -1,7 +1,7 @@
 //! The `laya` binary as a user and a script see it: docs/evaluation.md contracts, errors, exit codes.
 
 mod common;
-use common::{laya, tmp};
+use common::{laya, predict_json, tmp};
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,19 +21,6 @@ fn run_stdin(cmd: &mut Command, input: &[u8]) -> Output {
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
-}
-
-/// `laya predict --json ARGS… CONTEXT`'s candidates: (word, replace, p).
-fn predict_json(args: &[&str], context: &str) -> Vec<(String, u64, f64)> {
-    let out = laya().args(["predict", "--json"]).args(args).arg(context).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap()))
-        .collect()
 }
 
 fn assert_clean_error(out: &Output) {

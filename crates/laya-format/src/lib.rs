@@ -33,6 +33,7 @@ pub mod gguf;
 pub mod punct;
 pub mod quant;
 pub mod quantize;
+pub mod recase;
 pub mod rng;
 pub mod save;
 pub mod schema;

@@ -285,13 +285,32 @@ pub struct LexiconOptions {
     /// the corpus's words away from sentence starts ([`count_inner_words`]), so that `the`, `I`
     /// and `Monday` keep their usual case and `Hello` at the start of every message does not
     /// make `hello` a capitalised word; then the form most frequent in the corpus, then in the
-    /// dictionary.
+    /// dictionary; then `edited_case` may make it lowercase.
     pub fold_case: Option<Counts>,
+    /// With `fold_case`: the same counts from edited text (books, press). A word whose usual
+    /// form has capitals is kept in lowercase when the edited text writes it in lowercase at
+    /// least `lowercase_share` times as often as in its most frequent form there (and at least
+    /// [`MIN_EDITED_LOWERCASE`] times): `states`
+    /// beside the news's `United States`, `president` beside `President Kennedy`. Edited text
+    /// writes a name with its capital, so a name stays capitalised (`Monday`, `California`)
+    /// even where casually typed text writes it in lowercase; it never capitalises a word.
+    pub edited_case: Option<Counts>,
+    /// See `edited_case`.
+    pub lowercase_share: f64,
 }
+
+/// How often edited text must write a word in lowercase before that can make the word
+/// lowercase ([`LexiconOptions::edited_case`]): once or twice is a typo or a quirk of the source
+/// (`brazil`, `ussr` in Brown).
+pub const MIN_EDITED_LOWERCASE: u64 = 3;
+
+/// The default [`LexiconOptions::lowercase_share`], chosen on the English dev texts
+/// (docs/training.md, "The English model").
+pub const LOWERCASE_SHARE: f64 = 0.2;
 
 impl Default for LexiconOptions {
     fn default() -> Self {
-        LexiconOptions { size: 20_000, dict_weight: 0.1, fold_case: None }
+        LexiconOptions { size: 20_000, dict_weight: 0.1, fold_case: None, edited_case: None, lowercase_share: LOWERCASE_SHARE }
     }
 }
 
@@ -311,14 +330,17 @@ impl Default for LexiconOptions {
 /// use laya_text::{build_lexicon, Counts, LexiconOptions};
 /// let corpus: Counts = [("的".into(), 50), ("明天".into(), 3), ("a b".into(), 99)].into();
 /// let dict: Counts = [("明天".into(), 1000), ("后天".into(), 500)].into();
-/// let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 3, dict_weight: 0.1, fold_case: None });
+/// let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 3, dict_weight: 0.1, ..Default::default() });
 /// assert_eq!(lex.words, vec!["的", "明天", "后天"]);
-/// // Folding case, "The" and "the" are one word, in its usual form inside sentences:
-/// let corpus: Counts = [("the".into(), 5), ("The".into(), 6), ("I".into(), 4)].into();
-/// let inner: Counts = [("the".into(), 5), ("I".into(), 3)].into();
+/// // Folding case, "The" and "the" are one word, in its usual form inside sentences, unless
+/// // edited text writes it in lowercase often enough:
+/// let corpus: Counts = [("the".into(), 5), ("The".into(), 6), ("I".into(), 4), ("States".into(), 3), ("states".into(), 1)].into();
+/// let inner: Counts = [("the".into(), 5), ("I".into(), 3), ("States".into(), 3)].into();
+/// let edited: Counts = [("I".into(), 90), ("i".into(), 3), ("States".into(), 9), ("states".into(), 4)].into();
 /// let dict: Counts = [("i".into(), 10)].into();
-/// let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 5, dict_weight: 0.0, fold_case: Some(inner) });
-/// assert_eq!((lex.words, lex.freqs), (vec!["the".to_string(), "I".to_string()], vec![11, 4]));
+/// let opts = LexiconOptions { size: 5, dict_weight: 0.0, fold_case: Some(inner), edited_case: Some(edited), ..Default::default() };
+/// let lex = build_lexicon(&corpus, &dict, &opts);
+/// assert_eq!((lex.words, lex.freqs), (vec!["the".to_string(), "I".into(), "states".into()], vec![11, 4, 4]));
 /// ```
 pub fn build_lexicon(corpus: &Counts, dict: &Counts, opts: &LexiconOptions) -> Lexicon {
     let corpus_total: u64 = corpus.values().sum();
@@ -338,7 +360,7 @@ pub fn build_lexicon(corpus: &Counts, dict: &Counts, opts: &LexiconOptions) -> L
         }
     }
     let scored = match &opts.fold_case {
-        Some(inner) => fold_scores(scored, inner, corpus, dict),
+        Some(inner) => fold_scores(scored, inner, corpus, dict, opts.edited_case.as_ref().map(|e| (e, opts.lowercase_share))),
         None => scored,
     };
     let mut v: Vec<(&str, f64)> = scored.into_iter().filter(|(_, s)| *s > 0.0).collect();
@@ -351,22 +373,54 @@ pub fn build_lexicon(corpus: &Counts, dict: &Counts, opts: &LexiconOptions) -> L
 }
 
 /// The scores of the forms that fold alike summed under one form: the one most frequent inside
-/// sentences, then in the corpus, then in the dictionary (ties by byte order).
-fn fold_scores<'a>(scored: HashMap<&'a str, f64>, inner: &Counts, corpus: &Counts, dict: &Counts) -> HashMap<&'a str, f64> {
+/// sentences, then in the corpus, then in the dictionary (ties by byte order); lowercase instead
+/// where `edited` = (counts, share) has the lowercase form at least `share` times as often as
+/// its most frequent form of the word (if the lowercase form is scored: in the corpus or the
+/// dictionary).
+fn fold_scores<'a>(
+    scored: HashMap<&'a str, f64>,
+    inner: &Counts,
+    corpus: &Counts,
+    dict: &Counts,
+    edited: Option<(&Counts, f64)>,
+) -> HashMap<&'a str, f64> {
     // Per folded key: the form kept, its counts (inside sentences, corpus, dictionary), the
-    // summed score.
-    type Entry<'a> = (&'a str, (u64, u64, u64), f64);
+    // lowercase form if it was scored, the summed score.
+    type Entry<'a> = (&'a str, (u64, u64, u64), Option<&'a str>, f64);
     let mut by_key: HashMap<String, Entry<'a>> = HashMap::new();
     let count = |c: &Counts, w: &str| c.get(w).copied().unwrap_or(0);
     for (w, s) in scored {
         let rank = (count(inner, w), count(corpus, w), count(dict, w));
-        let e = by_key.entry(laya_format::fold_case(w)).or_insert((w, rank, 0.0));
+        let key = laya_format::fold_case(w);
+        let is_lower = key == w;
+        let e = by_key.entry(key).or_insert((w, rank, None, 0.0));
         if rank > e.1 || (rank == e.1 && w < e.0) {
             (e.0, e.1) = (w, rank);
         }
-        e.2 += s;
+        if is_lower {
+            e.2 = Some(w);
+        }
+        e.3 += s;
     }
-    by_key.into_values().map(|(w, _, s)| (w, s)).collect()
+    // The edited text's most frequent count per folded key, for the words it would lowercase.
+    let mut edited_top: HashMap<String, u64> = HashMap::new();
+    if let Some((counts, _)) = edited {
+        for (w, &c) in counts {
+            let top = edited_top.entry(laya_format::fold_case(w)).or_insert(0);
+            *top = (*top).max(c);
+        }
+    }
+    by_key
+        .into_iter()
+        .map(|(key, (form, _, lower, score))| match (edited, lower) {
+            (Some((counts, share)), Some(lower)) if form != lower => {
+                let n = count(counts, lower);
+                let top = edited_top.get(&key).copied().unwrap_or(0);
+                (if n >= MIN_EDITED_LOWERCASE && n as f64 >= share * top as f64 { lower } else { form }, score)
+            }
+            _ => (form, score),
+        })
+        .collect()
 }
 
 /// Token coverage of a lexicon on some counted text.
@@ -413,8 +467,42 @@ mod tests {
         // Corpus total 10, dict total 100: scale 0.1 * 10/100 = 0.01 per dict count.
         let corpus: Counts = [("x".into(), 8), ("b".into(), 1), ("a".into(), 1)].into();
         let dict: Counts = [("b".into(), 90), ("c".into(), 10)].into();
-        let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 10, dict_weight: 0.1, fold_case: None });
+        let lex = build_lexicon(&corpus, &dict, &LexiconOptions { size: 10, dict_weight: 0.1, ..Default::default() });
         assert_eq!(lex.words, vec!["x", "b", "a", "c"]);
+    }
+
+    #[test]
+    fn edited_text_lowercases_common_words_and_never_capitalises() {
+        // The training text (chat and news) writes "States" and "california" inside sentences
+        // most often, "god" 1 : "God" 9; the edited text "States" 10, "states" 3 and
+        // "California" only. "hey" is not in the edited text at all.
+        let corpus: Counts = [
+            ("States".into(), 6),
+            ("states".into(), 4),
+            ("California".into(), 2),
+            ("california".into(), 5),
+            ("God".into(), 9),
+            ("god".into(), 1),
+            ("hey".into(), 3),
+        ]
+        .into();
+        let edited: Counts =
+            [("States".into(), 10), ("states".into(), 3), ("California".into(), 4), ("God".into(), 30), ("god".into(), 3)].into();
+        let forms = |edited: Option<Counts>, share: f64| {
+            let opts =
+                LexiconOptions { size: 10, dict_weight: 0.0, fold_case: Some(corpus.clone()), edited_case: edited, lowercase_share: share };
+            let mut w = build_lexicon(&corpus, &Counts::new(), &opts).words;
+            w.sort();
+            w
+        };
+        assert_eq!(forms(None, 0.2), ["God", "States", "california", "hey"]);
+        assert_eq!(forms(Some(edited.clone()), 0.2), ["God", "california", "hey", "states"]);
+        assert_eq!(forms(Some(edited.clone()), 0.5), ["God", "States", "california", "hey"]);
+        assert_eq!(forms(Some(edited.clone()), 0.05), ["california", "god", "hey", "states"]);
+        // Seen fewer than MIN_EDITED_LOWERCASE times in lowercase: a quirk, not evidence.
+        let mut rare = edited;
+        rare.insert("states".into(), 2);
+        assert_eq!(forms(Some(rare), 0.05), ["States", "california", "god", "hey"]);
     }
 
     #[test]
@@ -429,7 +517,7 @@ mod tests {
     proptest! {
         #[test]
         fn lexicon_roundtrip_and_bounded(words in proptest::collection::hash_map("[a-z中]{1,5}", 1u64..100, 0..30), n in 0usize..40) {
-            let lex = build_lexicon(&words, &Counts::new(), &LexiconOptions { size: n, dict_weight: 0.0, fold_case: None });
+            let lex = build_lexicon(&words, &Counts::new(), &LexiconOptions { size: n, dict_weight: 0.0, ..Default::default() });
             prop_assert!(lex.len() <= n);
             prop_assert!(lex.freqs.windows(2).all(|w| w[0] >= w[1]));
             let mut buf = Vec::new();

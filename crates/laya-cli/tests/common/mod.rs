@@ -57,3 +57,16 @@ pub fn assert_one_line_error(out: &Output, needle: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(err.contains(needle), "{err}");
 }
+
+/// `laya predict --json ARGS… CONTEXT`'s candidates: (word, replace, p).
+pub fn predict_json(args: &[&str], context: &str) -> Vec<(String, u64, f64)> {
+    let out = laya().args(["predict", "--json"]).args(args).arg(context).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap(), c["p"].as_f64().unwrap()))
+        .collect()
+}
