@@ -64,7 +64,7 @@ impl Personal {
             &self.mix,
             context,
             &s.replace_mass[..=max_i],
-            &s.replace_probs[..=max_i],
+            &s.replace_probs_on_bar[..=max_i],
             &mut s.candidates,
             k,
             &word,

@@ -51,6 +51,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         class_rows_int8,
         word_rows,
         replace_mass,
+        replace_probs_on_bar,
         ..
     } = s;
     replace_mass.fill(0.0);
@@ -79,6 +80,11 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     // In a language without spaces, right after a Latin letter or digit a next word that starts
     // with one would be glued to it (`hello` + `host`): such words stay off the bar, next words
     // in the language's own script (and completions) stay on.
+    // In a language with spaces a completion replaces the whole word being typed: the `i`
+    // characters it completes must start a word (`tomor` → `tomorrow`, never `mor` → `more`,
+    // which would make `tomore`). Such pairs still count in the total, as next words inside a
+    // word do, but stay off the bar.
+    let starts_word = |i: usize| !m.cfg.spaced_words || i >= n_chars || !inside_word(last_chars[t - i - 1]);
     let unglued = |id: usize| {
         m.cfg.spaced_words
             || n_chars == 0
@@ -252,6 +258,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     }
     for i in 1..=max_i {
         let fi = replace_factor[i];
+        let on_bar = starts_word(i);
         for posn in prefix_ranges[i].clone() {
             let Some(id) = admissible(i, posn) else { continue };
             completion_share[id] = 0.0;
@@ -272,9 +279,14 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
             } else {
                 pw_id * fi
             };
-            replace_mass[i] += score;
-            offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, blocked, &mut best_punct);
+            if on_bar {
+                replace_mass[i] += score;
+                offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, blocked, &mut best_punct);
+            }
         }
+    }
+    for (i, (on_bar, &p)) in replace_probs_on_bar.iter_mut().zip(pi.iter()).enumerate() {
+        *on_bar = if i == 0 || starts_word(i) { p } else { 0.0 };
     }
     // At most one punctuation candidate, and only where the session allows it.
     if punctuation_slot && best_punct.score > 0.0 {

@@ -90,6 +90,10 @@ pub(crate) struct Scratch {
     /// `(C)` per replace class: the network's probability mass on it (unnormalised until the
     /// end of ranking), for mixing in the learned history.
     pub(crate) replace_mass: Vec<f32>,
+    /// `(C)` per replace class: its `P(i)` from `replace_probs` where its candidates may reach
+    /// the bar, 0 where ranking keeps them off it (a completion of part of a typed word in a
+    /// language with spaces), so that the learned history adds no words there either.
+    pub(crate) replace_probs_on_bar: Vec<f32>,
     /// `(V)` per word: the share of its `P(w)` already given to completions (1 under the split
     /// rule for a word that continues the typed characters; zero between predictions).
     pub(crate) completion_share: Vec<f32>,
@@ -171,6 +175,7 @@ impl Scratch {
             class_rows_int8: false,
             word_rows: 0,
             replace_mass: vec![0.0; c.replace_classes],
+            replace_probs_on_bar: vec![0.0; c.replace_classes],
         }
     }
 }

@@ -487,6 +487,55 @@ fn a_spaced_language_offers_no_next_word_inside_a_word() {
     }
 }
 
+/// In a language with spaces a completion replaces the whole word being typed, never its tail:
+/// after `xhel` no candidate completes `hel` or `el` (that would glue `xhello`), neither from
+/// the network nor from the learned history; after `x hel` or `x-hel` it completes `hel`.
+/// Chinese, with the same weights, completes the tail, and the probabilities of the pairs both
+/// offer are equal (the pairs kept off the bar still count in the total).
+#[test]
+fn a_spaced_language_completes_whole_words_only() {
+    use laya_format::testing::random_model;
+    for cfg in [TinyConfig::default(), TinyConfig { word_classes: 12, ..TinyConfig::default() }] {
+        let (mut meta, tensors) = random_model(&cfg, 13, GgmlType::Q8_0);
+        let mut words: Vec<String> = meta.words.iter().map(str::to_string).collect();
+        for (i, w) in ["hello", "help", "held", "elk", "lo"].iter().enumerate() {
+            words[i] = w.to_string();
+        }
+        meta.words = words.iter().collect();
+        let zh = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        meta.provenance.language = "en".into();
+        let en = Model::from_bytes(laya_format::write_model(&meta, &tensors).unwrap()).unwrap();
+        let (mut zs, mut es) = (Session::new(zh), Session::new(en));
+        let bar = |s: &mut Session, ctx: &str| s.predict(ctx, 64).iter().map(|c| (c.word.to_string(), c.replace, c.p)).collect::<Vec<_>>();
+        // The word being typed: the letters, digits and apostrophes at the end.
+        let typed_word = |ctx: &str| ctx.chars().rev().take_while(|c| c.is_alphanumeric() || *c == '\'').count();
+        let mut zh_tails = 0;
+        for ctx in ["xhel", "say xhel", "xel", "hhel", "x hel", "x-hel", "hel"] {
+            // `xhel` starts no word of the lexicon: nothing on the bar rather than a tail's words.
+            let (z, e) = (bar(&mut zs, ctx), bar(&mut es, ctx));
+            for c in &e {
+                assert_eq!(c.1, typed_word(ctx), "{ctx:?}: {c:?} completes part of a word; bar {e:?}");
+                if let Some(same) = z.iter().find(|d| (&d.0, d.1) == (&c.0, c.1)) {
+                    assert!((same.2 - c.2).abs() <= 1e-6, "{ctx:?}: {c:?} against {same:?}");
+                }
+            }
+            zh_tails += z.iter().filter(|c| c.1 > 0 && c.1 < typed_word(ctx)).count();
+        }
+        assert!(zh_tails > 0, "Chinese completes the tail of a typed run");
+        for ctx in ["x hel", "x-hel"] {
+            assert!(bar(&mut es, ctx).iter().any(|c| (c.0.as_str(), c.1) == ("hello", 3)), "{ctx:?}: {:?}", bar(&mut es, ctx));
+        }
+        // A learned word is no exception.
+        for _ in 0..5 {
+            es.learn("zorbly");
+            zs.learn("zorbly");
+        }
+        assert!(bar(&mut zs, "xzor").iter().any(|c| (c.0.as_str(), c.1) == ("zorbly", 3)), "{:?}", bar(&mut zs, "xzor"));
+        assert!(!bar(&mut es, "xzor").iter().any(|c| c.0 == "zorbly"), "{:?}", bar(&mut es, "xzor"));
+        assert!(bar(&mut es, "x zor").iter().any(|c| (c.0.as_str(), c.1) == ("zorbly", 3)), "{:?}", bar(&mut es, "x zor"));
+    }
+}
+
 /// In a language with letter case (`laya_format::ignores_case`) a typed prefix finds its words
 /// in any case and each candidate is shown in the typed case: `hel` → `hello`, `Hel` → `Hello`,
 /// `HEL` → `HELLO`, `mon` → `Monday` (a capital of the lexicon's stays); a sentence's first
