@@ -14,7 +14,7 @@ use crate::{model_file, CliError};
 #[derive(clap::Args)]
 pub struct Args {
     /// The lexicon whose spellings the model's words take (TSV: word, score), e.g. one built
-    /// again by `laya lexicon --fold-case` with another `--lowercase-share`.
+    /// again by `laya lexicon --fold-case` with `--case-text`.
     #[arg(long)]
     lexicon: PathBuf,
     /// The model to read (any type; its tensors are copied, rows following their words).
