@@ -77,14 +77,14 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     // word: a next word would be glued to it, so the bar holds completions only (their
     // probabilities still count the next-word mass, which stays out of the bar).
     let next_words_on_bar = !(m.cfg.spaced_words && n_chars > 0 && inside_word(last_chars[t - 1]));
-    // In a language without spaces, right after a Latin letter or digit a next word that starts
-    // with one would be glued to it (`hello` + `host`): such words stay off the bar, next words
-    // in the language's own script (and completions) stay on.
     // In a language with spaces a completion replaces the whole word being typed: the `i`
     // characters it completes must start a word (`tomor` → `tomorrow`, never `mor` → `more`,
     // which would make `tomore`). Such pairs still count in the total, as next words inside a
     // word do, but stay off the bar.
     let starts_word = |i: usize| !m.cfg.spaced_words || i >= n_chars || !inside_word(last_chars[t - i - 1]);
+    // In a language without spaces, right after a Latin letter or digit a next word that starts
+    // with one would be glued to it (`hello` + `host`): such words stay off the bar, next words
+    // in the language's own script (and completions) stay on.
     let unglued = |id: usize| {
         m.cfg.spaced_words
             || n_chars == 0
