@@ -85,7 +85,7 @@ fn share(s: &str) -> Result<f64, String> {
 }
 
 /// `counts` with the forms that fold alike ([`laya_format::fold_case`]) counted as one.
-fn fold_counts(counts: &Counts) -> Counts {
+pub(crate) fn fold_counts(counts: &Counts) -> Counts {
     let mut out = Counts::new();
     for (w, &c) in counts {
         *out.entry(laya_format::fold_case(w)).or_insert(0) += c;

@@ -27,7 +27,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let dict_path = args.dict.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" + ");
     let dict = crate::lexicon::read_dicts(&args.dict)?;
     let mut meta = file.meta.clone();
-    let freqs: Vec<u32> = meta.words.iter().map(|w| dict.get(w).map_or(0, |&f| f.min(u32::MAX as u64) as u32)).collect();
+    // A model whose language ignores case matches its words folded, so `I'm` takes the
+    // frequency of `i'm` (wordfreq lists its words in lowercase) and of every other spelling.
+    let folded = laya_format::ignores_case(&meta.provenance.language);
+    let dict = if folded { crate::lexicon::fold_counts(&dict) } else { dict };
+    let lookup = |w: &str| if folded { dict.get(&laya_format::fold_case(w)) } else { dict.get(w) };
+    let freqs: Vec<u32> = meta.words.iter().map(|w| lookup(w).map_or(0, |&f| f.min(u32::MAX as u64) as u32)).collect();
     let found = freqs.iter().filter(|&&f| f > 0).count();
     if found == 0 {
         return Err(CliError(format!(

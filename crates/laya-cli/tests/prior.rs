@@ -54,6 +54,28 @@ fn dictionary_frequencies_land_in_the_file_and_survive_quantisation() {
     }
 }
 
+/// A model whose language ignores case takes a word's frequency in any spelling of the
+/// dictionary (wordfreq's are lowercase): `Hello` gets `hello`'s and `HELLO`'s. Chinese keeps
+/// spellings apart.
+#[test]
+fn a_case_ignoring_model_finds_its_words_in_any_case() {
+    let (mut meta, tensors) = random_model(&TinyConfig::default(), 5, GgmlType::F32);
+    let words: Vec<String> = meta.words.iter().map(|w| if w == "hello" { "Hello".to_string() } else { w.to_string() }).collect();
+    meta.words = words.iter().collect();
+    let dict = tmp("prior-case-dict.txt");
+    std::fs::write(&dict, format!("hello 40\nHELLO 2\n{} 7\n", words[1])).unwrap();
+    for (language, want) in [("en", 42), ("zh", 0)] {
+        meta.provenance.language = language.into();
+        let input = tmp(&format!("prior-case-{language}.laya"));
+        std::fs::write(&input, write_model(&meta, &tensors).unwrap()).unwrap();
+        let output = tmp(&format!("prior-case-{language}-out.laya"));
+        ok(&laya().arg("prior").arg("--dict").arg(&dict).arg(&input).arg(&output).output().unwrap());
+        let m = LayaFile::parse(&std::fs::read(&output).unwrap()).unwrap().meta;
+        let at = m.words.iter().position(|w| w == "Hello").unwrap();
+        assert_eq!(m.dict_frequencies.as_ref().unwrap()[at], want, "{language}");
+    }
+}
+
 #[test]
 fn bad_dictionaries_are_refused_and_nothing_is_written() {
     let (input, words) = model("prior-bad.laya");
