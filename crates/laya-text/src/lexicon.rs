@@ -389,6 +389,10 @@ fn fold_scores<'a>(
     type Entry<'a> = (&'a str, (u64, u64, u64), Option<&'a str>, f64);
     let mut by_key: HashMap<String, Entry<'a>> = HashMap::new();
     let count = |c: &Counts, w: &str| c.get(w).copied().unwrap_or(0);
+    // In byte order: a float sum depends on the order of its terms, and a map's order changes
+    // from run to run, which would make the same inputs give other scores and ties.
+    let mut scored: Vec<(&'a str, f64)> = scored.into_iter().collect();
+    scored.sort_unstable_by(|a, b| a.0.cmp(b.0));
     for (w, s) in scored {
         let rank = (count(inner, w), count(corpus, w), count(dict, w));
         let key = laya_format::fold_case(w);
@@ -503,6 +507,21 @@ mod tests {
         let mut rare = edited;
         rare.insert("states".into(), 2);
         assert_eq!(forms(Some(rare), 0.05), ["States", "california", "god", "hey"]);
+    }
+
+    /// The forms' scores are summed in one order whatever the map's: 0.1 + 0.2 + 0.3 and
+    /// 0.3 + 0.2 + 0.1 differ in the last bit, which decides ties at the lexicon's size.
+    #[test]
+    fn folded_scores_do_not_depend_on_the_maps_order() {
+        let forms = [("aa", 0.1), ("Aa", 0.2), ("AA", 0.3), ("aA", 0.7)];
+        let sums: HashSet<u64> = (0..64)
+            .map(|_| {
+                let scored: HashMap<&str, f64> = forms.iter().copied().collect();
+                let out = fold_scores(scored, &Counts::new(), &Counts::new(), &Counts::new(), None);
+                out.values().next().unwrap().to_bits()
+            })
+            .collect();
+        assert_eq!(sums.len(), 1, "{sums:?}");
     }
 
     #[test]
