@@ -21,6 +21,9 @@ import os
 import subprocess
 import sys
 
+# Characters of the stream sent as each query's context.
+CONTEXT = 200
+
 
 def main():
     args = sys.argv[1:]
@@ -40,16 +43,17 @@ def main():
     tokens = [t for line in lines[:limit] for t in line.split()]
 
     # Every context the protocol may ask about: before each token, and after each of its
-    # characters. The stream is the tokens so far, each followed by its space.
+    # characters. The stream is the tokens so far, each followed by its space; a query sends
+    # its last CONTEXT characters, so only that tail of the stream is kept.
     queries = []
     stream = ""
     for t in tokens:
-        queries.append(stream)
+        queries.append(stream[-CONTEXT:])
         for j in range(1, len(t) + 1):
-            queries.append(stream + t[:j])
-        stream += t + " "
+            queries.append((stream + t[:j])[-CONTEXT:])
+        stream = (stream + t + " ")[-CONTEXT:]
     laya = os.environ.get("LAYA", "target/release/laya")
-    stdin = "".join(json.dumps({"context": q[-200:]}, ensure_ascii=False) + "\n" for q in queries)
+    stdin = "".join(json.dumps({"context": q}, ensure_ascii=False) + "\n" for q in queries)
     out = subprocess.run([laya, "predict", "--jsonl", "--top", "5", *extra], input=stdin, capture_output=True, text=True, check=True)
     answers = [json.loads(line)["candidates"] for line in out.stdout.splitlines()]
     if len(answers) != len(queries):
