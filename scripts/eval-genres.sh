@@ -10,6 +10,8 @@
 #     each learned after it was typed; docs/personalisation.md)
 #     LAYA_EVAL_GENRES="name|file;name|file…": other texts than the Chinese dev genres
 #     (scripts/train-english.sh types the English ones)
+#     LAYA_EVAL_NGRAM_WEIGHTS="w …": also the model and the n-gram interpolated at each weight
+#     (`laya eval --predictor interpolated --ngram-weight w`; docs/training.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/default.laya}
@@ -49,10 +51,17 @@ for g in "${GENRES[@]}"; do
         runs+=("$p|")
         [[ "$LEARN" == 1 ]] && runs+=("$p|--learn")
     done
+    if [[ "$NGRAM" != "-" ]]; then
+        for w in ${LAYA_EVAL_NGRAM_WEIGHTS:-}; do runs+=("interpolated|--ngram-weight $w"); done
+    fi
     for run in "${runs[@]}"; do
-        p=${run%%|*} learn=${run#*|}
-        label=$p${learn:+ + learning}
-        "$LAYA" eval --model "$MODEL" --predictor "$p" --ngram "$NGRAM" --text "$file" --limit "$LIMIT" --json $learn "$@" |
+        p=${run%%|*} flags=${run#*|}
+        case $flags in
+            --learn) label="$p + learning" ;;
+            --ngram-weight*) label="model + n-gram (w ${flags#--ngram-weight })" ;;
+            *) label=$p ;;
+        esac
+        "$LAYA" eval --model "$MODEL" --predictor "$p" --ngram "$NGRAM" --text "$file" --limit "$LIMIT" --json $flags "$@" |
             python3 -c '
 import json, sys
 r = json.load(sys.stdin)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use laya_runtime::Session;
 use laya_text::{evaluate_learning, evaluate_parallel, PredictError, SegmentMode, Segmenter};
 
-use crate::predictors::{self, Kind, LearningNgram, ModelPredictor};
+use crate::predictors::{self, Interpolated, Kind, LearningNgram, ModelPredictor};
 use crate::CliError;
 
 #[derive(clap::Args)]
@@ -34,9 +34,12 @@ pub struct Args {
     act: crate::predictors::ActivationsArg,
     #[command(flatten)]
     punct: crate::predictors::PunctuationArg,
-    /// The n-gram file for --predictor ngram.
+    /// The n-gram file for --predictor ngram and interpolated.
     #[arg(long)]
     ngram: Option<PathBuf>,
+    /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
+    #[arg(long, default_value_t = 0.3, value_parser = predictors::ngram_weight)]
+    ngram_weight: f32,
     /// The words that can be picked, for `--predictor ngram` without a model of that lexicon
     /// (a `laya lexicon` TSV; default: the model's lexicon). Words outside it count as OOV.
     #[arg(long, conflicts_with = "model")]
@@ -95,6 +98,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         session.set_mix(mix);
         session
     };
+    if args.learn && args.predictor == Kind::Interpolated {
+        return Err(CliError("--predictor interpolated does not learn; leave out --learn".into()));
+    }
     let report = if args.learn {
         let mut progress = progress;
         let lines = lines.into_iter();
@@ -104,6 +110,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 let mut p = LearningNgram::new(predictors::load_ngram(args.ngram.as_deref())?, session());
                 evaluate_learning(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
             }
+            Kind::Interpolated => unreachable!("refused above"),
         }?
     } else {
         match args.predictor {
@@ -113,6 +120,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
             }
             Kind::Ngram => {
                 let make = predictors::ngram_factory(args.ngram.as_deref())?;
+                evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
+            }
+            Kind::Interpolated => {
+                let ngrams = predictors::ngram_factory(args.ngram.as_deref())?;
+                let make = || -> Result<Interpolated, PredictError> {
+                    Ok(Interpolated::new(ModelPredictor { session: session() }, ngrams()?, args.ngram_weight))
+                };
                 evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
             }
         }?
@@ -127,6 +141,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let name = match args.predictor {
             Kind::Model => format!("model {}", model.info().name),
             Kind::Ngram => "n-gram baseline".to_string(),
+            Kind::Interpolated => format!("model {} with the n-gram at weight {}", model.info().name, args.ngram_weight),
         };
         outln!(
             "{name} on {} ({} words, {} chars, {} predictions, {:.1} s)",

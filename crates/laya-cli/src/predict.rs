@@ -102,6 +102,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let mut backend = match args.predictor {
         Kind::Model => Backend::Model(Box::new(session)),
         Kind::Ngram => Backend::Ngram(Box::new(LearningNgram::new(load_ngram(args.ngram.as_deref())?, session)), Vec::new()),
+        Kind::Interpolated => {
+            return Err(CliError("--predictor interpolated is a measurement of `laya eval`; predict with model or ngram".into()))
+        }
     };
     let Some(context) = args.context else {
         let mut forgot = false;

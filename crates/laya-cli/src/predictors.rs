@@ -1,6 +1,6 @@
 //! The predictors `laya predict` and `laya eval` can run: the model, or the n-gram baseline.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,6 +16,9 @@ pub enum Kind {
     Model,
     /// The word n-gram baseline (--ngram FILE, made by `laya ngram`).
     Ngram,
+    /// `laya eval` only: the model and the n-gram interpolated, `(1 − w)·P_model + w·P_ngram`
+    /// with w = --ngram-weight (what an n-gram shipped beside the network would give).
+    Interpolated,
 }
 
 /// `--activations` of `predict`, `eval` and `bench`.
@@ -180,6 +183,57 @@ impl Predictor for LearningNgram {
     fn learn(&mut self, text: &str) -> Result<usize, PredictError> {
         Ok(self.session.learn(text))
     }
+}
+
+/// Candidates of each predictor that [`Interpolated`] mixes: the probability of a word beyond
+/// them is too small to reach a five-word bar.
+pub const INTERPOLATION_DEPTH: usize = 64;
+
+/// The model's and the n-gram's candidates interpolated linearly (`laya eval --predictor
+/// interpolated`): each `(word, replace)` scores `(1 − w)·p_model + w·p_ngram` over the best
+/// [`INTERPOLATION_DEPTH`] candidates of each, a candidate missing from one list counting 0
+/// there.
+pub struct Interpolated {
+    pub model: ModelPredictor,
+    pub ngram: NgramPredictor,
+    /// `w`, the n-gram's weight (0..=1).
+    pub weight: f32,
+    from_model: Vec<Candidate>,
+    from_ngram: Vec<Candidate>,
+    scores: HashMap<(String, usize), f32>,
+}
+
+impl Interpolated {
+    pub fn new(model: ModelPredictor, ngram: NgramPredictor, weight: f32) -> Interpolated {
+        Interpolated { model, ngram, weight, from_model: Vec::new(), from_ngram: Vec::new(), scores: HashMap::new() }
+    }
+}
+
+impl Predictor for Interpolated {
+    fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
+        self.model.predict(context, INTERPOLATION_DEPTH, &mut self.from_model)?;
+        self.ngram.predict(context, INTERPOLATION_DEPTH, &mut self.from_ngram)?;
+        self.scores.clear();
+        for c in &self.from_model {
+            *self.scores.entry((c.word.clone(), c.replace)).or_default() += (1.0 - self.weight) * c.p;
+        }
+        for c in &self.from_ngram {
+            *self.scores.entry((c.word.clone(), c.replace)).or_default() += self.weight * c.p;
+        }
+        let mut ranked: Vec<(&(String, usize), &f32)> = self.scores.iter().collect();
+        // Ties (a weight of 0 or 1 leaves one side at 0) go to the model's order, then the word.
+        let model_rank =
+            |key: &(String, usize)| self.from_model.iter().position(|c| c.word == key.0 && c.replace == key.1).unwrap_or(usize::MAX);
+        ranked.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| model_rank(a.0).cmp(&model_rank(b.0))).then_with(|| a.0.cmp(b.0)));
+        out.clear();
+        out.extend(ranked.into_iter().take(k).map(|((word, replace), &p)| Candidate { word: word.clone(), replace: *replace, p }));
+        Ok(())
+    }
+}
+
+/// `--ngram-weight` of `laya eval --predictor interpolated`.
+pub fn ngram_weight(s: &str) -> Result<f32, String> {
+    in_range(s, 0.0..=1.0)
 }
 
 /// `--mix-*` of `predict` and `eval`: how strongly the learned history weighs

@@ -647,3 +647,51 @@ fn lang_en_predicts_english_with_english_typing_rules() {
     let out = laya().args(["predict", "--lang", "fr", "hi"]).output().unwrap();
     assert!(!out.status.success());
 }
+
+/// `laya eval --predictor interpolated`: at `--ngram-weight 0` it types exactly as the model, at
+/// 1 exactly as the n-gram, in between a mixture; `--learn`, a weight outside 0..=1 and
+/// `laya predict` refuse it.
+#[test]
+fn interpolated_predictor_spans_the_model_and_the_ngram() {
+    let text = tmp("interp.txt");
+    let lines = ["我们今天去学校", "今天天气很好", "明天我们去公园", "我们喜欢今天的天气"];
+    std::fs::write(&text, lines.repeat(5).join("\n")).unwrap();
+    let ngram = tmp("interp-ngram.json");
+    let out = laya().args(["ngram", "--train"]).arg(&text).arg("--out").arg(&ngram).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let eval = |predictor: &str, weight: &str| {
+        let out = laya()
+            .args(["eval", "--json", "--threads", "1", "--predictor", predictor, "--ngram-weight", weight, "--ngram"])
+            .arg(&ngram)
+            .arg("--text")
+            .arg(&text)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut v = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("seconds");
+        v
+    };
+    let (model, ngram_only) = (eval("model", "0"), eval("ngram", "0"));
+    assert_ne!(model, ngram_only, "the two predictors must differ for this test to mean anything");
+    assert_eq!(eval("interpolated", "0"), model);
+    assert_eq!(eval("interpolated", "1"), ngram_only);
+    let half = eval("interpolated", "0.5");
+    let ksr = half["ksr"].as_f64().unwrap();
+    assert!(ksr > 0.0 && ksr < 1.0, "{half}");
+    // The n-gram has learned these lines; half its weight types them better than the model alone.
+    assert!(half["top5_k0"].as_f64() > model["top5_k0"].as_f64(), "{half} vs {model}");
+    for (args, want) in [
+        (vec!["eval", "--predictor", "interpolated", "--learn"], "does not learn"),
+        (vec!["eval", "--predictor", "interpolated", "--ngram-weight", "1.5"], "between 0 and 1"),
+    ] {
+        let out = laya().args(&args).arg("--ngram").arg(&ngram).arg("--text").arg(&text).output().unwrap();
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = laya().args(["predict", "--predictor", "interpolated", "今天"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("measurement of `laya eval`"));
+}
