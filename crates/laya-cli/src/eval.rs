@@ -4,7 +4,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use laya_runtime::Session;
-use laya_text::{evaluate_learning, evaluate_parallel, PredictError, SegmentMode, Segmenter};
+use laya_text::{evaluate_learning, evaluate_parallel, NgramPredictor, PredictError, SegmentMode, Segmenter};
 
 use crate::predictors::{self, Interpolated, Kind, LearningNgram, ModelPredictor};
 use crate::CliError;
@@ -40,6 +40,10 @@ pub struct Args {
     /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
     #[arg(long, default_value_t = 0.3, value_parser = predictors::ngram_weight)]
     ngram_weight: f32,
+    /// Drop the n-gram's trigrams seen fewer than N times before typing, keeping its bigram and
+    /// unigram levels (what a smaller n-gram would keep; `NgramPredictor::prune_trigrams`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    ngram_min_count: u32,
     /// The words that can be picked, for `--predictor ngram` without a model of that lexicon
     /// (a `laya lexicon` TSV; default: the model's lexicon). Words outside it count as OOV.
     #[arg(long, conflicts_with = "model")]
@@ -107,7 +111,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         match args.predictor {
             Kind::Model => evaluate_learning(&mut ModelPredictor { session: session() }, lines, &seg, &in_lex, args.limit, &mut progress),
             Kind::Ngram => {
-                let mut p = LearningNgram::new(predictors::load_ngram(args.ngram.as_deref())?, session());
+                let mut ngram = predictors::load_ngram(args.ngram.as_deref())?;
+                ngram.prune_trigrams(args.ngram_min_count);
+                let mut p = LearningNgram::new(ngram, session());
                 evaluate_learning(&mut p, lines, &seg, &in_lex, args.limit, &mut progress)
             }
             Kind::Interpolated => unreachable!("refused above"),
@@ -119,13 +125,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
             }
             Kind::Ngram => {
-                let make = predictors::ngram_factory(args.ngram.as_deref())?;
+                let ngrams = predictors::ngram_factory(args.ngram.as_deref())?;
+                let make = || pruned(ngrams()?, args.ngram_min_count);
                 evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
             }
             Kind::Interpolated => {
                 let ngrams = predictors::ngram_factory(args.ngram.as_deref())?;
                 let make = || -> Result<Interpolated, PredictError> {
-                    Ok(Interpolated::new(ModelPredictor { session: session() }, ngrams()?, args.ngram_weight))
+                    Ok(Interpolated::new(
+                        ModelPredictor { session: session() },
+                        pruned(ngrams()?, args.ngram_min_count)?,
+                        args.ngram_weight,
+                    ))
                 };
                 evaluate_parallel(threads, &make, lines, &seg, &in_lex, args.limit, &progress, args.breakdown)
             }
@@ -177,4 +188,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// `ngram` without its trigrams seen fewer than `min_count` times (`--ngram-min-count`).
+fn pruned(mut ngram: NgramPredictor, min_count: u32) -> Result<NgramPredictor, PredictError> {
+    ngram.prune_trigrams(min_count);
+    Ok(ngram)
 }

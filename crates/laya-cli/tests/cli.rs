@@ -650,7 +650,7 @@ fn lang_en_predicts_english_with_english_typing_rules() {
 
 /// `laya eval --predictor interpolated`: at `--ngram-weight 0` it types exactly as the model, at
 /// 1 exactly as the n-gram, in between a mixture; `--learn`, a weight outside 0..=1 and
-/// `laya predict` refuse it.
+/// `laya predict` refuse it. `--ngram-min-count` drops the trigrams seen fewer times.
 #[test]
 fn interpolated_predictor_spans_the_model_and_the_ngram() {
     let text = tmp("interp.txt");
@@ -659,19 +659,16 @@ fn interpolated_predictor_spans_the_model_and_the_ngram() {
     let ngram = tmp("interp-ngram.json");
     let out = laya().args(["ngram", "--train"]).arg(&text).arg("--out").arg(&ngram).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let eval = |predictor: &str, weight: &str| {
-        let out = laya()
-            .args(["eval", "--json", "--threads", "1", "--predictor", predictor, "--ngram-weight", weight, "--ngram"])
-            .arg(&ngram)
-            .arg("--text")
-            .arg(&text)
-            .output()
-            .unwrap();
+    // The report of `laya eval --json ARGS` without its run time.
+    let report = |args: &[&str]| {
+        let out =
+            laya().args(["eval", "--json", "--threads", "1", "--ngram"]).arg(&ngram).arg("--text").arg(&text).args(args).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mut v = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
         v.as_object_mut().unwrap().remove("seconds");
         v
     };
+    let eval = |predictor: &str, weight: &str| report(&["--predictor", predictor, "--ngram-weight", weight]);
     let (model, ngram_only) = (eval("model", "0"), eval("ngram", "0"));
     assert_ne!(model, ngram_only, "the two predictors must differ for this test to mean anything");
     assert_eq!(eval("interpolated", "0"), model);
@@ -694,4 +691,16 @@ fn interpolated_predictor_spans_the_model_and_the_ngram() {
     }
     let out = laya().args(["predict", "--predictor", "interpolated", "今天"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("measurement of `laya eval`"));
+    // Each line is there five times, so every trigram is too: a minimum of 5 drops none, 6 most.
+    let pruned = |n: &str| report(&["--predictor", "ngram", "--ngram-min-count", n]);
+    assert_eq!(pruned("5"), ngram_only);
+    assert_ne!(pruned("6"), ngram_only);
+    let out = laya()
+        .args(["eval", "--predictor", "ngram", "--ngram-min-count", "0", "--ngram"])
+        .arg(&ngram)
+        .arg("--text")
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
 }

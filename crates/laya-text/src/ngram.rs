@@ -102,6 +102,8 @@ struct Span {
     start: u32,
     len: u32,
     total: u64,
+    /// `N1+(h ·)`: distinct followers in the training text; more than `len` once pruned.
+    distinct: u32,
 }
 
 /// Word trigram Kneser-Ney predictor with prefix completion (see the module docs).
@@ -133,6 +135,9 @@ pub struct NgramPredictor {
     c1_total: f64,
     by_c1: Vec<u32>,
     d: [f64; 4],
+    /// Trigrams seen fewer times than this were dropped ([`NgramPredictor::prune_trigrams`]);
+    /// 1 when none were.
+    min_trigram_count: u32,
     seg: Segmenter,
     scratch: Vec<(f64, u32, usize)>,
     cand: Vec<u32>,
@@ -240,15 +245,16 @@ impl NgramPredictor {
         let mut h3: HashMap<(u32, u32), Span> = HashMap::new();
         let mut bi: Vec<(u32, u32)> = Vec::with_capacity(trigrams.len());
         for t in &trigrams {
-            let s = h3.entry((t[0], t[1])).or_insert(Span { start: f3.len() as u32, len: 0, total: 0 });
+            let s = h3.entry((t[0], t[1])).or_insert(Span { start: f3.len() as u32, len: 0, total: 0, distinct: 0 });
             s.len += 1;
+            s.distinct += 1;
             s.total += t[3] as u64;
             f3.push((t[2], t[3]));
             bi.push((t[1], t[2]));
         }
         bi.sort_unstable();
         let mut f2: Vec<(u32, u32)> = Vec::new();
-        let mut h2 = vec![Span { start: 0, len: 0, total: 0 }; ids];
+        let mut h2 = vec![Span { start: 0, len: 0, total: 0, distinct: 0 }; ids];
         // `bi` has one entry per distinct (u, v, w): a run of equal pairs is N1+(· v w).
         let mut k = 0;
         while k < bi.len() {
@@ -262,6 +268,7 @@ impl NgramPredictor {
                 s.start = f2.len() as u32;
             }
             s.len += 1;
+            s.distinct += 1;
             s.total += (j - k) as u64;
             f2.push((w, (j - k) as u32));
             k = j;
@@ -298,6 +305,7 @@ impl NgramPredictor {
             c1_total,
             by_c1,
             d,
+            min_trigram_count: 1,
             seg: Segmenter::new(SegmentMode::Auto),
             scratch: Vec::new(),
             cand: Vec::new(),
@@ -315,8 +323,56 @@ impl NgramPredictor {
         self.trigrams.len()
     }
 
+    /// Drops the trigrams seen fewer than `min_count` times, keeping the bigram and unigram
+    /// levels and each history's count and number of distinct followers as trained, so a
+    /// dropped trigram's word gets what the lower levels give it (the distribution then sums to
+    /// a little less than one: the dropped trigrams' discounted counts). A history left with no
+    /// trigram backs off entirely. Measures what a smaller n-gram keeps (`laya eval
+    /// --ngram-min-count`); a pruned model cannot be saved, since its file would retrain the
+    /// lower levels from the kept trigrams. Returns the trigrams kept.
+    ///
+    /// ```
+    /// use laya_text::{NgramPredictor, Predictor, Segmenter, SegmentMode};
+    /// let seg = Segmenter::new(SegmentMode::Segmented);
+    /// let text = ["I like green tea", "I like green tea", "you like green apples"];
+    /// let mut m = NgramPredictor::train(text.iter().map(|s| s.to_string()), &seg, None, &mut |_| {});
+    /// let all = m.trigram_len();
+    /// assert!(m.prune_trigrams(2) < all);
+    /// let mut out = Vec::new();
+    /// m.predict("I like green ", 1, &mut out).unwrap();
+    /// assert_eq!(out[0].word, "tea");
+    /// assert!(m.save(Vec::new()).is_err());
+    /// ```
+    pub fn prune_trigrams(&mut self, min_count: u32) -> usize {
+        if min_count <= self.min_trigram_count {
+            return self.trigrams.len();
+        }
+        self.min_trigram_count = min_count;
+        self.trigrams.retain(|t| t[3] >= min_count);
+        let mut f3 = Vec::with_capacity(self.trigrams.len());
+        let mut h3 = HashMap::with_capacity(self.h3.len());
+        for (&h, &span) in &self.h3 {
+            let start = f3.len() as u32;
+            let kept = &self.f3[span.start as usize..(span.start + span.len) as usize];
+            f3.extend(kept.iter().filter(|e| e.1 >= min_count));
+            let len = f3.len() as u32 - start;
+            if len > 0 {
+                h3.insert(h, Span { start, len, ..span });
+            }
+        }
+        self.f3 = f3;
+        self.h3 = h3;
+        self.trigrams.len()
+    }
+
     /// Writes the model as JSON (docs/data.md describes the file).
     pub fn save<W: Write>(&self, w: W) -> Result<(), NgramError> {
+        if self.min_trigram_count > 1 {
+            return Err(NgramError::Invalid(format!(
+                "trigrams seen fewer than {} times were dropped after loading; save the model before pruning it",
+                self.min_trigram_count
+            )));
+        }
         let file = File {
             format: FORMAT.into(),
             version: 1,
@@ -390,7 +446,7 @@ impl NgramPredictor {
         }
         let sl = &follow[s.start as usize..(s.start + s.len) as usize];
         let c = sl.binary_search_by_key(&w, |e| e.0).map_or(0, |i| sl[i].1);
-        ((c as f64 - d).max(0.0) + d * s.len as f64 * lower) / s.total as f64
+        ((c as f64 - d).max(0.0) + d * s.distinct as f64 * lower) / s.total as f64
     }
 
     /// `P_KN(w | u v)`.
@@ -557,6 +613,26 @@ mod tests {
             let s: f64 = (0..m.words.len() as u32).map(|w| m.prob(u, v, w)).sum();
             assert!((s - 1.0).abs() < 1e-9, "sum {s}");
         }
+    }
+
+    #[test]
+    fn pruning_keeps_the_kept_trigrams_and_the_lower_levels() {
+        let seg = Segmenter::new(SegmentMode::Segmented);
+        let text = ["今天 天气 很 好", "今天 天气 很 冷", "今天 天气 不错", "明天 天气 很 好", "我 喜欢 今天"];
+        let mut m = NgramPredictor::train(text.iter().map(|s| s.to_string()), &seg, None, &mut |_| {});
+        let h = (m.id_of("今天"), m.id_of("天气"));
+        let before: Vec<f64> = (0..m.words.len() as u32).map(|w| m.prob(h.0, h.1, w)).collect();
+        let line_start: Vec<f64> = (0..m.words.len() as u32).map(|w| m.prob(m.bos, m.bos, w)).collect();
+        // 今天 天气 很 (twice: kept) and 今天 天气 不错 (once: dropped).
+        let all = m.trigram_len();
+        assert!(m.prune_trigrams(2) < all);
+        let (hen, bucuo) = (m.id_of("很"), m.id_of("不错"));
+        assert_eq!(m.prob(h.0, h.1, hen), before[hen as usize]);
+        assert!(m.prob(h.0, h.1, bucuo) < before[bucuo as usize]);
+        let sum: f64 = (0..m.words.len() as u32).map(|w| m.prob(h.0, h.1, w)).sum();
+        assert!(sum < 1.0 && sum > 0.5, "sum {sum}");
+        // <s> <s> is followed by 今天 four times: that history keeps its trigram.
+        assert_eq!(m.prob(m.bos, m.bos, m.id_of("今天")), line_start[m.id_of("今天") as usize]);
     }
 
     #[test]
