@@ -704,3 +704,33 @@ fn interpolated_predictor_spans_the_model_and_the_ngram() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// `laya ngram --cut lexicon`: the training text and every history are cut with the lexicon's
+/// words under its counts, which the file keeps; it needs `--lexicon`.
+#[test]
+fn ngram_cut_by_the_lexicon() {
+    let text = tmp("cut.txt");
+    std::fs::write(&text, ["今天天气很好", "今天天气不错", "我喜欢今天"].repeat(4).join("\n")).unwrap();
+    let lex = tmp("cut.tsv");
+    // 天天 outweighs 今天 and 天气 here, so 今天天气 is cut 今 | 天天 | 气.
+    std::fs::write(&lex, "天天\t50\n今天\t1\n天气\t1\n今\t1\n气\t1\n很\t1\n好\t1\n不错\t1\n我\t1\n喜欢\t1\n").unwrap();
+    let run = |out: &std::path::Path, cut: &str, lexicon: bool| {
+        let mut cmd = laya();
+        cmd.args(["ngram", "--cut", cut, "--train"]).arg(&text).arg("--out").arg(out);
+        if lexicon {
+            cmd.arg("--lexicon").arg(&lex);
+        }
+        cmd.output().unwrap()
+    };
+    let (by_lexicon, by_jieba) = (tmp("cut-lexicon.json"), tmp("cut-jieba.json"));
+    for (path, cut) in [(&by_lexicon, "lexicon"), (&by_jieba, "jieba")] {
+        let out = run(path, cut, true);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let file = |p: &std::path::Path| serde_json::from_slice::<serde_json::Value>(&std::fs::read(p).unwrap()).unwrap();
+    let (lexicon_file, jieba_file) = (file(&by_lexicon), file(&by_jieba));
+    assert!(lexicon_file["cut"].is_array() && jieba_file.get("cut").is_none());
+    assert_ne!(lexicon_file["trigrams"], jieba_file["trigrams"], "the two cuts must count other trigrams");
+    let out = run(&tmp("cut-none.json"), "lexicon", false);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("needs --lexicon"));
+}

@@ -93,6 +93,10 @@ struct File {
     trigrams: Vec<u32>,
     /// `CLASSES` rows of `MAX_I + 1` counts.
     prefix_counts: Vec<Vec<u64>>,
+    /// Absent: Han text is cut with jieba's dictionary. Present: with these words alone, one
+    /// count per word ([`NgramPredictor::use_dictionary_cut`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cut: Option<Vec<u64>>,
 }
 
 const FORMAT: &str = "laya-ngram";
@@ -138,6 +142,8 @@ pub struct NgramPredictor {
     /// Trigrams seen fewer times than this were dropped ([`NgramPredictor::prune_trigrams`]);
     /// 1 when none were.
     min_trigram_count: u32,
+    /// The counts `seg` cuts Han text with, one per word; `None`: jieba's dictionary.
+    cut: Option<Vec<u64>>,
     seg: Segmenter,
     scratch: Vec<(f64, u32, usize)>,
     cand: Vec<u32>,
@@ -306,6 +312,7 @@ impl NgramPredictor {
             by_c1,
             d,
             min_trigram_count: 1,
+            cut: None,
             seg: Segmenter::new(SegmentMode::Auto),
             scratch: Vec::new(),
             cand: Vec::new(),
@@ -316,6 +323,11 @@ impl NgramPredictor {
     /// Vocabulary size (words that can be predicted).
     pub fn vocab_len(&self) -> usize {
         self.words.len()
+    }
+
+    /// The vocabulary in byte order (ids `0..vocab_len()`).
+    pub fn words(&self) -> &[String] {
+        &self.words
     }
 
     /// Distinct trigrams stored.
@@ -365,6 +377,19 @@ impl NgramPredictor {
         self.trigrams.len()
     }
 
+    /// Cuts the history of every prediction with the model's own words under `counts` (one per
+    /// word, in the order of its vocabulary) instead of jieba's dictionary
+    /// ([`Segmenter::with_dictionary`]), as a runtime carrying only the lexicon could; the file
+    /// keeps the counts. Train on text cut the same way (`laya ngram --cut lexicon`).
+    pub fn use_dictionary_cut(&mut self, counts: Vec<u64>) -> Result<(), NgramError> {
+        if counts.len() != self.words.len() {
+            return Err(NgramError::Invalid(format!("{} cut counts for {} words", counts.len(), self.words.len())));
+        }
+        self.seg = Segmenter::with_dictionary(self.words.iter().map(String::as_str).zip(counts.iter().copied())).map_err(NgramError::Io)?;
+        self.cut = Some(counts);
+        Ok(())
+    }
+
     /// Writes the model as JSON (docs/data.md describes the file).
     pub fn save<W: Write>(&self, w: W) -> Result<(), NgramError> {
         if self.min_trigram_count > 1 {
@@ -380,6 +405,7 @@ impl NgramPredictor {
             words: self.words.clone(),
             trigrams: self.trigrams.iter().flatten().copied().collect(),
             prefix_counts: self.prefix_counts.iter().map(|r| r.to_vec()).collect(),
+            cut: self.cut.clone(),
         };
         let mut w = io::BufWriter::new(w);
         serde_json::to_writer(&mut w, &file).map_err(|e| NgramError::Json(e.to_string()))?;
@@ -429,7 +455,11 @@ impl NgramPredictor {
         for (c, row) in file.prefix_counts.iter().enumerate() {
             pc[c].copy_from_slice(row);
         }
-        Ok(Self::build(file.words, trigrams, pc))
+        let mut model = Self::build(file.words, trigrams, pc);
+        if let Some(cut) = file.cut {
+            model.use_dictionary_cut(cut)?;
+        }
+        Ok(model)
     }
 
     fn id_of(&self, w: &str) -> u32 {
@@ -633,6 +663,29 @@ mod tests {
         assert!(sum < 1.0 && sum > 0.5, "sum {sum}");
         // <s> <s> is followed by 今天 four times: that history keeps its trigram.
         assert_eq!(m.prob(m.bos, m.bos, m.id_of("今天")), line_start[m.id_of("今天") as usize]);
+    }
+
+    #[test]
+    fn a_dictionary_cut_reads_histories_with_the_words_and_survives_saving() {
+        let mut m = model();
+        assert!(m.use_dictionary_cut(vec![1; 2]).is_err());
+        // With 今天 and 天气 as words, 今天天气 is two words of history, whose trigram follower 很
+        // leads; the counts favour the two-character words over single characters.
+        let counts = m.words().iter().map(|w| if w.chars().count() > 1 { 100 } else { 1 }).collect();
+        m.use_dictionary_cut(counts).unwrap();
+        let mut out = Vec::new();
+        m.predict("今天天气", 1, &mut out).unwrap();
+        assert_eq!((out[0].word.as_str(), out[0].replace), ("很", 0));
+        let mut buf = Vec::new();
+        m.save(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf).contains("\"cut\":["));
+        let mut back = NgramPredictor::load(&buf[..]).unwrap();
+        for ctx in ["今天天气", "明天天", "我喜欢"] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            m.predict(ctx, 5, &mut a).unwrap();
+            back.predict(ctx, 5, &mut b).unwrap();
+            assert_eq!(a, b, "{ctx}");
+        }
     }
 
     #[test]

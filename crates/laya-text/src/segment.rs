@@ -83,6 +83,30 @@ impl Segmenter {
         Segmenter { mode, jieba }
     }
 
+    /// An `Auto` segmenter whose Han runs are cut with these words alone: the most probable
+    /// sequence of them under their counts, a character outside them a word of its own (jieba's
+    /// algorithm, without its dictionary). A runtime that carries only a model's lexicon can cut
+    /// text the same way. Words with whitespace or a count of 0 are left out.
+    ///
+    /// ```
+    /// use laya_text::Segmenter;
+    /// let seg = Segmenter::with_dictionary([("今天", 10), ("天气", 10), ("今", 1), ("天", 1)]).unwrap();
+    /// assert_eq!(seg.words("今天天气好"), vec!["今天", "天气", "好"]);
+    /// // Only these words: jieba's dictionary would cut 今天 | 天气.
+    /// let odd = Segmenter::with_dictionary([("天天", 10)]).unwrap();
+    /// assert_eq!(odd.words("今天天气"), vec!["今", "天天", "气"]);
+    /// ```
+    pub fn with_dictionary<'a>(words: impl IntoIterator<Item = (&'a str, u64)>) -> std::io::Result<Self> {
+        let mut dict = String::new();
+        for (w, n) in words {
+            if n > 0 && !w.is_empty() && !w.chars().any(char::is_whitespace) {
+                dict.push_str(&format!("{w} {n}\n"));
+            }
+        }
+        let jieba = jieba_rs::Jieba::with_dict(&mut dict.as_bytes()).map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Segmenter { mode: SegmentMode::Auto, jieba: Some(jieba) })
+    }
+
     /// The mode this segmenter was built with.
     pub fn mode(&self) -> SegmentMode {
         self.mode
