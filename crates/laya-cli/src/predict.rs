@@ -8,7 +8,7 @@ use laya_text::{Candidate, Predictor};
 use serde::Serialize;
 use unicode_width::UnicodeWidthStr;
 
-use crate::predictors::{load_ngram, Kind, LearningNgram};
+use crate::predictors::{load_ngram, Interpolated, Kind, LearningNgram, ModelPredictor, INTERPOLATION_DEPTH};
 use crate::CliError;
 
 #[derive(clap::Args)]
@@ -31,9 +31,12 @@ pub struct Args {
     predictor: Kind,
     #[command(flatten)]
     tuning: crate::predictors::Tuning,
-    /// The n-gram file for --predictor ngram (made by `laya ngram`).
+    /// The n-gram file for --predictor ngram and interpolated (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
+    /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
+    #[arg(long, default_value_t = 0.3, value_parser = crate::predictors::ngram_weight)]
+    ngram_weight: f32,
     /// The user file (docs/personalisation.md): the learned history is read from it at start
     /// (an empty one when it is missing; an unreadable one is set aside with a warning) and
     /// written back atomically at exit. Without it, what `{"learn"}` lines teach lives for the
@@ -51,6 +54,7 @@ pub struct Args {
 enum Backend {
     Model(Box<Session>),
     Ngram(Box<LearningNgram>, Vec<Candidate>),
+    Interpolated(Box<Interpolated>, Vec<Candidate>),
 }
 
 impl Backend {
@@ -58,19 +62,23 @@ impl Backend {
         match self {
             Backend::Model(s) => s,
             Backend::Ngram(p, _) => &mut p.session,
+            Backend::Interpolated(p, _) => &mut p.model.session,
         }
     }
 
     fn answer(&mut self, context: &str, k: usize) -> Result<Out<'_>, CliError> {
         match self {
             Backend::Model(s) => Ok(to_out(&s.predict(context, k))),
-            Backend::Ngram(p, buf) => {
-                let p = &mut **p;
-                p.predict(context, k, buf).map_err(|e| CliError(e.to_string()))?;
-                Ok(Out { candidates: buf.iter().map(|c| OutCandidate { word: &c.word, replace: c.replace, p: c.p }).collect() })
-            }
+            Backend::Ngram(p, buf) => harness_answer(&mut **p, buf, context, k),
+            Backend::Interpolated(p, buf) => harness_answer(&mut **p, buf, context, k),
         }
     }
+}
+
+/// The answer of a predictor behind the harness's trait, kept in `buf`.
+fn harness_answer<'a>(p: &mut dyn Predictor, buf: &'a mut Vec<Candidate>, context: &str, k: usize) -> Result<Out<'a>, CliError> {
+    p.predict(context, k, buf).map_err(|e| CliError(e.to_string()))?;
+    Ok(Out { candidates: buf.iter().map(|c| OutCandidate { word: &c.word, replace: c.replace, p: c.p }).collect() })
 }
 
 #[derive(Serialize)]
@@ -93,7 +101,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError("missing context: `laya predict \"今天天气\"` or `laya predict --jsonl`".into()));
     }
     let model = args.model.load()?;
-    let mut session = Session::with_max_k(model, args.top.max(1));
+    // The interpolated predictor mixes the model's best INTERPOLATION_DEPTH candidates.
+    let depth = if args.predictor == Kind::Interpolated { INTERPOLATION_DEPTH } else { 1 };
+    let mut session = Session::with_max_k(model, args.top.max(depth));
     args.tuning.apply(&mut session, args.tuning.check()?);
     if let Some(path) = &args.user {
         session.set_user(open_user(path)?);
@@ -103,7 +113,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Kind::Model => Backend::Model(Box::new(session)),
         Kind::Ngram => Backend::Ngram(Box::new(LearningNgram::new(load_ngram(args.ngram.as_deref())?, session)), Vec::new()),
         Kind::Interpolated => {
-            return Err(CliError("--predictor interpolated is a measurement of `laya eval`; predict with model or ngram".into()))
+            let ngram = load_ngram(args.ngram.as_deref())?;
+            Backend::Interpolated(Box::new(Interpolated::new(ModelPredictor { session }, ngram, args.ngram_weight)), Vec::new())
         }
     };
     let Some(context) = args.context else {

@@ -16,8 +16,9 @@ pub enum Kind {
     Model,
     /// The word n-gram baseline (--ngram FILE, made by `laya ngram`).
     Ngram,
-    /// `laya eval` only: the model and the n-gram interpolated, `(1 − w)·P_model + w·P_ngram`
-    /// with w = --ngram-weight (what an n-gram shipped beside the network would give).
+    /// The model and the n-gram interpolated, `(1 − w)·P_model + w·P_ngram` with w =
+    /// --ngram-weight (what an n-gram shipped beside the network would give; the learned
+    /// history mixes into the model's part).
     Interpolated,
 }
 

@@ -649,8 +649,8 @@ fn lang_en_predicts_english_with_english_typing_rules() {
 }
 
 /// `laya eval --predictor interpolated`: at `--ngram-weight 0` it types exactly as the model, at
-/// 1 exactly as the n-gram, in between a mixture; `--learn`, a weight outside 0..=1 and
-/// `laya predict` refuse it. `--ngram-min-count` drops the trigrams seen fewer times.
+/// 1 exactly as the n-gram, in between a mixture; `--learn` and a weight outside 0..=1 refuse
+/// it; `laya predict` answers with it. `--ngram-min-count` drops the trigrams seen fewer times.
 #[test]
 fn interpolated_predictor_spans_the_model_and_the_ngram() {
     let text = tmp("interp.txt");
@@ -689,8 +689,19 @@ fn interpolated_predictor_spans_the_model_and_the_ngram() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = laya().args(["predict", "--predictor", "interpolated", "今天"]).output().unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("measurement of `laya eval`"));
+    // `laya predict` too: at weight 0 the model's answer, at 0.5 another one.
+    let predict = |predictor: &str, weight: &str| {
+        let out = laya()
+            .args(["predict", "--json", "--predictor", predictor, "--ngram-weight", weight, "--ngram"])
+            .arg(&ngram)
+            .arg("我们今天")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(predict("interpolated", "0"), predict("model", "0"));
+    assert_ne!(predict("interpolated", "0.5"), predict("model", "0"));
     // Each line is there five times, so every trigram is too: a minimum of 5 drops none, 6 most.
     let pruned = |n: &str| report(&["--predictor", "ngram", "--ngram-min-count", n]);
     assert_eq!(pruned("5"), ngram_only);
