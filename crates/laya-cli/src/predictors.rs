@@ -1,4 +1,5 @@
-//! The predictors `laya predict` and `laya eval` can run: the model, or the n-gram baseline.
+//! The predictors `laya predict` and `laya eval` can run: the model, the n-gram baseline, or the
+//! two interpolated.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

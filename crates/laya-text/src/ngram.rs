@@ -4,7 +4,10 @@
 //! order `D = n1 / (n1 + 2·n2)` from that order's counts-of-counts. The trigram level uses raw
 //! counts, the bigram level continuation counts `N1+(· v w)`, the unigram level `N1+(· w)`
 //! (no discount: every vocabulary word was seen). Lines are independent; each starts with two
-//! `<s>` tokens; nothing predicts an end of line.
+//! `<s>` tokens; nothing predicts an end of line. Two variants measure what a runtime copy of it
+//! would need: [`NgramPredictor::prune_trigrams`] keeps only the trigrams seen often enough, and
+//! [`NgramPredictor::use_dictionary_cut`] cuts Han text with the model's own words instead of
+//! jieba's dictionary.
 //!
 //! **Where does the current word start?** The context ends either after a complete word
 //! (`replace = 0`) or inside the word being typed. The predictor scores several split hypotheses
