@@ -37,7 +37,7 @@ pub use eval::{
 };
 pub use lexicon::{
     build_lexicon, count_inner_words, count_words, coverage, is_valid_word, merge_dicts, read_dict, Counts, Coverage, DictError, Lexicon,
-    LexiconError, LexiconOptions, LOWERCASE_SHARE, MAX_WORD_CHARS, MERGED_DICT_TOTAL,
+    LexiconError, LexiconOptions, LOWERCASE_SHARE, MAX_WORD_CHARS, MERGED_DICT_TOTAL, MIN_EDITED_LOWERCASE,
 };
 pub use logs::{
     parse_event, read_events, simulate_events, simulate_events_parallel, write_event, Event, EventErrorKind, LogError, OnError, ReadStats,
