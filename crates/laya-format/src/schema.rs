@@ -528,7 +528,7 @@ pub struct LayaFile<'a> {
     pub output_class: Option<(TensorRef<'a>, TensorRef<'a>)>,
     /// The verified `laya.checksum`.
     pub checksum: u64,
-    /// The lexicon's word ids in byte order ([`lexicon_order`]), a by-product of validation.
+    /// The lexicon's word ids in byte order ([`crate::lexicon_order`]), a by-product of validation.
     pub word_order: Vec<u32>,
     pub file_len: usize,
     /// `general.alignment`.

@@ -179,8 +179,8 @@ pub fn encode_events(events: &[Event], model: &ModelConfig, train: &TrainConfig)
     set
 }
 
-/// The non-zero entries of a `[B, V]` table, row by row: row `r`'s are `cols[start[r]..start[r
-/// + 1]]` with `values[..]` alongside, columns ascending within a row.
+/// The non-zero entries of a `[B, V]` table, row by row: row `r`'s are
+/// `cols[start[r]..start[r + 1]]` with `values[..]` alongside, columns ascending within a row.
 ///
 /// ```
 /// let s = laya_train::SparseRows { start: vec![0, 2, 2, 3], cols: vec![1, 4, 0], values: vec![0.5, 0.5, 1.0] };

@@ -92,7 +92,7 @@ impl candle_core::CustomOp3 for GeluTanhGrad {
     }
 }
 
-/// `gelu_tanh(x)` elementwise, differentiable (see [`GeluTanh`] for why it is not candle's).
+/// `gelu_tanh(x)` elementwise, differentiable (see `GeluTanh` for why it is not candle's).
 pub fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
     if !super::has_kernels(x.device()) {
         return super::composed::gelu_tanh(x);
@@ -209,7 +209,7 @@ impl candle_core::CustomOp3 for ColumnAffine {
     }
 }
 
-/// `x + b` for `x` `[N, F]` and `b` `[F]`, differentiable in both (see [`ColumnAffine`]).
+/// `x + b` for `x` `[N, F]` and `b` `[F]`, differentiable in both (see `ColumnAffine`).
 ///
 /// ```
 /// use candle_core::{Device, Tensor};
@@ -225,7 +225,7 @@ pub fn add_columns(x: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
     x.contiguous()?.apply_op2(&b.contiguous()?, ColumnAffine { scaled: false })
 }
 
-/// `x·w + b` for `x` `[N, F]` and `w`, `b` `[F]`, differentiable in all three (see [`ColumnAffine`]).
+/// `x·w + b` for `x` `[N, F]` and `w`, `b` `[F]`, differentiable in all three (see `ColumnAffine`).
 ///
 /// ```
 /// use candle_core::{Device, Tensor};
