@@ -37,6 +37,10 @@ pub struct Args {
     /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
     #[arg(long, default_value_t = 0.3, value_parser = crate::predictors::ngram_weight)]
     ngram_weight: f32,
+    /// How `--predictor interpolated` mixes: `linear`, or `within-class` (the network keeps its
+    /// mass on each replace count, the n-gram reorders the words inside it).
+    #[arg(long, value_enum, default_value_t = crate::predictors::NgramMix::Linear)]
+    ngram_mix: crate::predictors::NgramMix,
     /// The user file (docs/personalisation.md): the learned history is read from it at start
     /// (an empty one when it is missing; an unreadable one is set aside with a warning) and
     /// written back atomically at exit. Without it, what `{"learn"}` lines teach lives for the
@@ -114,7 +118,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Kind::Ngram => Backend::Ngram(Box::new(LearningNgram::new(load_ngram(args.ngram.as_deref())?, session)), Vec::new()),
         Kind::Interpolated => {
             let ngram = load_ngram(args.ngram.as_deref())?;
-            Backend::Interpolated(Box::new(Interpolated::new(ModelPredictor { session }, ngram, args.ngram_weight)), Vec::new())
+            Backend::Interpolated(
+                Box::new(Interpolated::new(ModelPredictor { session }, ngram, args.ngram_weight, args.ngram_mix)),
+                Vec::new(),
+            )
         }
     };
     let Some(context) = args.context else {

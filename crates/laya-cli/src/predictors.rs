@@ -191,23 +191,46 @@ impl Predictor for LearningNgram {
 /// them is too small to reach a five-word bar.
 pub const INTERPOLATION_DEPTH: usize = 64;
 
-/// The model's and the n-gram's candidates interpolated linearly (`laya eval --predictor
-/// interpolated`): each `(word, replace)` scores `(1 − w)·p_model + w·p_ngram` over the best
-/// [`INTERPOLATION_DEPTH`] candidates of each, a candidate missing from one list counting 0
-/// there.
+/// How [`Interpolated`] mixes the n-gram in (`--ngram-mix`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NgramMix {
+    /// `(1 − w)·p_model + w·p_ngram`: the n-gram's own idea of how much of a word is typed
+    /// counts too.
+    Linear,
+    /// Inside each replace class, as the learned history mixes: the network keeps its mass
+    /// `M_i` on the class, the n-gram moves probability among the class's words,
+    /// `(1 − w)·p_model + w·M_i·p_ngram / Σ_class p_ngram`.
+    WithinClass,
+}
+
+/// The model's and the n-gram's candidates mixed (`laya eval --predictor interpolated`) over
+/// the best [`INTERPOLATION_DEPTH`] candidates of each, a candidate missing from one list
+/// counting 0 there; [`NgramMix`] says how.
 pub struct Interpolated {
     pub model: ModelPredictor,
     pub ngram: NgramPredictor,
     /// `w`, the n-gram's weight (0..=1).
     pub weight: f32,
+    pub mix: NgramMix,
     from_model: Vec<Candidate>,
     from_ngram: Vec<Candidate>,
+    /// Per replace class: the n-gram's mass on it among its candidates.
+    ngram_mass: Vec<f32>,
     scores: HashMap<(String, usize), f32>,
 }
 
 impl Interpolated {
-    pub fn new(model: ModelPredictor, ngram: NgramPredictor, weight: f32) -> Interpolated {
-        Interpolated { model, ngram, weight, from_model: Vec::new(), from_ngram: Vec::new(), scores: HashMap::new() }
+    pub fn new(model: ModelPredictor, ngram: NgramPredictor, weight: f32, mix: NgramMix) -> Interpolated {
+        Interpolated {
+            model,
+            ngram,
+            weight,
+            mix,
+            from_model: Vec::new(),
+            from_ngram: Vec::new(),
+            ngram_mass: Vec::new(),
+            scores: HashMap::new(),
+        }
     }
 }
 
@@ -219,8 +242,28 @@ impl Predictor for Interpolated {
         for c in &self.from_model {
             *self.scores.entry((c.word.clone(), c.replace)).or_default() += (1.0 - self.weight) * c.p;
         }
-        for c in &self.from_ngram {
-            *self.scores.entry((c.word.clone(), c.replace)).or_default() += self.weight * c.p;
+        match self.mix {
+            NgramMix::Linear => {
+                for c in &self.from_ngram {
+                    *self.scores.entry((c.word.clone(), c.replace)).or_default() += self.weight * c.p;
+                }
+            }
+            NgramMix::WithinClass => {
+                let model_mass = self.model.session.last_replace_mass();
+                self.ngram_mass.clear();
+                self.ngram_mass.resize(model_mass.len(), 0.0);
+                for c in &self.from_ngram {
+                    if let Some(m) = self.ngram_mass.get_mut(c.replace) {
+                        *m += c.p;
+                    }
+                }
+                for c in &self.from_ngram {
+                    let (Some(&net), Some(&own)) = (model_mass.get(c.replace), self.ngram_mass.get(c.replace)) else { continue };
+                    if own > 0.0 {
+                        *self.scores.entry((c.word.clone(), c.replace)).or_default() += self.weight * net * c.p / own;
+                    }
+                }
+            }
         }
         let mut ranked: Vec<(&(String, usize), &f32)> = self.scores.iter().collect();
         // Ties (a weight of 0 or 1 leaves one side at 0) go to the model's order, then the word.

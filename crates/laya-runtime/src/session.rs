@@ -516,6 +516,25 @@ impl Session {
         (&self.s.word_probs, &self.s.replace_probs)
     }
 
+    /// The network's probability mass on each replace class in the last prediction (entry `i`:
+    /// the candidates completing the last `i` typed characters; 0 where none may reach the
+    /// bar), the mass the learned history mixes into. For tools that mix other predictors in
+    /// the same way (`laya eval --predictor interpolated`).
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// let bar: f32 = s.predict("今天", 64).iter().filter(|c| c.replace == 0).map(|c| c.p).sum();
+    /// // The bar holds part of the next words' mass; the class holds all of it.
+    /// assert!(s.last_replace_mass()[0] + 1e-6 >= bar);
+    /// assert!(s.last_replace_mass().iter().sum::<f32>() <= 1.0 + 1e-5);
+    /// ```
+    pub fn last_replace_mass(&self) -> &[f32] {
+        &self.s.replace_mass
+    }
+
     /// Runs the network on `context` and returns the word logits and the replace logits
     /// (before softmax), for parity tests against other implementations. With a factorised
     /// word head the word vector is `ln P(w)` for every word (class log-probability plus the
