@@ -40,9 +40,10 @@ pub struct Args {
     /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
     #[arg(long, default_value_t = 0.3, value_parser = predictors::ngram_weight)]
     ngram_weight: f32,
-    /// How `--predictor interpolated` mixes: `linear`, or `within-class` (the network keeps its
-    /// mass on each replace count, the n-gram reorders the words inside it).
-    #[arg(long, value_enum, default_value_t = predictors::NgramMix::Linear)]
+    /// How `--predictor interpolated` mixes: `linear`; `within-class` (the network keeps its
+    /// mass on each replace count, the n-gram reorders the words inside it); `han-linear`
+    /// (linear after a Han character, within-class elsewhere).
+    #[arg(long, value_enum, default_value_t = predictors::NgramMix::HanLinear)]
     ngram_mix: predictors::NgramMix,
     /// Drop the n-gram's trigrams seen fewer than N times before typing, keeping its bigram and
     /// unigram levels (what a smaller n-gram would keep; `NgramPredictor::prune_trigrams`).

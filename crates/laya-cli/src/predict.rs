@@ -37,9 +37,10 @@ pub struct Args {
     /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
     #[arg(long, default_value_t = 0.3, value_parser = crate::predictors::ngram_weight)]
     ngram_weight: f32,
-    /// How `--predictor interpolated` mixes: `linear`, or `within-class` (the network keeps its
-    /// mass on each replace count, the n-gram reorders the words inside it).
-    #[arg(long, value_enum, default_value_t = crate::predictors::NgramMix::Linear)]
+    /// How `--predictor interpolated` mixes: `linear`; `within-class` (the network keeps its
+    /// mass on each replace count, the n-gram reorders the words inside it); `han-linear`
+    /// (linear after a Han character, within-class elsewhere).
+    #[arg(long, value_enum, default_value_t = crate::predictors::NgramMix::HanLinear)]
     ngram_mix: crate::predictors::NgramMix,
     /// The user file (docs/personalisation.md): the learned history is read from it at start
     /// (an empty one when it is missing; an unreadable one is set aside with a warning) and

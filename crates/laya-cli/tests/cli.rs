@@ -649,7 +649,7 @@ fn lang_en_predicts_english_with_english_typing_rules() {
 }
 
 /// `laya eval --predictor interpolated`: at `--ngram-weight 0` it types exactly as the model, at
-/// 1 (mixed linearly, the default) exactly as the n-gram, in between a mixture; `--learn` and a weight outside 0..=1 refuse
+/// 1 (mixed linearly) exactly as the n-gram, in between a mixture, however mixed; `--learn` and a weight outside 0..=1 refuse
 /// it; `laya predict` answers with it. `--ngram-min-count` drops the trigrams seen fewer times.
 #[test]
 fn interpolated_predictor_spans_the_model_and_the_ngram() {
@@ -673,11 +673,13 @@ fn interpolated_predictor_spans_the_model_and_the_ngram() {
     let (model, ngram_only) = (eval("model", "0"), eval("ngram", "0"));
     assert_ne!(model, ngram_only, "the two predictors must differ for this test to mean anything");
     assert_eq!(eval("interpolated", "0"), model);
+    let linear = |weight: &str| report(&["--predictor", "interpolated", "--ngram-mix", "linear", "--ngram-weight", weight]);
     assert_eq!(within("0"), model);
-    assert_eq!(eval("interpolated", "1"), ngram_only);
+    assert_eq!(linear("0"), model);
+    assert_eq!(linear("1"), ngram_only);
     // The n-gram has learned these lines; half its weight types them better than the model alone,
     // mixed either way.
-    for half in [eval("interpolated", "0.5"), within("0.5")] {
+    for half in [eval("interpolated", "0.5"), within("0.5"), linear("0.5")] {
         let ksr = half["ksr"].as_f64().unwrap();
         assert!(ksr > 0.0 && ksr < 1.0, "{half}");
         assert!(half["top5_k0"].as_f64() > model["top5_k0"].as_f64(), "{half} vs {model}");
