@@ -79,8 +79,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             if args.predictor == Kind::Model {
                 return Err(CliError("--lexicon is for --predictor ngram: a model predicts over its own lexicon".into()));
             }
-            let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-            laya_text::Lexicon::read_tsv(std::io::BufReader::new(f))?.word_set()
+            crate::lexicon::read_lexicon(path)?.word_set()
         }
         None => predictors::lexicon_set(&model, laya_format::ignores_case(&model.info().language)),
     };

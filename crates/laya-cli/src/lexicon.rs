@@ -54,6 +54,13 @@ pub struct Args {
     out: PathBuf,
 }
 
+/// A lexicon TSV (`laya lexicon --out`: word, score), with the same messages for every command
+/// that takes one.
+pub(crate) fn read_lexicon(path: &std::path::Path) -> Result<laya_text::Lexicon, CliError> {
+    let f = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+    laya_text::Lexicon::read_tsv(std::io::BufReader::new(f)).map_err(|e| CliError(format!("{}: {e}", path.display())))
+}
+
 /// The dictionaries of `--dict`, read and merged (`laya_text::merge_dicts`); none gives an
 /// empty map, one is returned as it is.
 pub(crate) fn read_dicts(paths: &[PathBuf]) -> Result<Counts, CliError> {

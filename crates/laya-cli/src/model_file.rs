@@ -17,6 +17,11 @@ pub fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<LayaFile<'a>, CliError>
     LayaFile::parse(bytes).map_err(|e| CliError(format!("{} is not a valid Laya model: {e}", path.display())))
 }
 
+/// Owned copies of `file`'s tensors, to write again with [`laya_format::write_model`].
+pub fn owned_tensors(file: &LayaFile) -> Vec<laya_format::TensorData> {
+    file.tensors().into_iter().map(|t| t.to_owned_data()).collect()
+}
+
 /// Writes `bytes` to `path` atomically: `path` may be the input, and an interrupted run must
 /// leave the old file whole.
 pub fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {

@@ -45,10 +45,7 @@ enum Cut {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let lexicon = match &args.lexicon {
-        Some(p) => {
-            let f = std::fs::File::open(p).map_err(|e| CliError(format!("cannot read {}: {e}", p.display())))?;
-            Some(laya_text::Lexicon::read_tsv(std::io::BufReader::new(f))?)
-        }
+        Some(p) => Some(crate::lexicon::read_lexicon(p)?),
         None => None,
     };
     let counts: Option<HashMap<&str, u64>> = match (args.cut, &lexicon) {

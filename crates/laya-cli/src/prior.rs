@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use laya_format::{write_model, LayaFile, TensorData};
+use laya_format::write_model;
 
 use crate::{model_file, CliError};
 
@@ -42,7 +42,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let replaced = meta.dict_frequencies.is_some();
     meta.dict_frequencies = Some(freqs);
-    let tensors = owned_tensors(&file);
+    let tensors = model_file::owned_tensors(&file);
     let out_bytes = write_model(&meta, &tensors)?;
     let out = args.output.display().to_string();
     model_file::write(&args.output, &out_bytes)?;
@@ -55,8 +55,4 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if replaced { "; replaced the file's previous dictionary frequencies" } else { "" }
     );
     Ok(())
-}
-
-fn owned_tensors(file: &LayaFile) -> Vec<TensorData> {
-    file.tensors().into_iter().map(|t| t.to_owned_data()).collect()
 }

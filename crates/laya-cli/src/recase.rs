@@ -2,12 +2,10 @@
 //! case the spellings of a lexicon (`laya lexicon --fold-case`), without training again
 //! (`laya_format::recase`).
 
-use std::io::BufReader;
 use std::path::PathBuf;
 
 use laya_format::recase::recase_lexicon;
-use laya_format::{write_model, TensorData};
-use laya_text::Lexicon;
+use laya_format::write_model;
 
 use crate::{model_file, CliError};
 
@@ -28,10 +26,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let bytes = model_file::read(&args.input)?;
     let file = model_file::parse(&args.input, &bytes)?;
     let lex_path = args.lexicon.display().to_string();
-    let f = std::fs::File::open(&args.lexicon).map_err(|e| CliError(format!("cannot read {lex_path}: {e}")))?;
-    let lexicon = Lexicon::read_tsv(BufReader::new(f)).map_err(|e| CliError(format!("{lex_path}: {e}")))?;
+    let lexicon = crate::lexicon::read_lexicon(&args.lexicon)?;
     let mut meta = file.meta.clone();
-    let mut tensors: Vec<TensorData> = file.tensors().into_iter().map(|t| t.to_owned_data()).collect();
+    let mut tensors = model_file::owned_tensors(&file);
     let changed = recase_lexicon(&mut meta, &mut tensors, lexicon.words.iter().map(String::as_str))
         .map_err(|e| CliError(format!("{path} with {lex_path}: {e}")))?;
     let out = args.output.display().to_string();

@@ -1,11 +1,9 @@
 //! `laya train`: keyboard logs in, an evaluated `.laya` model out (click-weighted objective,
 //! progress bar, checkpoints and resume, early stopping, loss curve, final table).
 
-use std::io::BufReader;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use laya_text::Lexicon;
 use laya_train::{
     even_stride, load_init, train, train_from, ExportInfo, InitOptions, Mapping, ModelConfig, NormRule, Objective, PositionScheme,
     Precision, PriorCarry, RunOptions, TrainConfig,
@@ -230,8 +228,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let lexicon = match &args.lexicon {
         Some(path) if init.is_none() => {
-            let lex_file = std::fs::File::open(path).map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
-            let lexicon = Lexicon::read_tsv(BufReader::new(lex_file))?;
+            let lexicon = crate::lexicon::read_lexicon(path)?;
             if lexicon.is_empty() {
                 return Err(CliError(format!("{} has no words", path.display())));
             }

@@ -159,6 +159,14 @@ impl fmt::Debug for NgramPredictor {
     }
 }
 
+/// The segmenter that cuts Han text into `words` under `counts` (one per word).
+fn cut_segmenter(words: &[String], counts: &[u64]) -> Result<Segmenter, NgramError> {
+    if counts.len() != words.len() {
+        return Err(NgramError::Invalid(format!("{} cut counts for {} words", counts.len(), words.len())));
+    }
+    Segmenter::with_dictionary(words.iter().map(String::as_str).zip(counts.iter().copied())).map_err(NgramError::Io)
+}
+
 fn class_of(last: Option<char>) -> usize {
     match last {
         None => 0,
@@ -242,10 +250,16 @@ impl NgramPredictor {
         };
         let words: Vec<String> = order.iter().map(|&o| std::mem::take(&mut names[o as usize])).collect();
         let trigrams: Vec<[u32; 4]> = tri.into_iter().map(|([a, b, c], k)| [map(a), map(b), map(c), k]).collect();
-        Self::build(words, trigrams, prefix_counts)
+        Self::build(words, trigrams, prefix_counts, Segmenter::new(SegmentMode::Auto), None)
     }
 
-    fn build(words: Vec<String>, mut trigrams: Vec<[u32; 4]>, prefix_counts: [[u64; MAX_I + 1]; CLASSES]) -> NgramPredictor {
+    fn build(
+        words: Vec<String>,
+        mut trigrams: Vec<[u32; 4]>,
+        prefix_counts: [[u64; MAX_I + 1]; CLASSES],
+        seg: Segmenter,
+        cut: Option<Vec<u64>>,
+    ) -> NgramPredictor {
         let n = words.len() as u32;
         let (bos, unk) = (n, n + 1);
         let ids = n as usize + 2;
@@ -315,8 +329,8 @@ impl NgramPredictor {
             by_c1,
             d,
             min_trigram_count: 1,
-            cut: None,
-            seg: Segmenter::new(SegmentMode::Auto),
+            cut,
+            seg,
             scratch: Vec::new(),
             cand: Vec::new(),
             ranges: Vec::new(),
@@ -385,10 +399,7 @@ impl NgramPredictor {
     /// ([`Segmenter::with_dictionary`]), as a runtime carrying only the lexicon could; the file
     /// keeps the counts. Train on text cut the same way (`laya ngram --cut lexicon`).
     pub fn use_dictionary_cut(&mut self, counts: Vec<u64>) -> Result<(), NgramError> {
-        if counts.len() != self.words.len() {
-            return Err(NgramError::Invalid(format!("{} cut counts for {} words", counts.len(), self.words.len())));
-        }
-        self.seg = Segmenter::with_dictionary(self.words.iter().map(String::as_str).zip(counts.iter().copied())).map_err(NgramError::Io)?;
+        self.seg = cut_segmenter(&self.words, &counts)?;
         self.cut = Some(counts);
         Ok(())
     }
@@ -458,11 +469,11 @@ impl NgramPredictor {
         for (c, row) in file.prefix_counts.iter().enumerate() {
             pc[c].copy_from_slice(row);
         }
-        let mut model = Self::build(file.words, trigrams, pc);
-        if let Some(cut) = file.cut {
-            model.use_dictionary_cut(cut)?;
-        }
-        Ok(model)
+        let seg = match &file.cut {
+            Some(counts) => cut_segmenter(&file.words, counts)?,
+            None => Segmenter::new(SegmentMode::Auto),
+        };
+        Ok(Self::build(file.words, trigrams, pc, seg, file.cut))
     }
 
     fn id_of(&self, w: &str) -> u32 {
