@@ -53,6 +53,10 @@ pub struct Args {
     text: Option<PathBuf>,
     #[command(flatten)]
     act: crate::predictors::ActivationsArg,
+    /// The weight of the word trigram the model file carries (`laya attach-ngram`); 0 times
+    /// the network alone.
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_NGRAM_WEIGHT, value_parser = crate::predictors::ngram_weight)]
+    ngram_weight: f32,
     /// Int8 instruction set of the kernels (`scalar`, `avx2`, `avx-vnni`, `avx512-vnni`;
     /// default: the best this CPU has). For comparing tiers on one machine; one this CPU lacks
     /// is an error.
@@ -195,6 +199,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     let mut session = Session::new(Arc::clone(&model));
     session.set_act_precision(args.act.activations);
+    session.set_ngram_weight(args.ngram_weight);
     session.set_user(user.clone());
     session.warm_up();
     // With --user, a second session without the history types the same contexts in the same
@@ -203,6 +208,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let mut plain = args.user.is_some().then(|| {
         let mut s = Session::new(Arc::clone(&model));
         s.set_act_precision(args.act.activations);
+        s.set_ngram_weight(args.ngram_weight);
         s.warm_up();
         s
     });
@@ -247,7 +253,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let (p50, p99, mean) = percentiles(&mut lat);
         (p50, p99, mean, 1e6 / mean)
     } else {
-        threaded(&model, &user, &contexts, args.iterations, args.threads, args.act.activations, args.whole)
+        let configure = |s: &mut Session| {
+            s.set_act_precision(args.act.activations);
+            s.set_ngram_weight(args.ngram_weight);
+        };
+        threaded(&model, &user, &contexts, args.iterations, args.threads, &configure, args.whole)
     };
 
     session.set_profiling(true);
@@ -426,7 +436,7 @@ fn threaded(
     contexts: &[String],
     iterations: usize,
     threads: usize,
-    act: laya_runtime::ActPrecision,
+    configure: &(dyn Fn(&mut Session) + Sync),
     whole: bool,
 ) -> (f64, f64, f64, f64) {
     let start = Instant::now();
@@ -436,7 +446,7 @@ fn threaded(
                 let model = Arc::clone(model);
                 s.spawn(move || {
                     let mut session = Session::new(model);
-                    session.set_act_precision(act);
+                    configure(&mut session);
                     session.set_user(user.clone());
                     session.warm_up();
                     let mut lat = Vec::with_capacity(iterations);
@@ -510,6 +520,7 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases, f64), CliError>
         floors.push(floor);
         let mut cmd = Command::new(&exe);
         cmd.args(["bench", "--cold-probe", "--activations", &args.act.activations.to_string()]);
+        cmd.args(["--ngram-weight", &args.ngram_weight.to_string()]);
         match &args.model.model {
             Some(m) => cmd.arg("--model").arg(m),
             None => cmd.arg("--lang").arg(args.model.lang.name()),
@@ -542,6 +553,7 @@ fn probe(args: &Args) -> Result<(), CliError> {
     let t1 = Instant::now();
     let mut session = Session::new(model);
     session.set_act_precision(args.act.activations);
+    session.set_ngram_weight(args.ngram_weight);
     let t2 = Instant::now();
     std::hint::black_box(session.predict("今天天气", 5).len());
     let t3 = Instant::now();

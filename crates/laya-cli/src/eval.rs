@@ -37,8 +37,10 @@ pub struct Args {
     /// The n-gram file for --predictor ngram and interpolated.
     #[arg(long)]
     ngram: Option<PathBuf>,
-    /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
-    #[arg(long, default_value_t = 0.3, value_parser = predictors::ngram_weight)]
+    /// The n-gram's weight w (0..=1): of the word trigram a model file carries (`laya
+    /// attach-ngram`; 0 ranks by the network alone), and of --ngram's in `--predictor
+    /// interpolated`, `(1 − w)·P_model + w·P_ngram`.
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_NGRAM_WEIGHT, value_parser = predictors::ngram_weight)]
     ngram_weight: f32,
     /// How `--predictor interpolated` mixes: `linear`; `within-class` (the network keeps its
     /// mass on each replace count, the n-gram reorders the words inside it); `han-linear`
@@ -104,6 +106,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         session.set_act_precision(args.act.activations);
         session.set_punctuation_slot(args.punct.punctuation_slot);
         session.set_mix(mix);
+        session.set_ngram_weight(args.ngram_weight);
         session
     };
     if args.learn && args.predictor == Kind::Interpolated {

@@ -24,6 +24,7 @@ macro_rules! out {
     }};
 }
 
+mod attach_ngram;
 mod bench;
 mod default_model;
 mod eval;
@@ -76,6 +77,8 @@ enum Command {
     Lexicon(lexicon::Args),
     /// Train the word n-gram baseline on a text file.
     Ngram(ngram::Args),
+    /// Store a word trigram in a model file: sessions mix it into the network's candidates.
+    AttachNgram(attach_ngram::Args),
     /// Turn text into simulated keyboard logs (docs/logs.md).
     Simulate(simulate::Args),
     /// Train a model from keyboard logs (click-weighted), with checkpoints, resume and a loss curve.
@@ -178,6 +181,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => eval::run(a),
         Command::Lexicon(a) => lexicon::run(a),
         Command::Ngram(a) => ngram::run(a),
+        Command::AttachNgram(a) => attach_ngram::run(a),
         Command::Simulate(a) => simulate::run(a),
         #[cfg(feature = "train")]
         Command::Train(a) => train::run(*a),

@@ -31,7 +31,8 @@ pub struct Args {
     out: PathBuf,
     /// How Han text is cut into words, in training and in every history the n-gram reads:
     /// `jieba` (its dictionary) or `lexicon` (the most probable cut into the --lexicon's words
-    /// under their counts, which a runtime carrying only the lexicon can repeat).
+    /// under their counts, or without --lexicon the model's words under the counts it cuts
+    /// with: what the runtime repeats for an n-gram stored by `laya attach-ngram`).
     #[arg(long, value_enum, default_value_t = Cut::Jieba)]
     cut: Cut,
 }
@@ -48,26 +49,34 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Some(p) => Some(crate::lexicon::read_lexicon(p)?),
         None => None,
     };
-    let counts: Option<HashMap<&str, u64>> = match (args.cut, &lexicon) {
-        (Cut::Jieba, _) => None,
-        (Cut::Lexicon, Some(l)) if !args.open_vocabulary && !args.segmented => {
-            Some(l.words.iter().map(String::as_str).zip(l.freqs.iter().map(|&n| u64::from(n).max(1))).collect())
+    if args.cut == Cut::Lexicon && (args.open_vocabulary || args.segmented) {
+        return Err(CliError("--cut lexicon needs raw text and the model's or --lexicon's words (no --open-vocabulary)".into()));
+    }
+    // The words and counts that cut Han text with --cut lexicon: the --lexicon's, else the
+    // model's own (what the runtime cuts a history with, for `laya attach-ngram`).
+    let model = match (&lexicon, args.open_vocabulary) {
+        (None, false) => Some(crate::load_model(args.model.as_deref())?),
+        _ => None,
+    };
+    let counts: Option<HashMap<String, u64>> = match (args.cut, &lexicon, &model) {
+        (Cut::Jieba, _, _) => None,
+        (Cut::Lexicon, Some(l), _) => Some(l.words.iter().cloned().zip(l.freqs.iter().map(|&n| u64::from(n).max(1))).collect()),
+        (Cut::Lexicon, None, Some(m)) => {
+            Some((0..m.lexicon_len()).filter_map(|id| Some((m.word(id)?.to_string(), u64::from(m.cut_count(id)?).max(1)))).collect())
         }
-        _ => {
-            return Err(CliError("--cut lexicon needs --lexicon TSV (its counts weigh the cut), raw text and no --open-vocabulary".into()))
-        }
+        (Cut::Lexicon, None, None) => return Err(CliError("--cut lexicon needs the model's or --lexicon's words".into())),
     };
     let vocab: Option<HashSet<String>> = if args.open_vocabulary {
         None
     } else if let Some(l) = &lexicon {
         Some(l.word_set())
     } else {
-        Some(crate::predictors::lexicon_set(&crate::load_model(args.model.as_deref())?, false))
+        model.as_ref().map(|m| crate::predictors::lexicon_set(m, false))
     };
     let file = std::fs::File::open(&args.train).map_err(|e| CliError(format!("cannot read {}: {e}", args.train.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let seg = match &counts {
-        Some(c) => Segmenter::with_dictionary(c.iter().map(|(&w, &n)| (w, n)))?,
+        Some(c) => Segmenter::with_dictionary(c.iter().map(|(w, &n)| (w.as_str(), n)))?,
         None => Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto }),
     };
     let bar = crate::progress::bytes_bar(total, "counting", false);

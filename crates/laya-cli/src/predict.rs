@@ -34,9 +34,6 @@ pub struct Args {
     /// The n-gram file for --predictor ngram and interpolated (made by `laya ngram`).
     #[arg(long)]
     ngram: Option<PathBuf>,
-    /// The n-gram's weight w in `--predictor interpolated`: `(1 − w)·P_model + w·P_ngram` (0..=1).
-    #[arg(long, default_value_t = 0.3, value_parser = crate::predictors::ngram_weight)]
-    ngram_weight: f32,
     /// How `--predictor interpolated` mixes: `linear`; `within-class` (the network keeps its
     /// mass on each replace count, the n-gram reorders the words inside it); `han-linear`
     /// (linear after a Han character, within-class elsewhere).
@@ -120,7 +117,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         Kind::Interpolated => {
             let ngram = load_ngram(args.ngram.as_deref())?;
             Backend::Interpolated(
-                Box::new(Interpolated::new(ModelPredictor { session }, ngram, args.ngram_weight, args.ngram_mix)),
+                Box::new(Interpolated::new(ModelPredictor { session }, ngram, args.tuning.ngram_weight, args.ngram_mix)),
                 Vec::new(),
             )
         }

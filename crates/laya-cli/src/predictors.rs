@@ -82,6 +82,11 @@ pub struct Tuning {
     pub punct: PunctuationArg,
     #[command(flatten)]
     pub mix: MixArgs,
+    /// The n-gram's weight w (0..=1): of the word trigram a model file carries (`laya
+    /// attach-ngram`; 0 ranks by the network alone), and of --ngram's in `--predictor
+    /// interpolated`.
+    #[arg(long, default_value_t = laya_runtime::DEFAULT_NGRAM_WEIGHT, value_parser = ngram_weight)]
+    pub ngram_weight: f32,
 }
 
 impl Tuning {
@@ -96,6 +101,7 @@ impl Tuning {
         session.set_act_precision(self.act.activations);
         session.set_punctuation_slot(self.punct.punctuation_slot);
         session.set_mix(mix);
+        session.set_ngram_weight(self.ngram_weight);
     }
 }
 
@@ -223,7 +229,10 @@ pub struct Interpolated {
 }
 
 impl Interpolated {
-    pub fn new(model: ModelPredictor, ngram: NgramPredictor, weight: f32, mix: NgramMix) -> Interpolated {
+    /// `model`'s session ranks by its network alone here, whatever n-gram its file carries:
+    /// this is the naive twin of that n-gram's mix.
+    pub fn new(mut model: ModelPredictor, ngram: NgramPredictor, weight: f32, mix: NgramMix) -> Interpolated {
+        model.session.set_ngram_weight(0.0);
         Interpolated {
             model,
             ngram,

@@ -748,6 +748,90 @@ fn ngram_cut_by_the_lexicon() {
     let (lexicon_file, jieba_file) = (file(&by_lexicon), file(&by_jieba));
     assert!(lexicon_file["cut"].is_array() && jieba_file.get("cut").is_none());
     assert_ne!(lexicon_file["trigrams"], jieba_file["trigrams"], "the two cuts must count other trigrams");
-    let out = run(&tmp("cut-none.json"), "lexicon", false);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("needs --lexicon"));
+    // Without --lexicon the model's words cut, under the counts the runtime cuts with.
+    let by_model = tmp("cut-model.json");
+    let out = run(&by_model, "lexicon", false);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(file(&by_model)["cut"].is_array());
+    let out = laya()
+        .args(["ngram", "--cut", "lexicon", "--open-vocabulary", "--train"])
+        .arg(&text)
+        .arg("--out")
+        .arg(tmp("x.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--cut lexicon needs"));
+}
+
+/// The n-gram a model file carries (`laya attach-ngram`) against its naive twins: the same
+/// probabilities as `laya_text::NgramPredictor` for every history and word, and the same bar as
+/// `--predictor interpolated` with the network alone and that n-gram.
+#[test]
+fn attached_ngram_matches_its_naive_twins() {
+    let text = tmp("attach.txt");
+    let lines = ["我们今天去学校", "今天天气很好", "明天我们去公园", "我们喜欢今天的天气", "他们明天也去学校上课", "今天的天气不错"];
+    std::fs::write(&text, lines.repeat(3).join("\n")).unwrap();
+    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/default.laya");
+    let (ngram, with) = (tmp("attach-ngram.json"), tmp("attach-model.laya"));
+    let out = laya()
+        .args(["ngram", "--cut", "lexicon", "--model"])
+        .arg(&default)
+        .arg("--train")
+        .arg(&text)
+        .arg("--out")
+        .arg(&ngram)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = laya().arg("attach-ngram").arg(&default).arg(&ngram).arg("--out").arg(&with).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("trigrams"));
+
+    let twin = laya_text::NgramPredictor::load(std::io::BufReader::new(std::fs::File::open(&ngram).unwrap())).unwrap();
+    let model = laya_runtime::Model::load(&with).unwrap();
+    assert!(model.has_ngram());
+    let words: Vec<&str> = twin.words().iter().map(String::as_str).collect();
+    let histories: Vec<Option<&str>> = std::iter::once(None).chain(words.iter().copied().map(Some)).collect();
+    let mut compared = 0;
+    for &u in &histories {
+        for &v in &histories {
+            if u.is_some() && v.is_none() {
+                continue;
+            }
+            for &w in &words {
+                let (a, b) = (twin.probability([u, v], w), model.ngram_probability([u, v], w).unwrap());
+                assert!((a - b).abs() <= 1e-6 * a.max(1e-12), "P({w} | {u:?} {v:?}): twin {a}, file {b}");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 1000, "{compared}");
+
+    // Every prefix of every line: the bar of the model with its n-gram at the default weight,
+    // and of the network alone mixed with the JSON n-gram by `--predictor interpolated`.
+    let contexts: Vec<String> = lines.iter().flat_map(|l| l.char_indices().map(move |(i, c)| l[..i + c.len_utf8()].to_string())).collect();
+    let input: String = contexts.iter().map(|c| format!("{}\n", serde_json::json!({ "context": c }))).collect();
+    let bars = |args: &[&str]| -> Vec<Vec<(String, u64)>> {
+        let out = run_stdin(laya().args(["predict", "--jsonl", "--model"]).arg(&with).args(args), input.as_bytes());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["candidates"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| (c["word"].as_str().unwrap().to_string(), c["replace"].as_u64().unwrap()))
+                    .collect()
+            })
+            .collect()
+    };
+    let runtime = bars(&[]);
+    let naive = bars(&["--predictor", "interpolated", "--ngram", ngram.to_str().unwrap()]);
+    let alone = bars(&["--ngram-weight", "0"]);
+    assert_eq!(runtime.len(), contexts.len());
+    let same = runtime.iter().zip(&naive).filter(|(a, b)| a == b).count();
+    assert!(same * 10 >= contexts.len() * 9, "{same} of {} bars agree with the twin", contexts.len());
+    assert_ne!(runtime, alone, "the n-gram must change some bar for this test to mean anything");
 }

@@ -30,6 +30,7 @@ pub mod checksum;
 pub mod classes;
 pub mod error;
 pub mod gguf;
+pub mod ngram;
 pub mod punct;
 pub mod quant;
 pub mod quantize;

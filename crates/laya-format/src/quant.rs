@@ -51,6 +51,10 @@ pub fn quantize(values: &[f32], ty: GgmlType) -> Result<Vec<u8>, FormatError> {
         GgmlType::Q8_0 => values.chunks_exact(QK).for_each(|b| q8_0_block(b, &mut out)),
         GgmlType::Q4_0 => values.chunks_exact(QK).for_each(|b| q4_0_block(b, &mut out)),
         GgmlType::Q4_1 => values.chunks_exact(QK).for_each(|b| q4_1_block(b, &mut out)),
+        // Integer tables are written from integers (`laya attach-ngram`); here a value is
+        // rounded and saturated.
+        GgmlType::I16 => values.iter().for_each(|v| out.extend_from_slice(&(v.round() as u16).to_le_bytes())),
+        GgmlType::I32 => values.iter().for_each(|v| out.extend_from_slice(&(v.round() as i32).to_le_bytes())),
     }
     Ok(out)
 }
@@ -122,6 +126,8 @@ pub fn dequantize(bytes: &[u8], ty: GgmlType, n: usize) -> Result<Vec<f32>, Form
         GgmlType::F32 => out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
         GgmlType::F16 => out.extend(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
         GgmlType::BF16 => out.extend(bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())),
+        GgmlType::I16 => out.extend(bytes.chunks_exact(2).map(|c| f32::from(u16::from_le_bytes([c[0], c[1]])))),
+        GgmlType::I32 => out.extend(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)),
         GgmlType::Q8_0 => {
             for b in bytes.chunks_exact(ty.block_bytes()) {
                 let d = half_at(b, 0);

@@ -526,6 +526,8 @@ pub struct LayaFile<'a> {
     /// `output_class.weight` and `output_class.bias`: the class head of a factorised word head
     /// (present exactly when `meta.word_class` is).
     pub output_class: Option<(TensorRef<'a>, TensorRef<'a>)>,
+    /// The word trigram beside the network (docs/format.md §8), when the file has one.
+    pub ngram: Option<crate::ngram::NgramTensors<'a>>,
     /// The verified `laya.checksum`.
     pub checksum: u64,
     /// The lexicon's word ids in byte order ([`crate::lexicon_order`]), a by-product of validation.

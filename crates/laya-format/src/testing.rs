@@ -358,3 +358,36 @@ pub fn random_quantized_model(cfg: &TinyConfig, seed: u64, opts: &crate::quantiz
         None => (meta, tensors),
     }
 }
+
+/// The tensors of a word trigram (docs/format.md §8) over a lexicon of `words` words, counted
+/// from `lines` deterministic random lines of lexicon positions (now and then a word outside
+/// the lexicon), to append to a [`random_model`]'s tensors.
+///
+/// ```
+/// use laya_format::{testing, write_model, GgmlType, LayaFile};
+/// let cfg = testing::TinyConfig::small();
+/// let (meta, mut tensors) = testing::random_model(&cfg, 3, GgmlType::F32);
+/// tensors.extend(testing::random_ngram(cfg.vocab, 200, 3));
+/// let bytes = write_model(&meta, &tensors)?;
+/// assert!(LayaFile::parse(&bytes)?.ngram.is_some());
+/// # Ok::<(), laya_format::FormatError>(())
+/// ```
+pub fn random_ngram(words: usize, lines: usize, seed: u64) -> Vec<TensorData> {
+    let mut rng = SplitMix64::new(seed ^ 0x6e67);
+    let (bos, unk) = (words as u32, words as u32 + 1);
+    let mut counts: std::collections::HashMap<[u32; 3], u32> = std::collections::HashMap::new();
+    let mut prefix = [[0u64; crate::ngram::PREFIX_LENGTHS]; crate::ngram::PREFIX_CLASSES];
+    for _ in 0..lines {
+        let (mut u, mut v) = (bos, bos);
+        for _ in 0..2 + rng.below(8) {
+            // Skewed towards the first words, as real text is.
+            let w = if rng.below(20) == 0 { unk } else { (rng.below(words as u64) * rng.below(words as u64) / words as u64) as u32 };
+            *counts.entry([u, v, w]).or_insert(0) += 1;
+            (u, v) = (v, w);
+            prefix[rng.below(3) as usize][rng.below(5) as usize] += 1;
+        }
+    }
+    let mut trigrams: Vec<[u32; 4]> = counts.into_iter().map(|(t, c)| [t[0], t[1], t[2], c]).collect();
+    trigrams.sort_unstable();
+    crate::ngram::NgramCounts::from_trigrams(words, &trigrams, prefix).expect("valid random counts").tensors()
+}

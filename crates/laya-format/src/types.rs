@@ -30,6 +30,11 @@ pub enum GgmlType {
     Q4_1,
     /// 34-byte blocks of 32: `f16 d; i8 qs[32]`, `x = d·q`.
     Q8_0,
+    /// 16-bit integer, little endian. Laya reads it as unsigned (word positions and counts of
+    /// the n-gram tables, docs/format.md §8).
+    I16,
+    /// 32-bit signed integer, little endian.
+    I32,
     /// bfloat16 (the upper half of a binary32), little endian.
     BF16,
 }
@@ -43,7 +48,7 @@ pub struct TypeTraits {
     pub id: u32,
     /// The ggml spelling of the name.
     pub name: &'static str,
-    /// Values per block: 1 for float types, [`QK`] for quantised ones.
+    /// Values per block: 1 for float and integer types, [`QK`] for quantised ones.
     pub block_size: usize,
     /// Bytes of a block's scale and offset fields (f16 each) before its values.
     pub header_bytes: usize,
@@ -52,18 +57,24 @@ pub struct TypeTraits {
 }
 
 /// Every supported type, in id order; `TYPES[t as usize].ty == t`.
-pub const TYPES: [TypeTraits; 6] = [
+pub const TYPES: [TypeTraits; 8] = [
     TypeTraits { ty: GgmlType::F32, id: 0, name: "F32", block_size: 1, header_bytes: 0, bits: 32 },
     TypeTraits { ty: GgmlType::F16, id: 1, name: "F16", block_size: 1, header_bytes: 0, bits: 16 },
     TypeTraits { ty: GgmlType::Q4_0, id: 2, name: "Q4_0", block_size: QK, header_bytes: 2, bits: 4 },
     TypeTraits { ty: GgmlType::Q4_1, id: 3, name: "Q4_1", block_size: QK, header_bytes: 4, bits: 4 },
     TypeTraits { ty: GgmlType::Q8_0, id: 8, name: "Q8_0", block_size: QK, header_bytes: 2, bits: 8 },
+    TypeTraits { ty: GgmlType::I16, id: 25, name: "I16", block_size: 1, header_bytes: 0, bits: 16 },
+    TypeTraits { ty: GgmlType::I32, id: 26, name: "I32", block_size: 1, header_bytes: 0, bits: 32 },
     TypeTraits { ty: GgmlType::BF16, id: 30, name: "BF16", block_size: 1, header_bytes: 0, bits: 16 },
 ];
 
 impl GgmlType {
     /// Every supported type, in id order.
-    pub const ALL: [GgmlType; 6] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
+    pub const ALL: [GgmlType; 8] =
+        [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::I16, GgmlType::I32, GgmlType::BF16];
+
+    /// The types that hold weights (every type but the integer tables), in id order.
+    pub const WEIGHTS: [GgmlType; 6] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
 
     /// This type's row of [`TYPES`].
     pub const fn traits(self) -> &'static TypeTraits {
@@ -101,6 +112,11 @@ impl GgmlType {
     pub const fn block_bytes(self) -> usize {
         let t = self.traits();
         t.header_bytes + t.block_size * t.bits / 8
+    }
+
+    /// Whether the type holds integers (the n-gram tables), not numbers a kernel multiplies.
+    pub const fn is_integer(self) -> bool {
+        matches!(self, GgmlType::I16 | GgmlType::I32)
     }
 
     /// Whether the type is block-quantised (rows must be a multiple of [`QK`] long).
@@ -146,6 +162,6 @@ mod tests {
     #[test]
     fn block_bytes_are_ggmls() {
         let bytes: Vec<usize> = GgmlType::ALL.iter().map(|t| t.block_bytes()).collect();
-        assert_eq!(bytes, [4, 2, 18, 20, 34, 2]);
+        assert_eq!(bytes, [4, 2, 18, 20, 34, 2, 4, 2]);
     }
 }

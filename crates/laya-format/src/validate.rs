@@ -607,7 +607,12 @@ impl<'a> LayaFile<'a> {
 
         let specs = tensor_specs(&meta.hparams, meta.words.len() as u64, meta.word_classes() as u64);
         let by_name: HashMap<&str, &TensorSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        let mut ngram_tensors = Vec::new();
         for t in &file.tensors {
+            if crate::ngram::names::ALL.contains(&t.name.as_str()) {
+                ngram_tensors.push(TensorRef { name: t.name.clone(), ty: t.ty, ne: t.ne.clone(), data: file.tensor_data(t) });
+                continue;
+            }
             let spec = by_name.get(t.name.as_str()).ok_or_else(|| FormatError::UnknownTensor(t.name.clone()))?;
             if !spec.allowed.contains(&t.ty) {
                 return Err(FormatError::UnsupportedTensorType { name: t.name.clone(), ty: t.ty, allowed: spec.allowed.to_vec() });
@@ -682,6 +687,7 @@ impl<'a> LayaFile<'a> {
                 Some(_) => Some((get(OUTPUT_CLASS_W)?, get(OUTPUT_CLASS_B)?)),
                 None => None,
             },
+            ngram: crate::ngram::check(ngram_tensors, meta.words.len())?,
             checksum: stored,
             word_order,
             file_len: file.bytes().len(),
@@ -702,6 +708,9 @@ impl<'a> LayaFile<'a> {
         v.extend([&self.output_norm_w, &self.output_norm_b, &self.output_w, &self.output_b, &self.replace_w, &self.replace_b]);
         if let Some((w, b)) = &self.output_class {
             v.extend([w, b]);
+        }
+        if let Some(n) = &self.ngram {
+            v.extend(n.tensors.iter());
         }
         v
     }

@@ -40,7 +40,7 @@ fn assert_round_trip(cfg: &TinyConfig, seed: u64, ty: GgmlType) {
 
 #[test]
 fn every_type_with_table_mapping() {
-    for (i, ty) in GgmlType::ALL.into_iter().enumerate() {
+    for (i, ty) in GgmlType::WEIGHTS.into_iter().enumerate() {
         assert_round_trip(&TinyConfig::small(), i as u64, ty);
     }
 }

@@ -440,6 +440,8 @@ pub(crate) fn matmul(a: &MatArgs, x: &[f32], n_pos: usize, bias: Option<&[f32]>,
         GgmlType::Q8_0 => matmul_t::<T_Q8_0>(a, x, n_pos, bias, y),
         GgmlType::Q4_0 => matmul_t::<T_Q4_0>(a, x, n_pos, bias, y),
         GgmlType::Q4_1 => matmul_t::<T_Q4_1>(a, x, n_pos, bias, y),
+        // `Matrix::new` refuses integer tables: no matrix of them reaches a kernel.
+        GgmlType::I16 | GgmlType::I32 => {}
     }
 }
 
@@ -482,6 +484,7 @@ pub(crate) fn row_op(ty: GgmlType, row: &[u8], out: &mut [f32], add: bool) {
         GgmlType::Q8_0 => row_op_t::<T_Q8_0>(row, out, add),
         GgmlType::Q4_0 => row_op_t::<T_Q4_0>(row, out, add),
         GgmlType::Q4_1 => row_op_t::<T_Q4_1>(row, out, add),
+        GgmlType::I16 | GgmlType::I32 => {}
     }
 }
 

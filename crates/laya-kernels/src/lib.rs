@@ -93,6 +93,11 @@ pub enum KernelError {
         /// Bytes given.
         actual: usize,
     },
+    /// An integer table (I16, I32) was given as a matrix of weights.
+    NotAWeightType {
+        /// The table's type.
+        ty: GgmlType,
+    },
     /// [`PackedQ8`] was asked to repack a matrix that is not Q8_0.
     NotQ8_0 {
         /// The matrix's type.
@@ -132,6 +137,7 @@ impl fmt::Display for KernelError {
                 "a {rows}x{cols} {ty} matrix needs {expected} bytes but {actual} were given \
                  (the tensor data is truncated or its shape/type is wrong)"
             ),
+            KernelError::NotAWeightType { ty } => write!(f, "{ty} holds integers (an n-gram table), not weights a kernel multiplies"),
             KernelError::NotQ8_0 { ty } => write!(f, "only Q8_0 matrices can be packed for the int8 kernels, this one is {ty}"),
             KernelError::NotQ4 { ty } => write!(f, "only Q4_0 and Q4_1 matrices can be packed as 4-bit, this one is {ty}"),
             KernelError::SizeOverflow { rows, cols } => {
@@ -173,6 +179,9 @@ impl<'a> Matrix<'a> {
     ///                  Err(KernelError::ColsNotBlockMultiple { .. })));
     /// ```
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
+        if ty.is_integer() {
+            return Err(KernelError::NotAWeightType { ty });
+        }
         if !cols.is_multiple_of(ty.block_size()) {
             return Err(KernelError::ColsNotBlockMultiple { ty, cols });
         }

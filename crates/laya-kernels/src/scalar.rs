@@ -70,6 +70,18 @@ pub(crate) fn decode(ty: GgmlType, row: &[u8], c: usize, n: usize, out: &mut [f3
                 out[j + 16] = d * (q >> 4) as f32 + m;
             }
         }
+        // `Matrix::new` refuses integer tables; decoded as numbers for completeness.
+        GgmlType::I16 => {
+            for (j, o) in out[..n].iter_mut().enumerate() {
+                *o = f32::from(u16_at(row, (c + j) * 2));
+            }
+        }
+        GgmlType::I32 => {
+            for (j, o) in out[..n].iter_mut().enumerate() {
+                let i = (c + j) * 4;
+                *o = i32::from_le_bytes([row[i], row[i + 1], row[i + 2], row[i + 3]]) as f32;
+            }
+        }
     }
 }
 

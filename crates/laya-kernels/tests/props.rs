@@ -82,6 +82,7 @@ fn make_weights(ty: GgmlType, rows: usize, cols: usize, offset: usize, rng: &mut
             GgmlType::F32 => (0..cols).for_each(|_| v.extend_from_slice(&rng.f().to_le_bytes())),
             GgmlType::F16 => (0..cols).for_each(|_| push16(&mut v, half::f16::from_f32(rng.f()).to_bits())),
             GgmlType::BF16 => (0..cols).for_each(|_| push16(&mut v, half::bf16::from_f32(rng.f()).to_bits())),
+            GgmlType::I16 | GgmlType::I32 => unreachable!("integer tables are not weights"),
             GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 => {
                 for _ in 0..cols / 32 {
                     push16(&mut v, rng.scale_f16());
@@ -114,6 +115,7 @@ fn ref_dequant(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> 
         match ty {
             GgmlType::F32 => (0..cols).for_each(|j| out.push(f32::from_le_bytes(row[4 * j..4 * j + 4].try_into().unwrap()) as f64)),
             GgmlType::F16 => (0..cols).for_each(|j| out.push(f16(row, 2 * j))),
+            GgmlType::I16 | GgmlType::I32 => unreachable!("integer tables are not weights"),
             GgmlType::BF16 => (0..cols).for_each(|j| {
                 let bits = u16::from_le_bytes([row[2 * j], row[2 * j + 1]]);
                 out.push(half::bf16::from_bits(bits).to_f64())
@@ -178,7 +180,7 @@ fn cols_for(ty: GgmlType) -> Vec<usize> {
 }
 
 fn wtype_strategy() -> impl Strategy<Value = GgmlType> {
-    prop::sample::select(GgmlType::ALL.to_vec())
+    prop::sample::select(GgmlType::WEIGHTS.to_vec())
 }
 
 /// Runs matmul on every level and checks scalar vs f64 and SIMD vs scalar.
@@ -290,7 +292,7 @@ proptest! {
 #[test]
 fn matmul_shape_grid() {
     let mut seed = 1;
-    for ty in GgmlType::ALL {
+    for ty in GgmlType::WEIGHTS {
         for cols in cols_for(ty) {
             for n_pos in [1, 2, 3, 4, 5, 16, 17] {
                 for rows in [1, 3, 4, 5, 8, 9, 13, 70] {
@@ -305,7 +307,7 @@ fn matmul_shape_grid() {
 #[test]
 fn matmul_output_head_shape() {
     // The memory-bound case the runtime cares about: n_pos = 1, many rows.
-    for ty in GgmlType::ALL {
+    for ty in GgmlType::WEIGHTS {
         check_matmul(ty, 2003, 128, 1, true, 1, 7).unwrap();
     }
 }
@@ -378,7 +380,7 @@ fn matrix_new_validates() {
     assert!(matches!(Matrix::new(GgmlType::Q4_1, 2, 64, &[0; 79]), Err(KernelError::DataLength { expected: 80, actual: 79, .. })));
     assert!(matches!(Matrix::new(GgmlType::F32, usize::MAX, 8, &[]), Err(KernelError::SizeOverflow { .. })));
     assert!(Matrix::new(GgmlType::BF16, 3, 5, &[0; 30]).is_ok());
-    for ty in GgmlType::ALL {
+    for ty in GgmlType::WEIGHTS {
         assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
         assert!(!ty.name().is_empty());
     }

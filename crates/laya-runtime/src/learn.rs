@@ -38,10 +38,38 @@ pub(crate) fn cut(text: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) 
 }
 
 fn cut_han(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<Range<usize>> {
-    let bounds: Vec<usize> = han.char_indices().map(|(b, _)| b).chain([han.len()]).collect();
+    let mut out = Vec::new();
+    cut_han_into(han, logp, unknown, &mut HanCut::default(), &mut out);
+    out
+}
+
+/// The buffers of [`cut_han_into`], kept by a caller that cuts at every keystroke.
+#[derive(Default)]
+pub(crate) struct HanCut {
+    /// `(n + 1)` byte offsets of the characters of the run and its end.
+    bounds: Vec<usize>,
+    /// `(n + 1)` per prefix of `j` characters: the log-probability of its best cut and where
+    /// that cut's last piece starts.
+    best: Vec<(f32, usize)>,
+}
+
+impl HanCut {
+    /// Buffers for runs of up to `chars` characters: cutting one allocates nothing.
+    pub(crate) fn with_capacity(chars: usize) -> HanCut {
+        HanCut { bounds: Vec::with_capacity(chars + 1), best: Vec::with_capacity(chars + 1) }
+    }
+}
+
+/// Appends to `out` the ranges (relative to `han`) of the most probable cut of a Han run into
+/// pieces of at most [`LONGEST`] characters scored by `logp`, a single character outside it
+/// scoring `unknown`: jieba's algorithm, over whatever dictionary `logp` reads.
+pub(crate) fn cut_han_into(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32, buf: &mut HanCut, out: &mut Vec<Range<usize>>) {
+    let HanCut { bounds, best } = buf;
+    bounds.clear();
+    bounds.extend(han.char_indices().map(|(b, _)| b).chain([han.len()]));
     let n = bounds.len() - 1;
-    // best[j]: (log-probability, start of the last piece) of the best cut of the first j characters.
-    let mut best = vec![(f32::NEG_INFINITY, 0usize); n + 1];
+    best.clear();
+    best.resize(n + 1, (f32::NEG_INFINITY, 0usize));
     best[0] = (0.0, 0);
     for j in 1..=n {
         for len in (1..=LONGEST.min(j)).rev() {
@@ -56,15 +84,15 @@ fn cut_han(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<R
             }
         }
     }
-    let mut out = Vec::new();
+    // The pieces, found last first, are written in place in reverse and then turned around.
+    let from = out.len();
     let mut j = n;
     while j > 0 {
         let i = best[j].1;
         out.push(bounds[i]..bounds[j]);
         j = i;
     }
-    out.reverse();
-    out
+    out[from..].reverse();
 }
 
 #[cfg(test)]

@@ -202,6 +202,13 @@ impl Lexicon {
         (!r.is_empty() && self.key(id) == key).then_some(id)
     }
 
+    /// The position in sorted order of the word whose key is `key` (already folded where the
+    /// lexicon ignores case; of equal keys, the first: the word shown). Allocates nothing.
+    pub(crate) fn position_of_key(&self, key: &str) -> Option<usize> {
+        let r = self.prefix_range(key.as_bytes());
+        (!r.is_empty() && self.key(self.id_at(r.start)) == key).then_some(r.start)
+    }
+
     /// Positions (in sorted order) of every word whose key (the word, or its folded form when
     /// the lexicon ignores case) starts with the bytes `prefix`.
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {

@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use crate::ngram::Ngram;
 use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, PositionScheme, TensorRef};
 use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8};
 
@@ -233,6 +234,8 @@ pub struct Model {
     word_freq: Vec<u32>,
     /// The unigram model of `word_freq`, computed at the first learned text.
     word_logp: std::sync::OnceLock<WordLogp>,
+    /// The word trigram beside the network (docs/format.md §8), when the file has one.
+    pub(crate) ngram: Option<Ngram>,
 }
 
 /// The unigram model that cuts learned text into words (`Session::learn`).
@@ -497,7 +500,9 @@ impl Model {
         };
         // Which of the words that fold alike is shown, where the language ignores case.
         let fold_freqs = laya_format::ignores_case(&file.meta.provenance.language).then(|| file.meta.frequencies.clone());
+        let ngram = Ngram::from_file(&file, base);
         let parts = Model {
+            ngram,
             classes,
             kernels,
             tok: mat(&file.token_embd)?,
@@ -559,6 +564,51 @@ impl Model {
             let learned = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
             WordLogp { logp, unknown: (0.5 / total).ln() as f32, learned }
         })
+    }
+
+    /// Whether the file carries a word trigram that sessions mix into the network's candidates
+    /// (docs/format.md §8; [`crate::Session::set_ngram_weight`]).
+    pub fn has_ngram(&self) -> bool {
+        self.ngram.is_some()
+    }
+
+    /// `P(w | u v)` of the model's word trigram (docs/format.md §8), the words given as
+    /// strings (`None`: the line start; a word outside the lexicon counts as unknown). `None`
+    /// when the model has no n-gram. For tests against other implementations of the same
+    /// counts (`laya_text::NgramPredictor::probability`); allocates.
+    pub fn ngram_probability(&self, history: [Option<&str>; 2], w: &str) -> Option<f64> {
+        let n = self.ngram.as_ref()?;
+        let logp = self.word_logp();
+        let input =
+            crate::ngram::NgramInput { bytes: self.storage.bytes(), lexicon: &self.lexicon, normalization: &self.cfg.normalization, logp };
+        let mut key = String::new();
+        let mut pos = |word: Option<&str>| match word {
+            None => self.lexicon.len() as u32,
+            Some(word) => {
+                key.reserve(4 * word.len());
+                crate::ngram::position(word, &input, n, &mut key)
+            }
+        };
+        let (u, v, w) = (pos(history[0]), pos(history[1]), pos(Some(w)));
+        Some(n.probability(self.storage.bytes(), u, v, w))
+    }
+
+    /// The count that cuts text into word `id` (`id < lexicon_len()`): the dictionary's
+    /// frequency where the file has dictionary frequencies, else the corpus count. An n-gram
+    /// trained for this model cuts its text with these (`laya ngram --model M --cut lexicon`).
+    pub fn cut_count(&self, id: usize) -> Option<u32> {
+        self.word_freq.get(id).copied()
+    }
+
+    /// The position of word `id` in the lexicon's search order (byte order of the words, or
+    /// of their folded forms where the language ignores case): what the n-gram tables number
+    /// words by, indexed by word id. For tools (`laya attach-ngram`); allocates.
+    pub fn search_positions(&self) -> Vec<u32> {
+        let mut pos = vec![0u32; self.lexicon.len()];
+        for p in 0..self.lexicon.len() {
+            pos[self.lexicon.id_at(p)] = p as u32;
+        }
+        pos
     }
 
     /// The model's hyper-parameters.
@@ -762,6 +812,11 @@ impl Model {
     }
 
     #[inline]
+    /// The file's bytes (what the n-gram tables are read from).
+    pub(crate) fn storage_bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+
     pub(crate) fn matrix(&self, m: &Mat) -> Matrix<'_> {
         Matrix { ty: m.ty, rows: m.rows, cols: m.cols, data: &self.storage.bytes()[m.range.clone()] }
     }

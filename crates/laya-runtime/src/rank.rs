@@ -73,24 +73,9 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     };
 
     let max_i = (pi.len() - 1).min(n_chars);
-    // In a language with spaces, a context ending in a letter, digit or apostrophe is inside a
-    // word: a next word would be glued to it, so the bar holds completions only (their
-    // probabilities still count the next-word mass, which stays out of the bar).
-    let next_words_on_bar = !(m.cfg.spaced_words && n_chars > 0 && inside_word(last_chars[t - 1]));
-    // In a language with spaces a completion replaces the whole word being typed: the `i`
-    // characters it completes must start a word (`tomor` → `tomorrow`, never `mor` → `more`,
-    // which would make `tomore`). Such pairs still count in the total, as next words inside a
-    // word do, but stay off the bar.
-    let starts_word = |i: usize| !m.cfg.spaced_words || i >= n_chars || !inside_word(last_chars[t - i - 1]);
-    // In a language without spaces, right after a Latin letter or digit a next word that starts
-    // with one would be glued to it (`hello` + `host`): such words stay off the bar, next words
-    // in the language's own script (and completions) stay on.
-    let unglued = |id: usize| {
-        m.cfg.spaced_words
-            || n_chars == 0
-            || !m.lexicon.glues(id)
-            || !char::from_u32(last_chars[t - 1]).is_some_and(laya_format::punct::glues)
-    };
+    let next_words_on_bar = next_words_on_bar(m, last_chars, n_chars);
+    let starts_word = |i: usize| starts_word(m, last_chars, n_chars, i);
+    let unglued = |id: usize| unglued(m, last_chars, n_chars, id);
     let admissible = |i: usize, posn: usize| {
         let id = m.lexicon.id_at(posn);
         (m.lexicon.char_len(id) > i).then_some(id)
@@ -303,6 +288,50 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         }
     }
     clock.lap(Stage::Rank);
+}
+
+/// In a language with spaces, a context ending in a letter, digit or apostrophe is inside a
+/// word: a next word would be glued to it, so the bar holds completions only (their
+/// probabilities still count the next-word mass, which stays out of the bar).
+fn next_words_on_bar(m: &Model, last_chars: &[u32], n_chars: usize) -> bool {
+    !(m.cfg.spaced_words && n_chars > 0 && inside_word(last_chars[last_chars.len() - 1]))
+}
+
+/// In a language with spaces a completion replaces the whole word being typed: the `i`
+/// characters it completes must start a word (`tomor` → `tomorrow`, never `mor` → `more`,
+/// which would make `tomore`). Such pairs still count in the total, as next words inside a
+/// word do, but stay off the bar.
+fn starts_word(m: &Model, last_chars: &[u32], n_chars: usize, i: usize) -> bool {
+    let t = last_chars.len();
+    !m.cfg.spaced_words || i >= n_chars || !inside_word(last_chars[t - i - 1])
+}
+
+/// In a language without spaces, right after a Latin letter or digit a next word that starts
+/// with one would be glued to it (`hello` + `host`): such words stay off the bar, next words
+/// in the language's own script (and completions) stay on.
+fn unglued(m: &Model, last_chars: &[u32], n_chars: usize, id: usize) -> bool {
+    m.cfg.spaced_words
+        || n_chars == 0
+        || !m.lexicon.glues(id)
+        || !char::from_u32(last_chars[last_chars.len() - 1]).is_some_and(laya_format::punct::glues)
+}
+
+/// Whether word `id` may reach the bar as the candidate that replaces `i` typed characters,
+/// by every rule ranking applies to its own candidates (the word is longer than `i`, not
+/// punctuation, not blocked or shadowed, and where it goes on the bar for this context). For
+/// candidates that come from elsewhere, the n-gram's.
+pub(crate) fn on_bar(m: &Model, last_chars: &[u32], blocked: &[bool], n_chars: usize, id: usize, i: usize) -> bool {
+    let lex = &m.lexicon;
+    lex.char_len(id) > i
+        && !lex.is_punct(id)
+        && blocked.get(id) != Some(&true)
+        && !lex.is_shadowed(id)
+        && !lex.hides_stretch(id, i)
+        && if i == 0 {
+            next_words_on_bar(m, last_chars, n_chars) && unglued(m, last_chars, n_chars, id)
+        } else {
+            starts_word(m, last_chars, n_chars, i)
+        }
 }
 
 /// A letter, digit or apostrophe: in a language with spaces, a context ending in one is

@@ -155,7 +155,8 @@ impl Scratch {
             word_probs: vec![0.0; c.vocab],
             replace_probs: vec![0.0; c.replace_classes],
             typed_utf8: Vec::with_capacity(4 * c.replace_classes),
-            candidates: Vec::with_capacity(max_k),
+            // The n-gram's mix ranks the network's best NET_DEPTH and adds its own.
+            candidates: Vec::with_capacity(max_k.max(crate::ngram::NET_DEPTH) + crate::ngram::NGRAM_DEPTH),
             replace_factor: vec![0.0; c.replace_classes],
             prefix_ranges: vec![0..0; c.replace_classes],
             completion_share: vec![0.0; c.vocab],
@@ -171,7 +172,7 @@ impl Scratch {
             class_word_logits: vec![0.0; c.largest_class],
             shared_words: Vec::with_capacity(if c.word_classes > 0 { c.vocab } else { 0 }),
             classes_left: Vec::with_capacity(c.word_classes),
-            best_classes: Vec::with_capacity(max_k + 3),
+            best_classes: Vec::with_capacity(max_k.max(crate::ngram::NET_DEPTH) + 3),
             class_rows_int8: false,
             word_rows: 0,
             replace_mass: vec![0.0; c.replace_classes],

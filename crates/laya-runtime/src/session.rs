@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::display::Shown;
 use crate::forward;
 use crate::model::Model;
+use crate::ngram::{self, NgramInput, NgramScratch, DEFAULT_NGRAM_WEIGHT};
 use crate::personal::Personal;
 use crate::rank::{self, Ranking};
 use crate::scratch::Hit;
@@ -74,6 +75,9 @@ pub struct Session {
     times: StageTimes,
     personal: Personal,
     shown: Shown,
+    /// The n-gram's weight in the mix (used when the model has one).
+    ngram_weight: f32,
+    ngram: NgramScratch,
 }
 
 /// The candidates of one prediction, borrowed from the session until the next call.
@@ -129,6 +133,7 @@ impl Session {
     /// A session returning at most `max_k` candidates per prediction; larger `k` is clamped.
     pub fn with_max_k(model: Arc<Model>, max_k: usize) -> Session {
         let c = &model.cfg;
+        let replace_classes = c.replace_classes;
         let s = Scratch::new(c, max_k);
         let personal = Personal::new(User::new(), DEFAULT_MIX, c, max_k);
         let shown = Shown::new(max_k, model.lexicon.max_char_len().max(crate::user::MAX_WORD_CHARS));
@@ -143,9 +148,48 @@ impl Session {
             times: StageTimes::default(),
             personal,
             shown,
+            ngram_weight: DEFAULT_NGRAM_WEIGHT,
+            ngram: NgramScratch::new(replace_classes),
         };
         session.refresh_prior();
+        session.prepare_ngram();
         session
+    }
+
+    /// Computes what the n-gram reads besides its tables (the unigram model that cuts the
+    /// context) before the first prediction, so that predicting allocates nothing.
+    fn prepare_ngram(&self) {
+        if let Some(n) = &self.model.ngram {
+            self.model.word_logp();
+            n.by_c1(self.model.storage_bytes());
+        }
+    }
+
+    /// The weight `w` of the model's word trigram (docs/format.md §8), 0..=1: each candidate
+    /// scores `(1 − w)·P_network + w·P_ngram`, the n-gram's part shared inside each replace
+    /// class as the network shares it, except after a Han character, where the n-gram's own
+    /// guess of how much of the word is typed counts (docs/architecture.md, "The n-gram beside
+    /// the network"). Default [`DEFAULT_NGRAM_WEIGHT`]; 0 ranks by the network alone. No
+    /// effect with a model without an n-gram. Values outside 0..=1 (or NaN) are clamped (NaN:
+    /// the default).
+    ///
+    /// ```
+    /// # let model = laya_runtime::Model::from_bytes(laya_format::write_model(
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).0,
+    /// #     &laya_format::testing::random_model(&Default::default(), 1, laya_format::GgmlType::F32).1).unwrap()).unwrap();
+    /// let mut s = laya_runtime::Session::new(model);
+    /// s.set_ngram_weight(0.0);
+    /// assert_eq!(s.ngram_weight(), 0.0);
+    /// s.set_ngram_weight(7.0);
+    /// assert_eq!(s.ngram_weight(), 1.0);
+    /// ```
+    pub fn set_ngram_weight(&mut self, w: f32) {
+        self.ngram_weight = if w.is_nan() { DEFAULT_NGRAM_WEIGHT } else { w.clamp(0.0, 1.0) };
+    }
+
+    /// The n-gram's weight (see [`Session::set_ngram_weight`]).
+    pub fn ngram_weight(&self) -> f32 {
+        self.ngram_weight
     }
 
     /// Recomputes the per-word prior factors into the existing buffer.
@@ -337,7 +381,8 @@ impl Session {
             self.s.kv.valid = false;
             self.refresh_prior();
         } else {
-            let (profiling, act, ranking, lambda) = (self.profiling, self.act, self.ranking, self.completion_prior);
+            let (profiling, act, ranking, lambda, ngram_weight) =
+                (self.profiling, self.act, self.ranking, self.completion_prior, self.ngram_weight);
             let (user, mix) = (self.personal.user.clone(), self.personal.mix);
             *self = Session::with_max_k(model, self.max_k);
             self.personal = Personal::new(user, mix, &self.model.cfg, self.max_k);
@@ -345,7 +390,9 @@ impl Session {
             self.act = act;
             self.ranking = ranking;
             self.set_completion_prior(lambda);
+            self.ngram_weight = ngram_weight;
         }
+        self.prepare_ngram();
     }
 
     /// Turns the per-stage timer on or off (off by default: a timer costs two clock reads per
@@ -384,7 +431,13 @@ impl Session {
         let n_chars = forward::forward(&self.model, &mut self.s, self.act, context, &mut clock);
         self.personal.refresh_blocked(&self.model.lexicon);
         let personal = k > 0 && !self.personal.user.read().is_empty();
-        rank::rank(&self.model, &mut self.s, self.ranking, &self.personal.blocked, n_chars, k, &mut clock);
+        let mix_ngram = k > 0 && self.ngram_weight > 0.0 && self.model.ngram.is_some();
+        let rank_k = if mix_ngram { k.max(ngram::NET_DEPTH) } else { k };
+        rank::rank(&self.model, &mut self.s, self.ranking, &self.personal.blocked, n_chars, rank_k, &mut clock);
+        if mix_ngram {
+            self.mix_ngram(context, n_chars, k);
+            clock.lap(Stage::Ngram);
+        }
         self.personal.spans.clear();
         self.personal.text.clear();
         if personal {
@@ -506,6 +559,30 @@ impl Session {
             None => &text[r],
         });
         self.personal.user.write().learn_words(words)
+    }
+
+    /// The n-gram's best candidates after `context` mixed into the network's (ranked to
+    /// [`ngram::NET_DEPTH`]), keeping the best `k`.
+    fn mix_ngram(&mut self, context: &str, n_chars: usize, k: usize) {
+        let m = &*self.model;
+        let Some(tables) = m.ngram.as_ref() else { return };
+        let input = NgramInput { bytes: m.storage_bytes(), lexicon: &m.lexicon, normalization: &m.cfg.normalization, logp: m.word_logp() };
+        let max_i = (m.cfg.replace_classes - 1).min(n_chars);
+        let n = ngram::predict(tables, &input, &mut self.ngram, context, max_i);
+        let (last_chars, blocked) = (&self.s.last_chars, &self.personal.blocked);
+        let admit = |id: usize, i: usize| rank::on_bar(m, last_chars, blocked, n_chars, id, i);
+        let rule = ngram::mix_rule(context);
+        ngram::mix(
+            &mut self.ngram,
+            n,
+            &m.lexicon,
+            &mut self.s.candidates,
+            &self.s.replace_mass[..=max_i],
+            rule,
+            self.ngram_weight,
+            k,
+            admit,
+        );
     }
 
     /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class

@@ -36,11 +36,13 @@ pub enum Stage {
     Softmax,
     /// Admissible pairs and top-k.
     Rank,
+    /// The word trigram's candidates and their mix into the network's.
+    Ngram,
 }
 
 impl Stage {
     /// Number of stages.
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
     /// Every stage, in order.
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::Normalize,
@@ -58,6 +60,7 @@ impl Stage {
         Stage::ReplaceHead,
         Stage::Softmax,
         Stage::Rank,
+        Stage::Ngram,
     ];
 
     /// Short name for tables.
@@ -78,6 +81,7 @@ impl Stage {
             Stage::ReplaceHead => "replace_head",
             Stage::Softmax => "softmax",
             Stage::Rank => "rank_topk",
+            Stage::Ngram => "ngram",
         }
     }
 }

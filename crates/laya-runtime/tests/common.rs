@@ -50,3 +50,11 @@ pub fn model_with_dict(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (Arc<Model>
     let m = Model::from_bytes(write_model(&meta, &tensors).expect("valid")).expect("valid model loads");
     (m, meta)
 }
+
+/// A generated model whose file carries a word trigram (docs/format.md §8), in `language`.
+pub fn model_with_ngram(cfg: &TinyConfig, seed: u64, ty: GgmlType, language: &str) -> Arc<Model> {
+    let (mut meta, mut tensors) = random_model(cfg, seed, ty);
+    meta.provenance.language = language.into();
+    tensors.extend(laya_format::testing::random_ngram(cfg.vocab, 400, seed));
+    Model::from_bytes(write_model(&meta, &tensors).expect("valid")).expect("valid model loads")
+}

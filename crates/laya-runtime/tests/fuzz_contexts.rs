@@ -43,13 +43,14 @@ type Top = Vec<(String, usize, u32)>;
 fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
     let causal = TinyConfig { position_scheme: laya_format::PositionScheme::RelativeCausal, ..TinyConfig::small() };
     let factorised = TinyConfig { word_classes: 6, ..causal.clone() };
-    for (cfg, ty) in [
-        (TinyConfig::small(), GgmlType::F32),
-        (TinyConfig::small(), GgmlType::Q4_0),
-        (causal, GgmlType::Q8_0),
-        (factorised, GgmlType::Q8_0),
+    for (cfg, ty, ngram) in [
+        (TinyConfig::small(), GgmlType::F32, false),
+        (TinyConfig::small(), GgmlType::Q4_0, false),
+        (causal, GgmlType::Q8_0, false),
+        (factorised.clone(), GgmlType::Q8_0, false),
+        (factorised, GgmlType::Q8_0, true),
     ] {
-        let m = model(&cfg, 9, ty);
+        let m = if ngram { common::model_with_ngram(&cfg, 9, ty, "zh") } else { model(&cfg, 9, ty) };
         let pairs = m.lexicon_len() * m.config().replace_classes;
         let session = RefCell::new(Session::new(m.clone()));
         let engine_session = RefCell::new(Engine::from_model(m).session());

@@ -34,6 +34,10 @@ fn predict_allocates_nothing() {
     let (mut meta, tensors) = laya_format::testing::random_model(&factorised, 2, GgmlType::Q8_0);
     meta.provenance.language = "en".into();
     models.push(("English (case shown) Q8_0".into(), Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap()));
+    // The word trigram beside the network reads its tables in place and mixes in fixed buffers.
+    models.push(("flat F32 + n-gram".into(), common::model_with_ngram(&TinyConfig::default(), 2, GgmlType::F32, "zh")));
+    models.push(("factorised Q8_0 + n-gram".into(), common::model_with_ngram(&factorised, 2, GgmlType::Q8_0, "zh")));
+    models.push(("English Q8_0 + n-gram".into(), common::model_with_ngram(&factorised, 2, GgmlType::Q8_0, "en")));
     let typed: Vec<String> = {
         let text = "今天天气不错，我们去公园散步吧。Typing ONE key at a time. Long enough to wrap the kept keys around";
         text.char_indices().map(|(i, c)| text[..i + c.len_utf8()].to_string()).collect()

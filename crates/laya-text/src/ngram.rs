@@ -34,16 +34,17 @@
 
 use crate::eval::{Candidate, PredictError, Predictor};
 use crate::normalize::normalize_text;
-use crate::segment::{is_unspaced_script, SegmentMode, Segmenter};
+use crate::segment::{SegmentMode, Segmenter};
+use laya_format::ngram::{discount, prefix_class};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{self, BufRead, Write};
 
 /// Prefix lengths of `P(i | class)` are bucketed at this value.
-const MAX_I: usize = 16;
-/// Character classes of `P(i | class)`.
-const CLASSES: usize = 3;
+const MAX_I: usize = laya_format::ngram::PREFIX_LENGTHS - 1;
+/// Character classes of `P(i | class)` (`laya_format::ngram::prefix_class`).
+const CLASSES: usize = laya_format::ngram::PREFIX_CLASSES;
 /// Plain split hypotheses considered beyond word boundaries.
 const SPLIT_CHARS: usize = 4;
 /// Followers kept from a large follower list, and unigram candidates per hypothesis.
@@ -167,31 +168,6 @@ fn cut_segmenter(words: &[String], counts: &[u64]) -> Result<Segmenter, NgramErr
     Segmenter::with_dictionary(words.iter().map(String::as_str).zip(counts.iter().copied())).map_err(NgramError::Io)
 }
 
-fn class_of(last: Option<char>) -> usize {
-    match last {
-        None => 0,
-        Some(c) if c.is_whitespace() => 0,
-        Some(c) if is_unspaced_script(c) => 1,
-        Some(_) => 2,
-    }
-}
-
-fn discount(counts: impl Iterator<Item = u64>) -> f64 {
-    let (mut n1, mut n2) = (0u64, 0u64);
-    for c in counts {
-        match c {
-            1 => n1 += 1,
-            2 => n2 += 1,
-            _ => {}
-        }
-    }
-    if n1 == 0 {
-        0.5
-    } else {
-        (n1 as f64 / (n1 as f64 + 2.0 * n2 as f64)).clamp(0.05, 0.95)
-    }
-}
-
 impl NgramPredictor {
     /// Trains on `lines`, split into words by `seg` (gold text: [`SegmentMode::Segmented`]).
     /// With `vocab`, words outside it become `<unk>`: they still count as history but are never
@@ -218,7 +194,7 @@ impl NgramPredictor {
                 let w = &line.text[r.clone()];
                 let before = line.text[..r.start].chars().last();
                 for (i, c) in std::iter::once(before).chain(w.chars().map(Some)).take(w.chars().count()).enumerate() {
-                    prefix_counts[class_of(c)][i.min(MAX_I)] += 1;
+                    prefix_counts[prefix_class(c)][i.min(MAX_I)] += 1;
                 }
                 let id = if vocab.is_some_and(|v| !v.contains(w)) {
                     UNK_TMP
@@ -345,6 +321,34 @@ impl NgramPredictor {
     /// The vocabulary in byte order (ids `0..vocab_len()`).
     pub fn words(&self) -> &[String] {
         &self.words
+    }
+
+    /// The counts the model is made of: trigrams `[u, v, w, count]` over ids into
+    /// [`NgramPredictor::words`] (`vocab_len()` is `<s>`, `vocab_len() + 1` a word outside the
+    /// vocabulary), and per context class the number of keystroke positions with `i` characters
+    /// of the word typed (`i` capped at 16). What `laya attach-ngram` stores in a model file.
+    pub fn counts(&self) -> (&[[u32; 4]], [[u64; MAX_I + 1]; CLASSES]) {
+        (&self.trigrams, self.prefix_counts)
+    }
+
+    /// Whether histories are cut with the model's own words ([`NgramPredictor::use_dictionary_cut`]).
+    pub fn cuts_with_dictionary(&self) -> bool {
+        self.cut.is_some()
+    }
+
+    /// `P_KN(w | u v)` of words given as strings (`None` for `<s>`); a word outside the
+    /// vocabulary counts as `<unk>`. The probabilities a runtime copy must reproduce.
+    ///
+    /// ```
+    /// use laya_text::{NgramPredictor, Segmenter, SegmentMode};
+    /// let seg = Segmenter::new(SegmentMode::Segmented);
+    /// let m = NgramPredictor::train(["a b c".to_string()].into_iter(), &seg, None, &mut |_| {});
+    /// let sum: f64 = m.words().iter().map(|w| m.probability([None, Some("a")], w)).sum();
+    /// assert!((sum - 1.0).abs() < 1e-9);
+    /// ```
+    pub fn probability(&self, history: [Option<&str>; 2], w: &str) -> f64 {
+        let id = |x: Option<&str>| x.map_or(self.bos, |x| self.id_of(x));
+        self.prob(id(history[0]), id(history[1]), self.id_of(w))
     }
 
     /// Distinct trigrams stored.
@@ -583,7 +587,7 @@ impl Predictor for NgramPredictor {
         self.scratch.clear();
         let ctx = normalize_text(context);
         let line = ctx.rsplit_once('\n').map_or(ctx.as_str(), |(_, l)| l);
-        let class = class_of(line.chars().last());
+        let class = prefix_class(line.chars().last());
         // The trailing whitespace-free run and the word boundaries inside it.
         let run_start = line.char_indices().rev().find(|(_, c)| c.is_whitespace()).map_or(0, |(b, c)| b + c.len_utf8());
         let run = &line[run_start..];

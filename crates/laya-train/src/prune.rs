@@ -200,7 +200,8 @@ pub fn float_precision(file: &LayaFile<'_>) -> Result<Precision> {
     let mut f16 = false;
     for t in file.tensors() {
         match t.ty {
-            GgmlType::F32 | GgmlType::BF16 => {}
+            // The n-gram tables are integers whatever the network's precision.
+            GgmlType::F32 | GgmlType::BF16 | GgmlType::I16 | GgmlType::I32 => {}
             GgmlType::F16 => f16 = true,
             ty @ (GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) => return Err(PruneError::Quantized { tensor: t.name.clone(), ty }),
         }

@@ -1,0 +1,551 @@
+//! The word trigram beside the network (docs/format.md §8, docs/architecture.md "The n-gram
+//! beside the network"): interpolated Kneser-Ney probabilities read in place from the model
+//! file, the context cut into lexicon words as training cut it, the n-gram's own hypotheses of
+//! how much of the current word is typed, and the mix of its candidates into the network's.
+//! Its naive twin is `laya_text::NgramPredictor`, whose rules this follows step for step. Every
+//! buffer is sized when the session is made: a prediction allocates nothing.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use laya_format::ngram::{i32_at, names, prefix_class, u16_at, PREFIX_CLASSES, PREFIX_LENGTHS};
+use laya_format::{LayaFile, NormRule};
+
+use crate::learn::{cut_han_into, HanCut};
+use crate::lexicon::Lexicon;
+use crate::model::WordLogp;
+use crate::scratch::Hit;
+
+/// The n-gram's weight `w` in the mix unless the session sets another
+/// ([`crate::Session::set_ngram_weight`]): chosen on the dev genres (docs/training.md).
+pub const DEFAULT_NGRAM_WEIGHT: f32 = 0.3;
+/// The network's candidates that the mix considers, at least (any word below them has too
+/// little probability to reach a bar with the n-gram's help).
+pub(crate) const NET_DEPTH: usize = 32;
+/// The n-gram's candidates that the mix considers.
+pub(crate) const NGRAM_DEPTH: usize = 64;
+/// Characters at the end of the context that the n-gram reads: the current word and the history
+/// window before it.
+const TAIL_CHARS: usize = 48;
+/// Characters of context cut to find the history.
+const HISTORY_WINDOW: usize = 24;
+/// Plain split hypotheses, beyond the starts of the last two words.
+const SPLIT_CHARS: usize = 4;
+/// Followers taken from a long follower list, and unigram candidates per hypothesis.
+const TOP_FOLLOW: usize = 64;
+/// A follower list this long or shorter is taken whole.
+const SCAN_ALL: usize = 256;
+/// A prefix range this long or shorter is searched for its best unigrams directly.
+const SCAN_UNIGRAMS: usize = 4 * SCAN_ALL;
+/// Probability floor of a typed word the n-gram has never seen.
+const UNSEEN: f64 = 1e-9;
+/// Hypotheses at most: the plain splits and the starts of the last two words.
+const MAX_HYPOTHESES: usize = SPLIT_CHARS + 1 + 2;
+/// Candidates of one hypothesis at most: two follower lists and the unigrams.
+const MAX_PER_HYPOTHESIS: usize = 2 * SCAN_ALL + TOP_FOLLOW;
+
+/// The n-gram tables of a loaded model: where each lies in the model's bytes, and what is
+/// derived from them at load.
+pub(crate) struct Ngram {
+    /// Byte ranges of the tensors, in `names::ALL` order.
+    tables: [Range<usize>; 11],
+    /// `V`, the lexicon size: position `V` is `<s>`, `V + 1` a word outside the lexicon.
+    words: usize,
+    /// `B`, bigram entries: trigram history `B` is `(<s>, <s>)`.
+    bigrams: usize,
+    /// `Σ N1+(· w)`: the unigram level's denominator.
+    c1_total: f64,
+    /// The bigram and trigram discounts.
+    d2: f64,
+    d3: f64,
+    /// `P(i | class)`: how many characters of the current word are typed, by the class of the
+    /// character before the cursor.
+    p_i: [[f64; PREFIX_LENGTHS]; PREFIX_CLASSES],
+    /// Positions of the words with a unigram count, most counted first: the unigram
+    /// candidates of a wide prefix. Built at the first prediction that needs it.
+    by_c1: OnceLock<Vec<u16>>,
+}
+
+/// The tables of one prediction, as slices of the model's bytes.
+#[derive(Clone, Copy)]
+struct Tables<'a> {
+    n: &'a Ngram,
+    unigram: &'a [u8],
+    bigram_start: &'a [u8],
+    bigram_total: &'a [u8],
+    bigram_word: &'a [u8],
+    bigram_count: &'a [u8],
+    trigram_start: &'a [u8],
+    trigram_total: &'a [u8],
+    trigram_word: &'a [u8],
+    trigram_count: &'a [u8],
+}
+
+impl Ngram {
+    /// The tables of a validated file whose tensor bytes start at `base` in memory.
+    pub(crate) fn from_file(file: &LayaFile<'_>, base: usize) -> Option<Ngram> {
+        let t = file.ngram.as_ref()?;
+        let range = |name: &str| {
+            let data = t.get(name).map_or(&[][..], |r| r.data);
+            let start = data.as_ptr() as usize - base;
+            start..start + data.len()
+        };
+        let tables = names::ALL.map(range);
+        let data = |name: &str| t.get(name).map_or(&[][..], |r| r.data);
+        let unigram = data(names::UNIGRAM);
+        let c1_total = (0..unigram.len() / 4).map(|i| f64::from(i32_at(unigram, i))).sum::<f64>().max(1.0);
+        let discount = data(names::DISCOUNT);
+        let d = |i: usize| f64::from(f32::from_le_bytes([discount[4 * i], discount[4 * i + 1], discount[4 * i + 2], discount[4 * i + 3]]));
+        let prefix = data(names::PREFIX);
+        let mut p_i = [[0.0; PREFIX_LENGTHS]; PREFIX_CLASSES];
+        for (c, row) in p_i.iter_mut().enumerate() {
+            // Add-half smoothing, as the twin does.
+            let count = |i: usize| f64::from(i32_at(prefix, c * PREFIX_LENGTHS + i)) + 0.5;
+            let total: f64 = (0..PREFIX_LENGTHS).map(count).sum();
+            for (i, p) in row.iter_mut().enumerate() {
+                *p = count(i) / total;
+            }
+        }
+        Some(Ngram { tables, words: file.meta.words.len(), bigrams: t.bigrams, c1_total, d2: d(0), d3: d(1), p_i, by_c1: OnceLock::new() })
+    }
+
+    fn tables<'a>(&'a self, bytes: &'a [u8]) -> Tables<'a> {
+        let t = |i: usize| &bytes[self.tables[i].clone()];
+        Tables {
+            n: self,
+            unigram: t(0),
+            bigram_start: t(1),
+            bigram_total: t(2),
+            bigram_word: t(3),
+            bigram_count: t(4),
+            trigram_start: t(5),
+            trigram_total: t(6),
+            trigram_word: t(7),
+            trigram_count: t(8),
+        }
+    }
+
+    /// `<s>`.
+    fn bos(&self) -> u32 {
+        self.words as u32
+    }
+
+    /// A word outside the lexicon.
+    fn unk(&self) -> u32 {
+        self.words as u32 + 1
+    }
+
+    /// Positions of the words with a unigram count, most counted first (computed at the first
+    /// call; a session asks when it is made).
+    pub(crate) fn by_c1(&self, bytes: &[u8]) -> &[u16] {
+        self.by_c1.get_or_init(|| {
+            let unigram = self.tables(bytes).unigram;
+            let mut v: Vec<u16> = (0..self.words).filter(|&p| i32_at(unigram, p) > 0).map(|p| p as u16).collect();
+            v.sort_by_key(|&p| (std::cmp::Reverse(i32_at(unigram, p as usize)), p));
+            v
+        })
+    }
+
+    /// `P_KN(w | u v)` of positions `u`, `v`, `w`.
+    pub(crate) fn probability(&self, bytes: &[u8], u: u32, v: u32, w: u32) -> f64 {
+        self.tables(bytes).prob(u, v, w)
+    }
+}
+
+impl Tables<'_> {
+    fn c1(&self, w: u32) -> f64 {
+        f64::from(i32_at(self.unigram, w as usize))
+    }
+
+    /// The bigram followers of history `v`: entries `start..end`.
+    fn bigram_list(&self, v: u32) -> Range<usize> {
+        i32_at(self.bigram_start, v as usize) as usize..i32_at(self.bigram_start, v as usize + 1) as usize
+    }
+
+    /// The trigram history `(u, v)`: its bigram entry (`B` for `(<s>, <s>)`), if it was seen.
+    fn trigram_history(&self, u: u32, v: u32) -> Option<usize> {
+        if u == self.n.bos() && v == self.n.bos() {
+            return Some(self.n.bigrams);
+        }
+        let list = self.bigram_list(u);
+        find(self.bigram_word, list.clone(), v).map(|i| list.start + i)
+    }
+
+    fn trigram_list(&self, e: usize) -> Range<usize> {
+        i32_at(self.trigram_start, e) as usize..i32_at(self.trigram_start, e + 1) as usize
+    }
+
+    /// One interpolated Kneser-Ney level: `(max(c − D, 0) + D · N1+(h ·) · lower) / c(h ·)`.
+    fn level(words: &[u8], counts: &[u8], list: Range<usize>, total: f64, w: u32, d: f64, lower: f64) -> f64 {
+        if list.is_empty() || total <= 0.0 {
+            return lower;
+        }
+        let distinct = list.len() as f64;
+        let c = find(words, list.clone(), w).map_or(0.0, |i| f64::from(u16_at(counts, list.start + i)));
+        ((c - d).max(0.0) + d * distinct * lower) / total
+    }
+
+    /// `P_KN(w | u v)`.
+    fn prob(&self, u: u32, v: u32, w: u32) -> f64 {
+        let p1 = self.c1(w) / self.n.c1_total;
+        let total2 = f64::from(i32_at(self.bigram_total, v as usize));
+        let p2 = Self::level(self.bigram_word, self.bigram_count, self.bigram_list(v), total2, w, self.n.d2, p1);
+        match self.trigram_history(u, v) {
+            Some(e) => {
+                let total3 = f64::from(i32_at(self.trigram_total, e));
+                Self::level(self.trigram_word, self.trigram_count, self.trigram_list(e), total3, w, self.n.d3, p2)
+            }
+            None => p2,
+        }
+    }
+}
+
+/// Where `w` is in the increasing list `words[list]`, relative to its start.
+fn find(words: &[u8], list: Range<usize>, w: u32) -> Option<usize> {
+    let (mut lo, mut hi) = (list.start, list.end);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match u32::from(u16_at(words, mid)).cmp(&w) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Some(mid - list.start),
+        }
+    }
+    None
+}
+
+/// The first entry of `words[list]` at or above `w`.
+fn lower_bound(words: &[u8], list: Range<usize>, w: u32) -> usize {
+    let (mut lo, mut hi) = (list.start, list.end);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if u32::from(u16_at(words, mid)) < w {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// A session's buffers for the n-gram, each sized at creation for the longest context tail.
+pub(crate) struct NgramScratch {
+    /// The context's last line, its last [`TAIL_CHARS`] characters, normalised.
+    line: String,
+    /// `(≤ TAIL_CHARS + 1)` byte offsets of the characters of the current run.
+    run_chars: Vec<usize>,
+    /// `(≤ MAX_HYPOTHESES)` the split hypotheses: characters typed of the current word.
+    splits: Vec<usize>,
+    /// `(≤ TAIL_CHARS)` word ranges of a cut.
+    words: Vec<Range<usize>>,
+    /// The Han cutter's buffers.
+    han: HanCut,
+    /// A word folded to its lexicon key.
+    key: String,
+    /// `(≤ MAX_PER_HYPOTHESIS)` one hypothesis's candidate positions.
+    cand: Vec<u32>,
+    /// `(TOP_FOLLOW)` the best `(count, position)` of a long list, best first.
+    top: Vec<(u32, u32)>,
+    /// `(≤ MAX_HYPOTHESES · MAX_PER_HYPOTHESIS)` scored candidates `(score, position, i)`.
+    scored: Vec<(f64, u32, u32)>,
+    /// `(replace classes)` the n-gram's mass per class among its best candidates.
+    own: Vec<f32>,
+}
+
+impl NgramScratch {
+    pub(crate) fn new(replace_classes: usize) -> NgramScratch {
+        NgramScratch {
+            line: String::with_capacity(4 * TAIL_CHARS),
+            run_chars: Vec::with_capacity(TAIL_CHARS + 1),
+            splits: Vec::with_capacity(MAX_HYPOTHESES + 1),
+            words: Vec::with_capacity(TAIL_CHARS),
+            han: HanCut::with_capacity(TAIL_CHARS),
+            key: String::with_capacity(4 * laya_format::schema::MAX_WORD_CHARS),
+            cand: Vec::with_capacity(MAX_PER_HYPOTHESIS),
+            top: Vec::with_capacity(TOP_FOLLOW + 1),
+            scored: Vec::with_capacity(MAX_HYPOTHESES * MAX_PER_HYPOTHESIS),
+            own: vec![0.0; replace_classes],
+        }
+    }
+}
+
+/// What the n-gram reads of the model besides its tables.
+pub(crate) struct NgramInput<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) lexicon: &'a Lexicon,
+    pub(crate) normalization: &'a [NormRule],
+    pub(crate) logp: &'a WordLogp,
+}
+
+/// Cuts `text` into words (appended to `out`, byte ranges of `text`) by the rules training
+/// cut it with: whitespace, `laya_format::punct::split_run`, and Han runs into the lexicon's
+/// most probable words.
+fn cut(text: &str, input: &NgramInput<'_>, han: &mut HanCut, out: &mut Vec<Range<usize>>) {
+    let lex = input.lexicon;
+    let logp = |w: &str| lex.position_of_key(w).map(|p| input.logp.logp[lex.id_at(p)]);
+    let mut cut_han = |run: &str, out: &mut Vec<Range<usize>>| cut_han_into(run, &logp, input.logp.unknown, han, out);
+    let mut at = 0;
+    for run in text.split(char::is_whitespace) {
+        // `text` is at most TAIL_CHARS characters and `out` has room for a word per character.
+        if !run.is_empty() {
+            laya_format::punct::split_run(run, at, &mut cut_han, out);
+        }
+        at += run.len();
+        at += text[at..].chars().next().map_or(0, char::len_utf8);
+    }
+}
+
+/// The n-gram position of `word`: its lexicon position, or `<unk>`.
+pub(crate) fn position(word: &str, input: &NgramInput<'_>, n: &Ngram, key: &mut String) -> u32 {
+    let lex = input.lexicon;
+    let found = if lex.ignores_case() {
+        key.clear();
+        if word.len() > key.capacity() {
+            return n.unk();
+        }
+        laya_format::fold_into(word, key);
+        lex.position_of_key(key)
+    } else {
+        lex.position_of_key(word)
+    };
+    found.map_or(n.unk(), |p| p as u32)
+}
+
+/// The n-gram's best [`NGRAM_DEPTH`] candidates after `context`, as `(p, position, i)` in
+/// `s.scored[..returned]`, best first, `p` normalised over every candidate generated: the
+/// rules of `laya_text::NgramPredictor::predict`, with hypotheses of at most `max_i` typed
+/// characters.
+pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, context: &str, max_i: usize) -> usize {
+    let t = n.tables(input.bytes);
+    let NgramScratch { line, run_chars, splits, words, han, key, cand, top, scored, .. } = s;
+    scored.clear();
+    line.clear();
+    let last_line = context.rsplit_once('\n').map_or(context, |(_, l)| l);
+    let tail_start = last_line.char_indices().rev().nth(TAIL_CHARS - 1).map_or(0, |(b, _)| b);
+    for c in last_line[tail_start..].chars() {
+        line.push(input.normalization.iter().fold(c, |c, r| r.apply(c)));
+    }
+    let line: &str = line;
+    let class = prefix_class(line.chars().next_back());
+    let run_start = line.char_indices().rev().find(|(_, c)| c.is_whitespace()).map_or(0, |(b, c)| b + c.len_utf8());
+    let run = &line[run_start..];
+    run_chars.clear();
+    run_chars.extend(run.char_indices().map(|(b, _)| b));
+    splits.clear();
+    splits.extend(0..=run_chars.len().min(SPLIT_CHARS));
+    words.clear();
+    cut(run, input, han, words);
+    for r in words.iter().rev().take(2) {
+        splits.push(run[r.start..].chars().count());
+    }
+    splits.retain(|&i| i <= max_i);
+    splits.sort_unstable();
+    splits.dedup();
+    let split_at = |i: usize| run_start + if i == 0 { run.len() } else { run_chars[run_chars.len() - i] };
+    let i_max = splits.last().copied().unwrap_or(0);
+    let base = split_at(i_max);
+    // The last two words before the earliest split; the line start is <s>, a history the tail
+    // window cut off is a word unknown.
+    let before = &line[..base];
+    let window = before.char_indices().rev().nth(HISTORY_WINDOW - 1).map_or(0, |(b, _)| b);
+    let cut_off = window > 0 || tail_start > 0;
+    words.clear();
+    cut(&before[window..], input, han, words);
+    let mut base_hist = [n.bos(), n.bos()];
+    for (slot, k) in [(1usize, 1usize), (0, 2)] {
+        if words.len() >= k {
+            let r = words[words.len() - k].clone();
+            base_hist[slot] = position(&before[window..][r], input, n, key);
+        } else if cut_off {
+            base_hist[slot] = n.unk();
+        }
+    }
+    for &i in splits.iter() {
+        let split = split_at(i);
+        let mut h = base_hist;
+        let mut q = n.p_i[class][i.min(PREFIX_LENGTHS - 1)];
+        if split > base {
+            let part = &line[base..split];
+            words.clear();
+            cut(part, input, han, words);
+            for r in words.iter() {
+                let id = position(&part[r.clone()], input, n, key);
+                q *= t.prob(h[0], h[1], id).max(UNSEEN);
+                h = [h[1], id];
+            }
+        }
+        hypothesis(&t, input, h, &line[split..], i, q, key, cand, top, scored);
+    }
+    let total: f64 = scored.iter().map(|e| e.0).sum();
+    let take = NGRAM_DEPTH.min(scored.len());
+    if take > 0 && take < scored.len() {
+        scored.select_nth_unstable_by(take - 1, |a, b| b.0.total_cmp(&a.0));
+    }
+    scored[..take].sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    for e in &mut scored[..take] {
+        e.0 /= total;
+    }
+    take
+}
+
+/// Scores the candidates of one hypothesis: `i` characters typed of the current word (the
+/// `prefix`), history `h`, the hypothesis's own probability `q`.
+#[allow(clippy::too_many_arguments)]
+fn hypothesis(
+    t: &Tables<'_>,
+    input: &NgramInput<'_>,
+    h: [u32; 2],
+    prefix: &str,
+    i: usize,
+    q: f64,
+    key: &mut String,
+    cand: &mut Vec<u32>,
+    top: &mut Vec<(u32, u32)>,
+    scored: &mut Vec<(f64, u32, u32)>,
+) {
+    let lex = input.lexicon;
+    let range = if lex.ignores_case() {
+        key.clear();
+        if prefix.len() > key.capacity() {
+            return;
+        }
+        laya_format::fold_into(prefix, key);
+        lex.prefix_range(key.as_bytes())
+    } else {
+        lex.prefix_range(prefix.as_bytes())
+    };
+    if range.is_empty() {
+        return;
+    }
+    let (lo, hi) = (range.start as u32, range.end as u32);
+    cand.clear();
+    if let Some(e) = t.trigram_history(h[0], h[1]) {
+        followers(t.trigram_word, t.trigram_count, t.trigram_list(e), lo, hi, cand, top);
+    }
+    followers(t.bigram_word, t.bigram_count, t.bigram_list(h[1]), lo, hi, cand, top);
+    if range.len() <= SCAN_UNIGRAMS {
+        best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
+        cand.extend(top.iter().map(|e| e.1));
+    } else {
+        let by_c1 = t.n.by_c1(input.bytes);
+        cand.extend(by_c1.iter().map(|&p| u32::from(p)).filter(|&p| p >= lo && p < hi).take(TOP_FOLLOW));
+    }
+    cand.sort_unstable();
+    cand.dedup();
+    for &w in cand.iter() {
+        let id = lex.id_at(w as usize);
+        // A keyboard types punctuation with its own keys: never a candidate.
+        if lex.char_len(id) > i && !lex.is_punct(id) && scored.len() < scored.capacity() {
+            let p = q * t.prob(h[0], h[1], w);
+            if p > 0.0 {
+                scored.push((p, w, i as u32));
+            }
+        }
+    }
+}
+
+/// Appends to `cand` the followers in `words[list]` whose positions lie in `lo..hi`: all of
+/// them when there are at most [`SCAN_ALL`], else the [`TOP_FOLLOW`] most counted.
+fn followers(words: &[u8], counts: &[u8], list: Range<usize>, lo: u32, hi: u32, cand: &mut Vec<u32>, top: &mut Vec<(u32, u32)>) {
+    let a = lower_bound(words, list.clone(), lo);
+    let b = lower_bound(words, a..list.end, hi);
+    if b - a <= SCAN_ALL {
+        cand.extend((a..b).map(|j| u32::from(u16_at(words, j))));
+    } else {
+        best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), top);
+        cand.extend(top.iter().map(|e| e.1));
+    }
+}
+
+/// The [`TOP_FOLLOW`] entries `(count, position)` of largest count into `top`, best first
+/// (equal counts: the lower position). An insertion into a short sorted list: no allocation.
+fn best_of(entries: impl Iterator<Item = (u32, u32)>, top: &mut Vec<(u32, u32)>) {
+    top.clear();
+    let better = |a: (u32, u32), b: (u32, u32)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+    for e in entries {
+        if top.len() == TOP_FOLLOW {
+            if !better(e, top[TOP_FOLLOW - 1]) {
+                continue;
+            }
+            top.pop();
+        }
+        let at = top.partition_point(|&x| better(x, e));
+        top.insert(at, e);
+    }
+}
+
+/// How the n-gram's candidates join the network's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MixRule {
+    /// `(1 − w)·p_net + w·p_ngram`: the n-gram's own idea of how much of the word is typed
+    /// counts too (after a Han character, where it helps).
+    Linear,
+    /// Inside each replace class: the network keeps its mass `M_i` on the class, the n-gram
+    /// moves it among the class's words, `(1 − w)·p_net + w·M_i·p_ngram / Σ_class p_ngram`.
+    WithinClass,
+}
+
+/// The rule for a context: linear after a Han character, within the class anywhere else (the
+/// best of both on the dev genres of both languages, docs/training.md).
+pub(crate) fn mix_rule(context: &str) -> MixRule {
+    match context.chars().next_back() {
+        Some(c) if laya_format::punct::is_han(c) => MixRule::Linear,
+        _ => MixRule::WithinClass,
+    }
+}
+
+/// Mixes the n-gram's candidates `scored[..n_cands]` (from [`predict`]) into `hits` (the
+/// network's, scores normalised; `replace_mass` the network's mass per class on the bar) at
+/// weight `w`, keeping the best `k`. `admit(id, i)`: whether word `id` may reach the bar
+/// replacing `i` characters. Ties keep the network's order. Allocates nothing when `hits` has
+/// room for [`NGRAM_DEPTH`] more.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mix(
+    s: &mut NgramScratch,
+    n_cands: usize,
+    lexicon: &Lexicon,
+    hits: &mut Vec<Hit>,
+    replace_mass: &[f32],
+    rule: MixRule,
+    w: f32,
+    k: usize,
+    admit: impl Fn(usize, usize) -> bool,
+) {
+    let cands = &s.scored[..n_cands];
+    for h in hits.iter_mut() {
+        h.score *= 1.0 - w;
+    }
+    s.own.fill(0.0);
+    for &(p, _, i) in cands {
+        if let Some(o) = s.own.get_mut(i as usize) {
+            *o += p as f32;
+        }
+    }
+    for &(p, pos, i) in cands {
+        let (id, iu) = (lexicon.id_at(pos as usize), i as usize);
+        let add = match rule {
+            MixRule::Linear => w * p as f32,
+            MixRule::WithinClass => match (replace_mass.get(iu), s.own.get(iu)) {
+                (Some(&m), Some(&own)) if own > 0.0 => w * m * p as f32 / own,
+                _ => 0.0,
+            },
+        };
+        if add <= 0.0 || iu >= replace_mass.len() || !admit(id, iu) {
+            continue;
+        }
+        if let Some(h) = hits.iter_mut().find(|h| h.id == id as u32 && h.replace == i) {
+            h.score += add;
+        } else if hits.len() < hits.capacity() {
+            hits.push(Hit { id: id as u32, replace: i, score: add });
+        }
+    }
+    // Insertion sort: stable (ties keep the network's order, then the n-gram's) and in place.
+    for j in 1..hits.len() {
+        let mut at = j;
+        while at > 0 && hits[at - 1].score < hits[at].score {
+            hits.swap(at - 1, at);
+            at -= 1;
+        }
+    }
+    hits.truncate(k);
+}
