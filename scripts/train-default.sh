@@ -4,8 +4,11 @@
 # keyboard logs, train the transformer with the click-weighted objective (its F16 export, the
 # master that `--init` and `laya quantize` start from, is written next to it as
 # models/default-f16.laya), attach the broad word frequencies as the completion prior
-# (`laya prior`), quantise it (INT4 embedding with compensation, INT8 linears and heads), and
-# evaluate model and baseline on every dev genre (scripts/eval-genres.sh).
+# (`laya prior`), quantise it (INT4 embedding with compensation, INT8 linears and heads), store
+# a word trigram cut with the model's own words in it (`laya ngram --cut lexicon`, `laya
+# attach-ngram`: every session mixes it in), and evaluate model and baseline on every dev genre
+# (scripts/eval-genres.sh). The word head is factorised over about 512 classes
+# (LAYA_WORD_CLASSES=0: a flat head, 5-10 times slower per keystroke).
 # README "The default model" states where and how fast the committed files were made;
 # LAYA_STAGE{1,2,3}_EVENTS scale the stages down. LAYA_DEVICE=cuda (or cuda:N) trains the
 # three stages on an NVIDIA GPU, with the laya that scripts/build-cuda.sh builds
@@ -74,10 +77,13 @@ $LAYA ngram --train $D/mix-train.txt --lexicon $D/lexicon.tsv --out $D/ngram.jso
 $LAYA simulate --text $D/mix-train.txt --ngram $D/ngram.json --out $D/train-events.jsonl
 $LAYA simulate --text $D/mix-dev.txt --ngram $D/ngram.json --out $D/dev-events.jsonl
 
-LAYA_BIN=$TRAIN_LAYA LAYA_DEVICE=$DEVICE scripts/train-stages.sh $D runs/default "$OUT_F16"
+LAYA_WORD_CLASSES=${LAYA_WORD_CLASSES:-512} LAYA_BIN=$TRAIN_LAYA LAYA_DEVICE=$DEVICE \
+    scripts/train-stages.sh $D runs/default "$OUT_F16"
 # The completion prior: each lexicon word's broad frequency (the same three lists), so
 # completions are ranked for the genres a keyboard meets rather than the training mix's
 # (docs/format.md §3 step 6).
 $LAYA prior "${DICTS[@]}" "$OUT_F16" "$OUT_F16"
 $LAYA quantize "$OUT_F16" "$OUT"
+$LAYA ngram --train $D/mix-train.txt --model "$OUT" --cut lexicon --out $D/ngram-model.json
+$LAYA attach-ngram "$OUT" $D/ngram-model.json --out "$OUT"
 scripts/eval-genres.sh "$OUT" $D/ngram.json

@@ -3,7 +3,8 @@
 # messages and Brown A–J; wordfreq's large_en as the lexicon's prior and the completion prior)
 # and types the English dev texts (chat dev, Brown K–R) with it and with the word trigram
 # trained on the same text: lexicon, n-gram, simulated keyboard logs, the three stages of
-# scripts/train-stages.sh, prior, quantisation, evaluation. docs/training.md "The English
+# scripts/train-stages.sh, prior, quantisation, the word trigram stored in the file (`laya
+# attach-ngram`), evaluation. docs/training.md "The English
 # model" has what it gave.
 #
 #   scripts/train-english.sh [OUT_MODEL]     (default runs/en/en.laya; F16: OUT_MODEL with -f16)
@@ -86,5 +87,9 @@ for pass in ${LAYA_EN_PASSES-0 12577280 12577280:5e-4}; do
 done
 $LAYA prior --dict $W/wordfreq.txt "$OUT_F16" "$OUT_F16"
 $LAYA quantize "$OUT_F16" "$OUT"
+# The word trigram of the same text, folded as the model matches words, stored in the file and
+# mixed into every bar (docs/training.md, "The n-gram in the model file").
+$LAYA ngram --train $W/mix-train.txt --model "$OUT" --cut lexicon --out $W/ngram-model.json
+$LAYA attach-ngram "$OUT" $W/ngram-model.json --out "$OUT"
 
 LAYA_EVAL_GENRES="chat (dev)|$D/chat/dev.txt;Brown K–R|$D/valid.txt" scripts/eval-genres.sh "$OUT" $W/ngram.json

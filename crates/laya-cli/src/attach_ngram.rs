@@ -25,7 +25,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let bytes = model_file::read(&args.model)?;
     let file = model_file::parse(&args.model, &bytes)?;
     let ngram = predictors::load_ngram(Some(&args.ngram))?;
-    if !ngram.cuts_with_dictionary() {
+    let fold = laya_format::ignores_case(&file.meta.provenance.language);
+    if !ngram.cuts_with_dictionary() && !fold {
         eprintln!(
             "note: {} cuts Han text with jieba's dictionary, the runtime with the model's lexicon; \
              `laya ngram --model {} --cut lexicon` trains one that reads histories as the runtime cuts them",
@@ -35,8 +36,17 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let model = laya_runtime::Model::from_bytes(bytes.clone())
         .map_err(|e| CliError(format!("{} is not a valid Laya model: {e}", args.model.display())))?;
-    let ids: HashMap<&str, usize> = file.meta.words.iter().enumerate().map(|(id, w)| (w, id)).collect();
     let positions = model.search_positions();
+    // Where the language ignores case the n-gram counts folded words, and each stands for the
+    // first position of its key (the spelling the bar shows).
+    let mut ids: HashMap<String, usize> = HashMap::with_capacity(file.meta.words.len());
+    for (id, w) in file.meta.words.iter().enumerate() {
+        let key = if fold { laya_format::fold_case(w) } else { w.to_string() };
+        let at = ids.entry(key).or_insert(id);
+        if positions[id] < positions[*at] {
+            *at = id;
+        }
+    }
     let lexicon = file.meta.words.len() as u32;
     let vocab = ngram.vocab_len() as u32;
     // The n-gram numbers its own words; the file numbers the model's by search position.

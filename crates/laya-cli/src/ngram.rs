@@ -17,7 +17,8 @@ pub struct Args {
     #[arg(long)]
     segmented: bool,
     /// Restrict the vocabulary to this model's lexicon (default: the embedded model's), so the
-    /// baseline ranks the same words as the model.
+    /// baseline ranks the same words as the model. For a model whose language ignores case
+    /// (English) the text and the words are folded to lower case, as that model matches them.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Restrict the vocabulary to this lexicon file (TSV from `laya lexicon`) instead of a model's.
@@ -66,12 +67,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         (Cut::Lexicon, None, None) => return Err(CliError("--cut lexicon needs the model's or --lexicon's words".into())),
     };
+    // A model whose language ignores case (`laya_format::ignores_case`) predicts each word in
+    // whatever case is typed: its n-gram counts the folded words (`The` and `the` alike).
+    let fold = model.as_ref().is_some_and(|m| laya_format::ignores_case(&m.info().language));
     let vocab: Option<HashSet<String>> = if args.open_vocabulary {
         None
     } else if let Some(l) = &lexicon {
         Some(l.word_set())
     } else {
-        model.as_ref().map(|m| crate::predictors::lexicon_set(m, false))
+        model.as_ref().map(|m| crate::predictors::lexicon_set(m, fold))
     };
     let file = std::fs::File::open(&args.train).map_err(|e| CliError(format!("cannot read {}: {e}", args.train.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -80,7 +84,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         None => Segmenter::new(if args.segmented { SegmentMode::Segmented } else { SegmentMode::Auto }),
     };
     let bar = crate::progress::bytes_bar(total, "counting", false);
-    let lines = std::io::BufReader::new(file).lines().map_while(Result::ok);
+    let lines = std::io::BufReader::new(file).lines().map_while(Result::ok).map(|l| if fold { laya_format::fold_case(&l) } else { l });
     let mut model = NgramPredictor::train(lines, &seg, vocab.as_ref(), &mut |n| bar.inc(n));
     bar.finish_and_clear();
     if let Some(c) = &counts {

@@ -155,6 +155,13 @@ laya_status laya_session_set_completion_exponent(laya_session* session, float be
  * Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
 laya_status laya_session_set_completion_prior(laya_session* session, float lambda);
 
+/* Sets the weight w of the word trigram the model file carries (default 0.3; `laya
+ * attach-ngram` stores one, the default models have one): each candidate scores
+ * (1 - w) * P_network + w * P_ngram; 0 ranks by the network alone. No effect with a model
+ * without one. Values outside [0, 1] are clamped, NaN means the default. Kept across model
+ * swaps. Errors: LAYA_ERR_NULL_ARGUMENT. Same threading rule as laya_session_predict. */
+laya_status laya_session_set_ngram_weight(laya_session* session, float w);
+
 /* Allows one punctuation candidate on the bar when on is non-zero (default 0: a keyboard types
  * punctuation with its own keys, so no punctuation word is ever a candidate). With the slot,
  * the most likely punctuation word joins the bar where its probability ranks it, at most one,

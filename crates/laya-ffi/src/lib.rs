@@ -493,6 +493,23 @@ pub unsafe extern "C" fn laya_session_set_completion_prior(session: *mut laya_se
     })
 }
 
+/// Sets the weight `w` of the word trigram the model file carries (`Session::set_ngram_weight`;
+/// default 0.3, `laya attach-ngram` stores one): each candidate scores `(1 − w)·P_network +
+/// w·P_ngram`; 0 ranks by the network alone. No effect with a model without one. Values outside
+/// `0..=1` are clamped, NaN means the default. Kept across model swaps.
+///
+/// # Safety
+/// `session` is NULL or a live session used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn laya_session_set_ngram_weight(session: *mut laya_session, w: f32) -> laya_status {
+    guard(|| {
+        // SAFETY: NULL or a live handle used by this thread only, by the caller's contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| null("session"))?;
+        s.inner.session().set_ngram_weight(w);
+        Ok(())
+    })
+}
+
 /// Allows one punctuation candidate on the bar when `on` is non-zero (`Session::set_punctuation_slot`;
 /// default 0: a keyboard types punctuation with its own keys, so no punctuation word is a
 /// candidate). With the slot, the most likely punctuation word joins the bar where its

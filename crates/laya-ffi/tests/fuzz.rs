@@ -40,7 +40,9 @@ fn handles(name: &str) -> Handles {
 fn handles_for(name: &str, cfg: &TinyConfig) -> Handles {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("ffi-fuzz-{name}-{}.laya", std::process::id()));
-    let (mut meta, tensors) = random_model(cfg, 77, GgmlType::Q8_0);
+    let (mut meta, mut tensors) = random_model(cfg, 77, GgmlType::Q8_0);
+    // A word trigram, so the n-gram's weight is live too (default 0.3).
+    tensors.extend(laya_format::testing::random_ngram(cfg.vocab, 300, 77));
     // Dictionary frequencies, so the completion prior is live in every test (default λ).
     meta.dict_frequencies = Some((0..meta.vocab_size() as u32).map(|i| if i % 4 == 0 { 0 } else { 1 + i * 7919 % 997 }).collect());
     std::fs::write(&path, write_model(&meta, &tensors).unwrap()).unwrap();
@@ -190,6 +192,8 @@ fn null_and_invalid_arguments_give_status_codes_and_messages() {
         assert_eq!(laya_session_set_completion_prior(h.session, f32::NAN), LAYA_OK);
         assert_eq!(laya_session_set_completion_prior(h.session, 0.5), LAYA_OK);
         assert_eq!(laya_session_set_punctuation_slot(ptr::null_mut(), 1), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_set_ngram_weight(ptr::null_mut(), 0.3), LAYA_ERR_NULL_ARGUMENT);
+        assert_eq!(laya_session_set_ngram_weight(h.session, f32::NAN), LAYA_OK);
         assert_eq!(laya_session_forget_context(ptr::null_mut()), LAYA_ERR_NULL_ARGUMENT);
         assert_eq!(laya_session_forget_context(h.session), LAYA_OK);
         assert_eq!(laya_session_set_completion_rule(ptr::null_mut(), LAYA_COMPLETION_PRODUCT), LAYA_ERR_NULL_ARGUMENT);
@@ -224,10 +228,13 @@ fn completion_rule_exponent_and_prior_through_the_c_abi_match_the_rust_session()
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 0.25),
         (LAYA_COMPLETION_PRODUCT, CompletionRule::Product, 1.0),
     ];
-    for (lambda, punct) in [(0.0, 0), (0.5, 1), (2.0, 0)] {
+    for (lambda, punct, ngram) in [(0.0, 0, 0.3), (0.5, 1, 0.0), (2.0, 0, 1.0)] {
         // SAFETY: a live session used by this thread only.
         assert_eq!(unsafe { laya_session_set_completion_prior(h.session, lambda) }, LAYA_OK);
         h.reference.set_completion_prior(lambda);
+        // SAFETY: as above.
+        assert_eq!(unsafe { laya_session_set_ngram_weight(h.session, ngram) }, LAYA_OK);
+        h.reference.set_ngram_weight(ngram);
         // SAFETY: as above.
         assert_eq!(unsafe { laya_session_set_punctuation_slot(h.session, punct) }, LAYA_OK);
         h.reference.set_punctuation_slot(punct != 0);

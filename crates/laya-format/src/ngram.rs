@@ -401,6 +401,8 @@ pub(crate) fn check<'a>(tensors: Vec<TensorRef<'a>>, words: usize) -> Result<Opt
 
 /// One CSR table: `lists + 1` starts from 0 to `entries`, never decreasing; within each list
 /// the followers increase and are lexicon positions or `<unk>`; every count is positive.
+/// Millions of entries are read at every load, so the common case is a few flat passes the
+/// compiler vectorises; the culprit is searched for only when one fails.
 fn check_lists(
     start: &TensorRef<'_>,
     lists: usize,
@@ -412,23 +414,45 @@ fn check_lists(
     if i32_at(start.data, 0) != 0 || i32_at(start.data, lists) as i64 != entries as i64 {
         return Err(bad(&start.name, format!("must run from 0 to {entries}")));
     }
-    let unk = words as u16 + 1;
-    let mut prev = 0usize;
-    for l in 0..lists {
-        let next = i32_at(start.data, l + 1);
-        if next < prev as i32 || next as usize > entries {
-            return Err(bad(&start.name, format!("entry {} is {next}, before {prev} or past {entries}", l + 1)));
+    let starts = &start.data[..4 * (lists + 1)];
+    let start_at = |l: usize| i32::from_le_bytes([starts[4 * l], starts[4 * l + 1], starts[4 * l + 2], starts[4 * l + 3]]);
+    let w_at = |i: usize| i32::from(u16_at(word.data, i));
+    let unk = words as i32 + 1;
+    // Starts never decrease and stay in bounds; count the list starts where the followers drop
+    // (a new list may begin below the last one's end).
+    let (mut drops_at_starts, mut prev) = (0usize, 0i32);
+    for l in 1..=lists {
+        let next = start_at(l);
+        if next < prev || next as usize > entries {
+            return Err(bad(&start.name, format!("entry {l} is {next}, before {prev} or past {entries}")));
         }
-        let next = next as usize;
-        for i in prev..next {
-            let w = u16_at(word.data, i);
-            if (w as usize >= words && w != unk) || (i > prev && w <= u16_at(word.data, i - 1)) {
-                return Err(bad(&word.name, format!("entry {i} ({w}) is not a lexicon position above the one before it")));
-            }
+        if next > prev && prev > 0 {
+            drops_at_starts += usize::from(w_at(prev as usize) <= w_at(prev as usize - 1));
         }
         prev = next;
     }
-    if let Some(i) = (0..entries).find(|&i| u16_at(count.data, i) == 0) {
+    // Every follower a position or <unk>, and every drop at a list start.
+    let (mut ok, mut drops, mut last) = (true, 0usize, i32::MAX);
+    for w in word.data[..2 * entries].chunks_exact(2) {
+        let w = i32::from(u16::from_le_bytes([w[0], w[1]]));
+        ok &= w < words as i32 || w == unk;
+        drops += usize::from(w <= last);
+        last = w;
+    }
+    // The first entry counted as a drop against i32::MAX.
+    drops -= usize::from(entries > 0);
+    if !ok || drops != drops_at_starts {
+        for l in 0..lists {
+            let (a, b) = (start_at(l) as usize, start_at(l + 1) as usize);
+            for i in a..b {
+                let w = w_at(i);
+                if (w >= words as i32 && w != unk) || (i > a && w <= w_at(i - 1)) {
+                    return Err(bad(&word.name, format!("entry {i} ({w}) is not a lexicon position above the one before it")));
+                }
+            }
+        }
+    }
+    if let Some(i) = count.data.chunks_exact(2).position(|c| c == [0, 0]) {
         return Err(bad(&count.name, format!("entry {i} is 0; every stored n-gram was seen")));
     }
     Ok(())

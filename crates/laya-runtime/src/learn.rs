@@ -39,8 +39,19 @@ pub(crate) fn cut(text: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) 
 
 fn cut_han(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<Range<usize>> {
     let mut out = Vec::new();
-    cut_han_into(han, logp, unknown, &mut HanCut::default(), &mut out);
+    let lookup = |w: &str| logp(w).map_or(Lookup::Prefix, Lookup::Word);
+    cut_han_into(han, &lookup, unknown, &mut HanCut::default(), &mut out);
     out
+}
+
+/// What a dictionary knows of a piece of text, for [`cut_han_into`].
+pub(crate) enum Lookup {
+    /// A word, with its log-probability.
+    Word(f32),
+    /// Not a word, but longer pieces may be (or the dictionary cannot tell).
+    Prefix,
+    /// No word starts with it: longer pieces need not be looked up.
+    Absent,
 }
 
 /// The buffers of [`cut_han_into`], kept by a caller that cuts at every keystroke.
@@ -61,9 +72,10 @@ impl HanCut {
 }
 
 /// Appends to `out` the ranges (relative to `han`) of the most probable cut of a Han run into
-/// pieces of at most [`LONGEST`] characters scored by `logp`, a single character outside it
-/// scoring `unknown`: jieba's algorithm, over whatever dictionary `logp` reads.
-pub(crate) fn cut_han_into(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32, buf: &mut HanCut, out: &mut Vec<Range<usize>>) {
+/// pieces of at most [`LONGEST`] characters scored by `lookup`, a single character that is no
+/// word scoring `unknown`: jieba's algorithm, over whatever dictionary `lookup` reads. Of equal
+/// cuts, the one whose last piece is longest.
+pub(crate) fn cut_han_into(han: &str, lookup: &dyn Fn(&str) -> Lookup, unknown: f32, buf: &mut HanCut, out: &mut Vec<Range<usize>>) {
     let HanCut { bounds, best } = buf;
     bounds.clear();
     bounds.extend(han.char_indices().map(|(b, _)| b).chain([han.len()]));
@@ -71,16 +83,25 @@ pub(crate) fn cut_han_into(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknow
     best.clear();
     best.resize(n + 1, (f32::NEG_INFINITY, 0usize));
     best[0] = (0.0, 0);
-    for j in 1..=n {
-        for len in (1..=LONGEST.min(j)).rev() {
-            let i = j - len;
-            let score = match logp(&han[bounds[i]..bounds[j]]) {
-                Some(p) => p,
-                None if len == 1 => unknown,
-                None => continue,
+    // Forward over the pieces starting at each character, shortest first, so that a piece no
+    // word starts with ends the search from there; for a given end, pieces from further back
+    // (longer) are offered first and kept on a tie.
+    for i in 0..n {
+        let from = best[i].0;
+        for len in 1..=LONGEST.min(n - i) {
+            let j = i + len;
+            let (score, stop) = match lookup(&han[bounds[i]..bounds[j]]) {
+                Lookup::Word(p) => (Some(p), false),
+                Lookup::Prefix => ((len == 1).then_some(unknown), false),
+                Lookup::Absent => ((len == 1).then_some(unknown), true),
             };
-            if best[i].0 + score > best[j].0 {
-                best[j] = (best[i].0 + score, i);
+            if let Some(score) = score {
+                if from + score > best[j].0 {
+                    best[j] = (from + score, i);
+                }
+            }
+            if stop {
+                break;
             }
         }
     }

@@ -202,6 +202,13 @@ impl Lexicon {
         (!r.is_empty() && self.key(id) == key).then_some(id)
     }
 
+    /// The key (the word, folded where the lexicon ignores case) at position `pos` of the
+    /// sorted order.
+    #[inline]
+    pub(crate) fn key_at(&self, pos: usize) -> &str {
+        self.key(self.id_at(pos))
+    }
+
     /// The position in sorted order of the word whose key is `key` (already folded where the
     /// lexicon ignores case; of equal keys, the first: the word shown). Allocates nothing.
     pub(crate) fn position_of_key(&self, key: &str) -> Option<usize> {

@@ -560,8 +560,10 @@ impl Model {
             let total: f64 = self.word_freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
             let logp: Vec<f32> = self.word_freq.iter().map(|&f| (f.max(1) as f64 / total).ln() as f32).collect();
             let mut sorted = logp.clone();
-            sorted.sort_by(f32::total_cmp);
-            let learned = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+            let learned = match sorted.is_empty() {
+                true => 0.0,
+                false => *sorted.select_nth_unstable_by(logp.len() / 2, f32::total_cmp).1,
+            };
             WordLogp { logp, unknown: (0.5 / total).ln() as f32, learned }
         })
     }

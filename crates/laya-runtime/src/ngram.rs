@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use laya_format::ngram::{i32_at, names, prefix_class, u16_at, PREFIX_CLASSES, PREFIX_LENGTHS};
 use laya_format::{LayaFile, NormRule};
 
-use crate::learn::{cut_han_into, HanCut};
+use crate::learn::{cut_han_into, HanCut, Lookup};
 use crate::lexicon::Lexicon;
 use crate::model::WordLogp;
 use crate::scratch::Hit;
@@ -21,7 +21,7 @@ use crate::scratch::Hit;
 pub const DEFAULT_NGRAM_WEIGHT: f32 = 0.3;
 /// The network's candidates that the mix considers, at least (any word below them has too
 /// little probability to reach a bar with the n-gram's help).
-pub(crate) const NET_DEPTH: usize = 32;
+pub(crate) const NET_DEPTH: usize = 12;
 /// The n-gram's candidates that the mix considers.
 pub(crate) const NGRAM_DEPTH: usize = 64;
 /// Characters at the end of the context that the n-gram reads: the current word and the history
@@ -35,8 +35,6 @@ const SPLIT_CHARS: usize = 4;
 const TOP_FOLLOW: usize = 64;
 /// A follower list this long or shorter is taken whole.
 const SCAN_ALL: usize = 256;
-/// A prefix range this long or shorter is searched for its best unigrams directly.
-const SCAN_UNIGRAMS: usize = 4 * SCAN_ALL;
 /// Probability floor of a typed word the n-gram has never seen.
 const UNSEEN: f64 = 1e-9;
 /// Hypotheses at most: the plain splits and the starts of the last two words.
@@ -63,7 +61,31 @@ pub(crate) struct Ngram {
     p_i: [[f64; PREFIX_LENGTHS]; PREFIX_CLASSES],
     /// Positions of the words with a unigram count, most counted first: the unigram
     /// candidates of a wide prefix. Built at the first prediction that needs it.
-    by_c1: OnceLock<Vec<u16>>,
+    top_c1: OnceLock<Vec<u32>>,
+    /// The most counted followers of every list longer than [`SCAN_ALL`], taken whole when
+    /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
+    /// `top_c1`.
+    long_lists: OnceLock<LongLists>,
+}
+
+/// Per follower list longer than [`SCAN_ALL`]: its [`TOP_FOLLOW`] most counted followers, as
+/// [`best_of`] picks them.
+#[derive(Default)]
+struct LongLists {
+    /// `(first entry of the list, where its followers are in tops)`, by first entry (bigram
+    /// and trigram lists apart: the tables' entry numbers are their own).
+    bigram: Vec<(u32, u32)>,
+    trigram: Vec<(u32, u32)>,
+    tops: Vec<u16>,
+}
+
+impl LongLists {
+    fn top(&self, trigram: bool, list_start: usize) -> Option<&[u16]> {
+        let index = if trigram { &self.trigram } else { &self.bigram };
+        let at = index.binary_search_by_key(&(list_start as u32), |e| e.0).ok()?;
+        let from = index[at].1 as usize;
+        self.tops.get(from..from + TOP_FOLLOW)
+    }
 }
 
 /// The tables of one prediction, as slices of the model's bytes.
@@ -106,7 +128,17 @@ impl Ngram {
                 *p = count(i) / total;
             }
         }
-        Some(Ngram { tables, words: file.meta.words.len(), bigrams: t.bigrams, c1_total, d2: d(0), d3: d(1), p_i, by_c1: OnceLock::new() })
+        Some(Ngram {
+            tables,
+            words: file.meta.words.len(),
+            bigrams: t.bigrams,
+            c1_total,
+            d2: d(0),
+            d3: d(1),
+            p_i,
+            top_c1: OnceLock::new(),
+            long_lists: OnceLock::new(),
+        })
     }
 
     fn tables<'a>(&'a self, bytes: &'a [u8]) -> Tables<'a> {
@@ -135,15 +167,55 @@ impl Ngram {
         self.words as u32 + 1
     }
 
-    /// Positions of the words with a unigram count, most counted first (computed at the first
-    /// call; a session asks when it is made).
-    pub(crate) fn by_c1(&self, bytes: &[u8]) -> &[u16] {
-        self.by_c1.get_or_init(|| {
+    /// The [`TOP_FOLLOW`] positions of largest unigram count, as [`best_of`] picks them: the
+    /// unigram candidates of an empty prefix (computed at the first call; a session asks when
+    /// it is made).
+    fn top_c1(&self, bytes: &[u8]) -> &[u32] {
+        self.top_c1.get_or_init(|| {
             let unigram = self.tables(bytes).unigram;
-            let mut v: Vec<u16> = (0..self.words).filter(|&p| i32_at(unigram, p) > 0).map(|p| p as u16).collect();
-            v.sort_by_key(|&p| (std::cmp::Reverse(i32_at(unigram, p as usize)), p));
-            v
+            let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
+            best_of((0..self.words).map(|p| (i32_at(unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), &mut top);
+            top.into_iter().map(|e| e.1).collect()
         })
+    }
+
+    /// The best followers of the long lists (computed at the first call; a session asks when
+    /// it is made).
+    fn long_lists(&self, bytes: &[u8]) -> &LongLists {
+        self.long_lists.get_or_init(|| {
+            let t = self.tables(bytes);
+            let mut out = LongLists::default();
+            let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
+            let (bigram_lists, trigram_lists) = (self.words + 2, self.bigrams + 1);
+            for (trigram, lists) in [(false, bigram_lists), (true, trigram_lists)] {
+                let (start, words, counts) = if trigram {
+                    (t.trigram_start, t.trigram_word, t.trigram_count)
+                } else {
+                    (t.bigram_start, t.bigram_word, t.bigram_count)
+                };
+                for l in 0..lists {
+                    let (a, end) = (i32_at(start, l) as usize, i32_at(start, l + 1) as usize);
+                    if end - a <= SCAN_ALL {
+                        continue;
+                    }
+                    // The lexicon's words: what an empty prefix's range holds (not `<unk>`).
+                    let b = lower_bound(words, a..end, self.words as u32);
+                    if b - a > SCAN_ALL {
+                        best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), &mut top);
+                        let index = if trigram { &mut out.trigram } else { &mut out.bigram };
+                        index.push((a as u32, out.tops.len() as u32));
+                        out.tops.extend(top.iter().map(|e| e.1 as u16));
+                    }
+                }
+            }
+            out
+        })
+    }
+
+    /// Prepares what the first prediction would otherwise compute (and allocate).
+    pub(crate) fn prepare(&self, bytes: &[u8]) {
+        self.top_c1(bytes);
+        self.long_lists(bytes);
     }
 
     /// `P_KN(w | u v)` of positions `u`, `v`, `w`.
@@ -185,19 +257,36 @@ impl Tables<'_> {
         ((c - d).max(0.0) + d * distinct * lower) / total
     }
 
+    /// What `P_KN(· | u v)` reads of the history, looked up once for many words.
+    fn history(&self, u: u32, v: u32) -> History {
+        let bigram = self.bigram_list(v);
+        let total2 = f64::from(i32_at(self.bigram_total, v as usize));
+        let (trigram, total3) = match self.trigram_history(u, v) {
+            Some(e) => (self.trigram_list(e), f64::from(i32_at(self.trigram_total, e))),
+            None => (0..0, 0.0),
+        };
+        History { bigram, total2, trigram, total3 }
+    }
+
+    /// `P_KN(w | u v)` of the history `h` ([`Tables::history`]).
+    fn prob_in(&self, h: &History, w: u32) -> f64 {
+        let p1 = self.c1(w) / self.n.c1_total;
+        let p2 = Self::level(self.bigram_word, self.bigram_count, h.bigram.clone(), h.total2, w, self.n.d2, p1);
+        Self::level(self.trigram_word, self.trigram_count, h.trigram.clone(), h.total3, w, self.n.d3, p2)
+    }
+
     /// `P_KN(w | u v)`.
     fn prob(&self, u: u32, v: u32, w: u32) -> f64 {
-        let p1 = self.c1(w) / self.n.c1_total;
-        let total2 = f64::from(i32_at(self.bigram_total, v as usize));
-        let p2 = Self::level(self.bigram_word, self.bigram_count, self.bigram_list(v), total2, w, self.n.d2, p1);
-        match self.trigram_history(u, v) {
-            Some(e) => {
-                let total3 = f64::from(i32_at(self.trigram_total, e));
-                Self::level(self.trigram_word, self.trigram_count, self.trigram_list(e), total3, w, self.n.d3, p2)
-            }
-            None => p2,
-        }
+        self.prob_in(&self.history(u, v), w)
     }
+}
+
+/// A history's follower lists and totals (an empty trigram list: the history was not seen).
+struct History {
+    bigram: Range<usize>,
+    total2: f64,
+    trigram: Range<usize>,
+    total3: f64,
 }
 
 /// Where `w` is in the increasing list `words[list]`, relative to its start.
@@ -282,8 +371,17 @@ pub(crate) struct NgramInput<'a> {
 /// most probable words.
 fn cut(text: &str, input: &NgramInput<'_>, han: &mut HanCut, out: &mut Vec<Range<usize>>) {
     let lex = input.lexicon;
-    let logp = |w: &str| lex.position_of_key(w).map(|p| input.logp.logp[lex.id_at(p)]);
-    let mut cut_han = |run: &str, out: &mut Vec<Range<usize>>| cut_han_into(run, &logp, input.logp.unknown, han, out);
+    let lookup = |w: &str| {
+        let r = lex.prefix_range(w.as_bytes());
+        if r.is_empty() {
+            Lookup::Absent
+        } else if lex.key_at(r.start) == w {
+            Lookup::Word(input.logp.logp[lex.id_at(r.start)])
+        } else {
+            Lookup::Prefix
+        }
+    };
+    let mut cut_han = |run: &str, out: &mut Vec<Range<usize>>| cut_han_into(run, &lookup, input.logp.unknown, han, out);
     let mut at = 0;
     for run in text.split(char::is_whitespace) {
         // `text` is at most TAIL_CHARS characters and `out` has room for a word per character.
@@ -419,16 +517,17 @@ fn hypothesis(
     }
     let (lo, hi) = (range.start as u32, range.end as u32);
     cand.clear();
-    if let Some(e) = t.trigram_history(h[0], h[1]) {
-        followers(t.trigram_word, t.trigram_count, t.trigram_list(e), lo, hi, cand, top);
-    }
-    followers(t.bigram_word, t.bigram_count, t.bigram_list(h[1]), lo, hi, cand, top);
-    if range.len() <= SCAN_UNIGRAMS {
+    let hist = t.history(h[0], h[1]);
+    let long = t.n.long_lists(input.bytes);
+    let trigram_top = long.top(true, hist.trigram.start).filter(|_| !hist.trigram.is_empty());
+    followers(t.trigram_word, t.trigram_count, hist.trigram.clone(), lo, hi, trigram_top, t.n.words, cand, top);
+    let bigram_top = long.top(false, hist.bigram.start).filter(|_| !hist.bigram.is_empty());
+    followers(t.bigram_word, t.bigram_count, hist.bigram.clone(), lo, hi, bigram_top, t.n.words, cand, top);
+    if range.len() >= t.n.words {
+        cand.extend_from_slice(t.n.top_c1(input.bytes));
+    } else {
         best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
         cand.extend(top.iter().map(|e| e.1));
-    } else {
-        let by_c1 = t.n.by_c1(input.bytes);
-        cand.extend(by_c1.iter().map(|&p| u32::from(p)).filter(|&p| p >= lo && p < hi).take(TOP_FOLLOW));
     }
     cand.sort_unstable();
     cand.dedup();
@@ -436,7 +535,7 @@ fn hypothesis(
         let id = lex.id_at(w as usize);
         // A keyboard types punctuation with its own keys: never a candidate.
         if lex.char_len(id) > i && !lex.is_punct(id) && scored.len() < scored.capacity() {
-            let p = q * t.prob(h[0], h[1], w);
+            let p = q * t.prob_in(&hist, w);
             if p > 0.0 {
                 scored.push((p, w, i as u32));
             }
@@ -445,12 +544,28 @@ fn hypothesis(
 }
 
 /// Appends to `cand` the followers in `words[list]` whose positions lie in `lo..hi`: all of
-/// them when there are at most [`SCAN_ALL`], else the [`TOP_FOLLOW`] most counted.
-fn followers(words: &[u8], counts: &[u8], list: Range<usize>, lo: u32, hi: u32, cand: &mut Vec<u32>, top: &mut Vec<(u32, u32)>) {
+/// them when there are at most [`SCAN_ALL`], else the [`TOP_FOLLOW`] most counted (`whole`:
+/// those of the whole list but `<unk>`, computed once, when `lo..hi` is every lexicon word).
+#[allow(clippy::too_many_arguments)]
+fn followers(
+    words: &[u8],
+    counts: &[u8],
+    list: Range<usize>,
+    lo: u32,
+    hi: u32,
+    whole: Option<&[u16]>,
+    words_in_lexicon: usize,
+    cand: &mut Vec<u32>,
+    top: &mut Vec<(u32, u32)>,
+) {
     let a = lower_bound(words, list.clone(), lo);
     let b = lower_bound(words, a..list.end, hi);
+    // The range is the whole lexicon (an empty prefix): the slice is the list but `<unk>`.
+    let whole_range = hi as usize >= words_in_lexicon;
     if b - a <= SCAN_ALL {
         cand.extend((a..b).map(|j| u32::from(u16_at(words, j))));
+    } else if let (Some(whole), true) = (whole, lo == 0 && a == list.start && whole_range) {
+        cand.extend(whole.iter().map(|&p| u32::from(p)));
     } else {
         best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), top);
         cand.extend(top.iter().map(|e| e.1));

@@ -161,7 +161,7 @@ impl Session {
     fn prepare_ngram(&self) {
         if let Some(n) = &self.model.ngram {
             self.model.word_logp();
-            n.by_c1(self.model.storage_bytes());
+            n.prepare(self.model.storage_bytes());
         }
     }
 
