@@ -27,6 +27,9 @@ pub(crate) const NGRAM_DEPTH: usize = 64;
 /// Characters at the end of the context that the n-gram reads: the current word and the history
 /// window before it.
 const TAIL_CHARS: usize = 48;
+/// Bytes of a folded word or prefix: folding maps a character to one character, at most
+/// doubling its bytes (a 1-byte character folds to ASCII), so any piece of the tail fits.
+const KEY_BYTES: usize = 2 * 4 * TAIL_CHARS;
 /// Characters of context cut to find the history.
 const HISTORY_WINDOW: usize = 24;
 /// Plain split hypotheses, beyond the starts of the last two words.
@@ -59,8 +62,8 @@ pub(crate) struct Ngram {
     /// `P(i | class)`: how many characters of the current word are typed, by the class of the
     /// character before the cursor.
     p_i: [[f64; PREFIX_LENGTHS]; PREFIX_CLASSES],
-    /// Positions of the words with a unigram count, most counted first: the unigram
-    /// candidates of a wide prefix. Built at the first prediction that needs it.
+    /// The [`TOP_FOLLOW`] positions of largest unigram count: the unigram candidates of an
+    /// empty prefix. Built when a session is made ([`Ngram::prepare`]).
     top_c1: OnceLock<Vec<u32>>,
     /// The most counted followers of every list longer than [`SCAN_ALL`], taken whole when
     /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
@@ -329,7 +332,7 @@ pub(crate) struct NgramScratch {
     words: Vec<Range<usize>>,
     /// The Han cutter's buffers.
     han: HanCut,
-    /// A word folded to its lexicon key.
+    /// `(KEY_BYTES)` a word or prefix folded to its lexicon key.
     key: String,
     /// `(≤ MAX_PER_HYPOTHESIS)` one hypothesis's candidate positions.
     cand: Vec<u32>,
@@ -349,7 +352,7 @@ impl NgramScratch {
             splits: Vec::with_capacity(MAX_HYPOTHESES + 1),
             words: Vec::with_capacity(TAIL_CHARS),
             han: HanCut::with_capacity(TAIL_CHARS),
-            key: String::with_capacity(4 * laya_format::schema::MAX_WORD_CHARS),
+            key: String::with_capacity(KEY_BYTES),
             cand: Vec::with_capacity(MAX_PER_HYPOTHESIS),
             top: Vec::with_capacity(TOP_FOLLOW + 1),
             scored: Vec::with_capacity(MAX_HYPOTHESES * MAX_PER_HYPOTHESIS),
@@ -398,7 +401,7 @@ pub(crate) fn position(word: &str, input: &NgramInput<'_>, n: &Ngram, key: &mut 
     let lex = input.lexicon;
     let found = if lex.ignores_case() {
         key.clear();
-        if word.len() > key.capacity() {
+        if 2 * word.len() > KEY_BYTES {
             return n.unk();
         }
         laya_format::fold_into(word, key);
@@ -504,7 +507,7 @@ fn hypothesis(
     let lex = input.lexicon;
     let range = if lex.ignores_case() {
         key.clear();
-        if prefix.len() > key.capacity() {
+        if 2 * prefix.len() > KEY_BYTES {
             return;
         }
         laya_format::fold_into(prefix, key);
