@@ -541,7 +541,15 @@ impl Model {
         let mut parts = parts;
         parts.info.load_time.prepare = start.elapsed() - validate;
         // The parts hold byte ranges, not references, so the storage can move in now.
-        Ok(Model { storage, ..parts })
+        let model = Model { storage, ..parts };
+        // What the n-gram derives from its tables and the unigram model that cuts its histories,
+        // computed now, so that no session (nor a hot swap to this model) allocates them in
+        // `predict`.
+        if let Some(n) = &model.ngram {
+            model.word_logp();
+            n.prepare(model.storage.bytes());
+        }
+        Ok(model)
     }
 
     /// Per word, `ln(dictionary share) − ln(corpus share)`; empty for a model without

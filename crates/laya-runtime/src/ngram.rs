@@ -63,7 +63,7 @@ pub(crate) struct Ngram {
     /// character before the cursor.
     p_i: [[f64; PREFIX_LENGTHS]; PREFIX_CLASSES],
     /// The [`TOP_FOLLOW`] positions of largest unigram count: the unigram candidates of an
-    /// empty prefix. Built when a session is made ([`Ngram::prepare`]).
+    /// empty prefix. Built at load ([`Ngram::prepare`]).
     top_c1: OnceLock<Vec<u32>>,
     /// The most counted followers of every list longer than [`SCAN_ALL`], taken whole when
     /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
@@ -171,8 +171,7 @@ impl Ngram {
     }
 
     /// The [`TOP_FOLLOW`] positions of largest unigram count, as [`best_of`] picks them: the
-    /// unigram candidates of an empty prefix (computed at the first call; a session asks when
-    /// it is made).
+    /// unigram candidates of an empty prefix (computed at the first call: at load).
     fn top_c1(&self, bytes: &[u8]) -> &[u32] {
         self.top_c1.get_or_init(|| {
             let unigram = self.tables(bytes).unigram;
@@ -182,8 +181,7 @@ impl Ngram {
         })
     }
 
-    /// The best followers of the long lists (computed at the first call; a session asks when
-    /// it is made).
+    /// The best followers of the long lists (computed at the first call: at load).
     fn long_lists(&self, bytes: &[u8]) -> &LongLists {
         self.long_lists.get_or_init(|| {
             let t = self.tables(bytes);
@@ -215,7 +213,7 @@ impl Ngram {
         })
     }
 
-    /// Prepares what the first prediction would otherwise compute (and allocate).
+    /// Computes at load what the first prediction would otherwise compute (and allocate).
     pub(crate) fn prepare(&self, bytes: &[u8]) {
         self.top_c1(bytes);
         self.long_lists(bytes);

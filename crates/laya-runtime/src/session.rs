@@ -152,17 +152,7 @@ impl Session {
             ngram: NgramScratch::new(replace_classes),
         };
         session.refresh_prior();
-        session.prepare_ngram();
         session
-    }
-
-    /// Computes what the n-gram reads besides its tables (the unigram model that cuts the
-    /// context) before the first prediction, so that predicting allocates nothing.
-    fn prepare_ngram(&self) {
-        if let Some(n) = &self.model.ngram {
-            self.model.word_logp();
-            n.prepare(self.model.storage_bytes());
-        }
     }
 
     /// The weight `w` of the model's word trigram (docs/format.md §8), 0..=1: each candidate
@@ -392,7 +382,6 @@ impl Session {
             self.set_completion_prior(lambda);
             self.ngram_weight = ngram_weight;
         }
-        self.prepare_ngram();
     }
 
     /// Turns the per-stage timer on or off (off by default: a timer costs two clock reads per
