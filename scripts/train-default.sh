@@ -77,8 +77,7 @@ $LAYA ngram --train $D/mix-train.txt --lexicon $D/lexicon.tsv --out $D/ngram.jso
 $LAYA simulate --text $D/mix-train.txt --ngram $D/ngram.json --out $D/train-events.jsonl
 $LAYA simulate --text $D/mix-dev.txt --ngram $D/ngram.json --out $D/dev-events.jsonl
 
-LAYA_WORD_CLASSES=${LAYA_WORD_CLASSES:-512} LAYA_BIN=$TRAIN_LAYA LAYA_DEVICE=$DEVICE \
-    scripts/train-stages.sh $D runs/default "$OUT_F16"
+LAYA_BIN=$TRAIN_LAYA LAYA_DEVICE=$DEVICE scripts/train-stages.sh $D runs/default "$OUT_F16"
 # The completion prior: each lexicon word's broad frequency (the same three lists), so
 # completions are ranked for the genres a keyboard meets rather than the training mix's
 # (docs/format.md §3 step 6).

@@ -12,7 +12,7 @@
 #     RUN_DIR/stage{1,2,3}. Environment (defaults = the shipped model): LAYA_BIN (laya),
 #     LAYA_DEVICE (cpu), LAYA_LAYERS (3), LAYA_FFN (512), LAYA_D_MODEL (192), LAYA_HEADS (3),
 #     LAYA_STAGE{1,2,3}_EVENTS (2000000, 2000000, 3500000), LAYA_STAGE3_EPOCHS (2),
-#     LAYA_WORD_CLASSES (0: flat; 512 for the English model), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage),
+#     LAYA_WORD_CLASSES (512, the shipped models' head; 0: flat), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage),
 #     LAYA_NAME, LAYA_LANGUAGE and LAYA_TRAINING_DATA (the model's name, language and the note on
 #     its training data; default: the Chinese default's).
 #     LAYA_INIT_F16=FILE continues a trained model instead: stages 1 and 2 are skipped and stage 3
@@ -31,7 +31,7 @@ STAGE1=${LAYA_STAGE1_EVENTS:-2000000}
 STAGE2=${LAYA_STAGE2_EVENTS:-2000000}
 STAGE3=${LAYA_STAGE3_EVENTS:-3500000}
 STAGE3_EPOCHS=${LAYA_STAGE3_EPOCHS:-2}
-WORD_CLASSES=${LAYA_WORD_CLASSES:-0}
+WORD_CLASSES=${LAYA_WORD_CLASSES:-512}
 OWN_CLASS_WORDS=${LAYA_OWN_CLASS_WORDS:-1024}
 HEAD=()
 if [ "$WORD_CLASSES" -gt 0 ]; then
@@ -44,7 +44,7 @@ COMMON=(--device "$DEVICE" --events "$D/train-events.jsonl" --valid-events "$D/d
 mkdir -p "$RUN"
 INIT=${LAYA_INIT_F16:-}
 if [ -z "$INIT" ]; then
-"$LAYA" train "${COMMON[@]}" --lexicon "$D/lexicon.tsv" --max-events "$STAGE1" --epochs 1 \
+"$LAYA" train "${COMMON[@]}" --lexicon "$D/lexicon.tsv" --max-events "$STAGE1" --epochs 1 --word-classes 0 \
     --layers "${LAYA_LAYERS:-3}" --ffn "${LAYA_FFN:-512}" --d-model "${LAYA_D_MODEL:-192}" \
     --heads "${LAYA_HEADS:-3}" --lr 4e-3 --positions relative_causal \
     --checkpoint-dir "$RUN/stage1" ${LAYA_RESUME:+--resume} --out "$RUN/stage1.laya"

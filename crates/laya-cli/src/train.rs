@@ -168,8 +168,10 @@ pub struct Args {
     /// Factorise the word head of a new model over about N classes of words (words sharing a
     /// first character share a class; laya_format::assign_word_classes): P(w) = P(class) ·
     /// P(w | class), so a runtime can rank candidates expanding a few classes instead of
-    /// scoring every word. 0 or absent: a flat head. With --init a factorised model's own head
-    /// is kept (naming a different one is an error) and a flat model gains one.
+    /// scoring every word. 0: a flat head. Absent: for a new model the shipped models' head
+    /// (512, with --own-class-words 1024); with --init the model's own head. With --init a
+    /// factorised model's own head is kept (naming a different one is an error) and a flat
+    /// model gains one.
     #[arg(long)]
     word_classes: Option<usize>,
     /// With --word-classes: the N most frequent words each get a class of their own
@@ -212,6 +214,10 @@ pub struct Args {
     training_data: String,
 }
 
+/// The word head of a new model without --word-classes: the shipped models' (about 512 classes,
+/// the 1,024 most frequent words each in a class of its own; docs/training.md).
+const DEFAULT_WORD_CLASSES: (usize, usize) = (512, 1024);
+
 pub fn run(args: Args) -> Result<(), CliError> {
     set_training_threads(args.threads);
     // Before the first step, not after the last: a run must never end with nowhere to go.
@@ -221,7 +227,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     // Before reading anything: a missing GPU should not cost the wait.
     let device = laya_train::parse_device(&args.device)?;
-    let classes = args.word_classes.map(|k| (k, args.own_class_words));
+    let classes = match (args.word_classes, &args.init) {
+        (Some(k), _) => Some((k, args.own_class_words)),
+        (None, None) => Some(DEFAULT_WORD_CLASSES),
+        (None, Some(_)) => None,
+    };
     let init = match &args.init {
         Some(p) => Some(load_init(p, InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme) })?),
         None => None,

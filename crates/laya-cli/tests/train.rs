@@ -288,11 +288,27 @@ fn word_classes_trains_a_factorised_head_and_init_keeps_it() {
     assert_eq!(meta.word_class, Some(want));
 }
 
-/// A flat tiny model.
+/// A flat tiny model (`--word-classes 0`).
 fn tmp_flat(events: &Path, lexicon: &Path) -> PathBuf {
     let out = tmp("flat-for-word-classes.laya");
-    train_new(events, lexicon, &out, &[]);
+    train_new(events, lexicon, &out, &["--word-classes", "0"]);
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&out).unwrap()).unwrap().meta;
+    assert_eq!(meta.word_class, None, "--word-classes 0 is a flat head");
     out
+}
+
+/// Without `--word-classes` a new model gets the shipped models' head: about 512 classes, the
+/// 1,024 most frequent words each in its own (here every word of the tiny lexicon).
+#[test]
+fn a_new_model_has_the_shipped_kind_of_head() {
+    let (events, lexicon) = fixtures();
+    let out = tmp("default-head.laya");
+    train_new(&events, &lexicon, &out, &[]);
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&out).unwrap()).unwrap().meta;
+    let words = meta.words.to_vec();
+    let want = laya_format::assign_word_classes_own(words.iter().map(String::as_str), &meta.frequencies, 512, 1024);
+    assert_eq!(meta.word_class, Some(want));
+    assert_eq!(meta.word_classes(), words.len());
 }
 
 /// `laya train --events EVENTS --lexicon LEXICON --out OUT`: a new model, no other flag.
