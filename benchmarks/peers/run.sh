@@ -78,7 +78,8 @@ target/release/laya quantize "$models/rand-20000-causal-cls-f32.laya" "$models/r
 "$py" benchmarks/peers/peer_py.py --self-test "$models/seed-512-causal-f32.laya" onnxruntime,torch,mlx --bin target/release
 # ... and on the factorised head (the class head, the within-class logsumexp).
 "$py" benchmarks/peers/peer_py.py --self-test "$models/rand-20000-causal-cls-q.laya" onnxruntime,torch,mlx --bin target/release
-# ... and on the trained default (factorised since 2026-12-01: 1,024 of its classes are single words).
+# ... and on the trained default (factorised, 1,024 of its classes single words; its word trigram
+# is not part of the network compared).
 "$py" benchmarks/peers/peer_py.py --self-test models/default.laya onnxruntime,torch,mlx --bin target/release
 
 exec "$py" benchmarks/peers/peers.py "$out" target/release \
@@ -86,7 +87,7 @@ exec "$py" benchmarks/peers/peers.py "$out" target/release \
     "lexicon 50000, default model, F16=models/default-f16.laya=models/default-f16.laya as committed (3 blocks, d 192, 3 heads, FFN 512, table embedding, factorised word head, F16 matrices): Laya runs the F16 file, peers its weights dequantised to f32." \
     "lexicon 20000, F32 (random)=$models/rand-20000-f32.laya=random weights in the default's block shape (2 blocks, d 128, FFN 256) but a 65,536-row direct embedding; F32 everywhere." \
     "lexicon 512, seed shape, quantised=$models/seed-512-q.laya=the seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
-    "lexicon 50000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize (= models/default.laya): Laya runs Q8_0 with int8 activations and expands only the classes its ranking needs, peers compute the dense log P(w) from the dequantised weights." \
+    "lexicon 50000, default quantised=$models/default-q.laya=models/default-f16.laya through laya quantize (models/default.laya without its word trigram): Laya runs Q8_0 with int8 activations and expands only the classes its ranking needs, peers compute the dense log P(w) from the dequantised weights." \
     "lexicon 512, seed shape, causal, F32 (random)=$models/seed-512-causal-f32.laya=relative_causal: 3 blocks, d 128, 2 heads, FFN 512, window 16, the last 46 tokens reach the output; random weights, F32 everywhere." \
     "lexicon 512, seed shape, causal, quantised=$models/seed-512-causal-q.laya=the causal seed-shape model through laya quantize: Laya runs Q8_0 with int8 activations, peers the dequantised weights in f32." \
     "lexicon 20000, causal, F32 (random)=$models/rand-20000-causal-f32.laya=relative_causal: 2 blocks, d 128, FFN 256, window 16, the last 31 tokens reach the output; 65,536-row direct embedding, random weights, F32 everywhere." \
