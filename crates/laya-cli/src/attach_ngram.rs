@@ -48,7 +48,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     }
     let lexicon = file.meta.words.len() as u32;
-    let vocab = ngram.vocab_len() as u32;
     // The n-gram numbers its own words; the file numbers the model's by search position.
     let mut map = Vec::with_capacity(ngram.vocab_len() + 2);
     for w in ngram.words() {
@@ -65,7 +64,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
     map.extend([lexicon, lexicon + 1]);
     let (trigrams, prefix) = ngram.counts();
     let mapped: Vec<[u32; 4]> = trigrams.iter().map(|t| [map[t[0] as usize], map[t[1] as usize], map[t[2] as usize], t[3]]).collect();
-    debug_assert!(trigrams.iter().all(|t| t[..3].iter().all(|&x| x <= vocab + 1)));
     let counts = NgramCounts::from_trigrams(lexicon as usize, &mapped, prefix)?;
     let mut tensors: Vec<_> = model_file::owned_tensors(&file).into_iter().filter(|t| !t.name.starts_with("ngram.")).collect();
     tensors.extend(counts.tensors());

@@ -17,9 +17,9 @@ pub enum Kind {
     Model,
     /// The word n-gram baseline (--ngram FILE, made by `laya ngram`).
     Ngram,
-    /// The model and the n-gram interpolated, `(1 − w)·P_model + w·P_ngram` with w =
-    /// --ngram-weight (what an n-gram shipped beside the network would give; the learned
-    /// history mixes into the model's part).
+    /// The model's network and the --ngram file interpolated, `(1 − w)·P_model + w·P_ngram`
+    /// with w = --ngram-weight: the naive twin of the trigram a model file carries (`laya
+    /// attach-ngram`), which is left out here.
     Interpolated,
 }
 

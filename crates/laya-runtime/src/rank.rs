@@ -324,9 +324,7 @@ pub(crate) fn on_bar(m: &Model, last_chars: &[u32], blocked: &[bool], n_chars: u
     let lex = &m.lexicon;
     lex.char_len(id) > i
         && !lex.is_punct(id)
-        && blocked.get(id) != Some(&true)
-        && !lex.is_shadowed(id)
-        && !lex.hides_stretch(id, i)
+        && !hidden(lex, blocked, id, i)
         && if i == 0 {
             next_words_on_bar(m, last_chars, n_chars) && unglued(m, last_chars, n_chars, id)
         } else {
@@ -389,15 +387,17 @@ fn offer(hits: &mut Vec<Hit>, k: usize, h: Hit, lexicon: &Lexicon, blocked: &[bo
         if h.score > best_punct.score {
             *best_punct = h;
         }
-    } else if blocked.get(h.id as usize) == Some(&true)
-        || lexicon.is_shadowed(h.id as usize)
-        || lexicon.hides_stretch(h.id as usize, h.replace as usize)
-    {
-        // The user blocked this word, it is another case of a word the bar shows, or it
-        // stretches a letter the typed text has not: not on the bar.
-    } else {
+    } else if !hidden(lexicon, blocked, h.id as usize, h.replace as usize) {
         push_top(hits, k, h);
     }
+}
+
+/// Whether word `id`, replacing `i` typed characters, is kept off the bar whatever it scores:
+/// the user blocked it, it is another case of a word the bar shows, or it stretches a letter
+/// the typed text has not.
+#[inline]
+fn hidden(lexicon: &Lexicon, blocked: &[bool], id: usize, i: usize) -> bool {
+    blocked.get(id) == Some(&true) || lexicon.is_shadowed(id) || lexicon.hides_stretch(id, i)
 }
 
 /// Keeps `hits` sorted best-first with at most `k` entries. Ties keep the earlier hit, so
