@@ -28,6 +28,7 @@
 use crate::error::FormatError;
 use crate::schema::TensorRef;
 use crate::types::GgmlType;
+use crate::validate::Contents;
 use crate::writer::TensorData;
 
 /// Most words a lexicon with an n-gram may hold: positions and `<s>`, `<unk>` fit 16 bits.
@@ -324,7 +325,7 @@ fn bad(name: &str, reason: String) -> FormatError {
 /// Checks the n-gram tensors among `tensors` of a file whose lexicon holds `words` words: all
 /// or none, types and shapes, and every number a reader follows (starts increasing and in
 /// bounds, followers increasing and lexicon positions, counts positive).
-pub(crate) fn check<'a>(tensors: Vec<TensorRef<'a>>, words: usize) -> Result<Option<NgramTensors<'a>>, FormatError> {
+pub(crate) fn check<'a>(tensors: Vec<TensorRef<'a>>, words: usize, contents: Contents) -> Result<Option<NgramTensors<'a>>, FormatError> {
     if tensors.is_empty() {
         return Ok(None);
     }
@@ -388,14 +389,16 @@ pub(crate) fn check<'a>(tensors: Vec<TensorRef<'a>>, words: usize) -> Result<Opt
             return Err(bad(names::DISCOUNT, format!("discount {i} is {d}; discounts lie strictly between 0 and 1")));
         }
     }
-    for t in [unigram, bigram_total, trigram_total, prefix] {
-        if let Some(i) = (0..t.data.len() / 4).find(|&i| i32_at(t.data, i) < 0) {
-            return Err(bad(&t.name, format!("entry {i} is negative")));
-        }
-    }
     let (b, t_len) = (b as usize, t_len as usize);
-    check_lists(bigram_start, words + 2, b, bigram_word, bigram_count, words)?;
-    check_lists(trigram_start, b + 1, t_len, trigram_word, trigram_count, words)?;
+    if contents == Contents::Check {
+        for t in [unigram, bigram_total, trigram_total, prefix] {
+            if let Some(i) = (0..t.data.len() / 4).find(|&i| i32_at(t.data, i) < 0) {
+                return Err(bad(&t.name, format!("entry {i} is negative")));
+            }
+        }
+        check_lists(bigram_start, words + 2, b, bigram_word, bigram_count, words)?;
+        check_lists(trigram_start, b + 1, t_len, trigram_word, trigram_count, words)?;
+    }
     Ok(Some(NgramTensors { tensors: sorted, bigrams: b, trigrams: t_len }))
 }
 
@@ -542,5 +545,36 @@ mod tests {
             u.ty = GgmlType::F32;
         })
         .contains("unigram"));
+    }
+
+    /// `parse_verified` (bytes a full parse has vouched for) repeats every check whose cost does
+    /// not grow with the data, and leaves the lists' contents to the parse that vouched.
+    #[test]
+    fn vouched_bytes_skip_only_the_per_entry_checks() {
+        let cfg = TinyConfig::small();
+        let (meta, mut tensors) = random_model(&cfg, 5, GgmlType::F32);
+        tensors.extend(random_ngram(cfg.vocab, 300, 5));
+        let good = write_model(&meta, &tensors).unwrap();
+        let file = LayaFile::parse(&good).unwrap();
+        let word = file.ngram.as_ref().unwrap().get(names::TRIGRAM_WORD).unwrap().data;
+        let at = word.as_ptr() as usize - good.as_ptr() as usize;
+        drop(file);
+        // A follower past the lexicon, the checksum made to agree.
+        let mut bad_entry = good.clone();
+        bad_entry[at..at + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+        let sum = crate::patch_checksum(&mut bad_entry).unwrap();
+        assert!(LayaFile::parse(&bad_entry).unwrap_err().to_string().contains("trigram.word"));
+        assert!(LayaFile::parse_verified(&bad_entry, sum).is_ok());
+        // A missing table is refused either way.
+        let mut w = crate::GgufWriter::new();
+        for (k, v) in crate::model_keys(&meta) {
+            w.add_kv(k, v);
+        }
+        for t in tensors.into_iter().filter(|t| t.name != names::DISCOUNT) {
+            w.push_tensor(t).unwrap();
+        }
+        let mut missing = w.to_bytes();
+        let sum = crate::patch_checksum(&mut missing).unwrap();
+        assert!(LayaFile::parse_verified(&missing, sum).unwrap_err().to_string().contains("discount"));
     }
 }

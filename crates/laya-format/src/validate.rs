@@ -528,6 +528,14 @@ fn laya_checksum_slot(file: &GgufFile<'_>) -> Result<(usize, u64), FormatError> 
 /// Files at least this large are hashed on a second thread while the rest is validated.
 pub const PARALLEL_CHECKSUM_BYTES: usize = 1 << 20;
 
+/// Whether a parse reads the data of every tensor (what [`LayaFile::parse`] does) or trusts
+/// it because a full parse already did ([`LayaFile::parse_verified`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contents {
+    Check,
+    Vouched,
+}
+
 impl<'a> LayaFile<'a> {
     /// Parses and validates a model file against every rule of docs/format.md: container, then
     /// architecture, checksum, format version, keys, lexicon and tensors.
@@ -546,13 +554,13 @@ impl<'a> LayaFile<'a> {
         };
         if bytes.len() < PARALLEL_CHECKSUM_BYTES {
             verify(checksum_at(bytes, slot))?;
-            return Self::parse_checked(file, stored);
+            return Self::parse_checked(file, stored, Contents::Check);
         }
         std::thread::scope(|scope| {
             let hasher = std::thread::Builder::new().name("laya-checksum".into()).spawn_scoped(scope, || checksum_at(bytes, slot));
             match hasher {
                 Ok(h) => {
-                    let parsed = Self::parse_checked(file, stored);
+                    let parsed = Self::parse_checked(file, stored, Contents::Check);
                     // The hasher cannot panic (it only reads `bytes`); a join error would mean it did.
                     verify(h.join().map_err(|_| FormatError::ChecksumMismatch { stored, computed: !stored })?)?;
                     parsed
@@ -560,19 +568,21 @@ impl<'a> LayaFile<'a> {
                 // No second thread to be had: hash first, as for a small file.
                 Err(_) => {
                     verify(checksum_at(bytes, slot))?;
-                    Self::parse_checked(file, stored)
+                    Self::parse_checked(file, stored, Contents::Check)
                 }
             }
         })
     }
 
-    /// Every check of [`LayaFile::parse`] except hashing the bytes, for bytes whose checksum
-    /// the caller has already verified and that cannot have changed since: a model compiled
-    /// into a program, which its build script validated with [`LayaFile::parse`] and whose
+    /// For bytes that [`LayaFile::parse`] has already validated and that cannot have changed
+    /// since: a model compiled into a program, which its build script validated and whose
     /// checksum it passed on as `verified`. The stored checksum must equal `verified` (so bytes
-    /// other than the vouched-for ones are refused); everything else is checked as by `parse`.
-    /// Hashing is most of a large model's load, so this is what makes an embedded model's
-    /// cold start fast.
+    /// other than the vouched-for ones are refused), and every check whose cost does not grow
+    /// with the data is made again: the container, every count, offset, key, tensor type and
+    /// shape, and the lexicon (whose order the runtime needs anyway). What `parse` proved by
+    /// reading every byte is not proved again: the hash, the finiteness of every float tensor
+    /// and the n-gram tables' lists and counts (docs/format.md §8), ~10 ms for the 30 MB
+    /// default, most of an embedded model's cold start.
     ///
     /// ```
     /// use laya_format::{testing, write_model, GgmlType, LayaFile};
@@ -589,11 +599,11 @@ impl<'a> LayaFile<'a> {
         if stored != verified {
             return Err(FormatError::ChecksumMismatch { stored, computed: verified });
         }
-        Self::parse_checked(file, stored)
+        Self::parse_checked(file, stored, Contents::Vouched)
     }
 
     /// Everything [`LayaFile::parse`] checks after the architecture and the checksum.
-    fn parse_checked(mut file: GgufFile<'a>, stored: u64) -> Result<Self, FormatError> {
+    fn parse_checked(mut file: GgufFile<'a>, stored: u64, contents: Contents) -> Result<Self, FormatError> {
         let k = Keys { file: &file };
         let version = k.u32(keys::FORMAT_VERSION)?;
         if version != FORMAT_VERSION {
@@ -625,7 +635,7 @@ impl<'a> LayaFile<'a> {
                     rule: spec.rule.clone(),
                 });
             }
-            if spec.finite {
+            if spec.finite && contents == Contents::Check {
                 check_finite(&t.name, t.ty, file.tensor_data(t))?;
             }
         }
@@ -687,7 +697,7 @@ impl<'a> LayaFile<'a> {
                 Some(_) => Some((get(OUTPUT_CLASS_W)?, get(OUTPUT_CLASS_B)?)),
                 None => None,
             },
-            ngram: crate::ngram::check(ngram_tensors, meta.words.len())?,
+            ngram: crate::ngram::check(ngram_tensors, meta.words.len(), contents)?,
             checksum: stored,
             word_order,
             file_len: file.bytes().len(),

@@ -542,12 +542,11 @@ impl Model {
         parts.info.load_time.prepare = start.elapsed() - validate;
         // The parts hold byte ranges, not references, so the storage can move in now.
         let model = Model { storage, ..parts };
-        // What the n-gram derives from its tables and the unigram model that cuts its histories,
-        // computed now, so that no session (nor a hot swap to this model) allocates them in
-        // `predict`.
-        if let Some(n) = &model.ngram {
+        // The unigram model that cuts the n-gram's histories, computed now, so that no session
+        // (nor a hot swap to this model) allocates it in `predict`; what the n-gram derives from
+        // its tables is the packer thread's (`Model::pack`).
+        if model.ngram.is_some() {
             model.word_logp();
-            n.prepare(model.storage.bytes());
         }
         Ok(model)
     }
@@ -759,9 +758,24 @@ impl Model {
     /// engine swap make it) they run at full speed and none allocates.
     pub fn pack(&self) {
         self.pack_layers();
+        self.prepare_ngram();
         for c in 0..self.classes.as_ref().map_or(0, WordClasses::len) {
             self.class_packed(c);
         }
+    }
+
+    /// Derives what the n-gram picks from its tables at every keystroke (its long lists' best
+    /// followers), if the model has one; waits for the packer thread if it is doing so.
+    fn prepare_ngram(&self) {
+        if let Some(n) = &self.ngram {
+            n.prepare(self.storage.bytes());
+        }
+    }
+
+    /// Whether everything [`Model::pack`] makes at load has been made: [`Model::is_packed`]
+    /// and the n-gram's derived lists.
+    fn is_prepared(&self) -> bool {
+        self.is_packed() && self.ngram.as_ref().is_none_or(Ngram::is_prepared)
     }
 
     /// The first half of [`Model::pack`]: the linear layers and the word head, not the classes
@@ -797,13 +811,14 @@ impl Model {
     }
 
     /// Wraps a freshly loaded model in its `Arc` and starts the thread that packs its layers
-    /// (`laya-pack`), so that loading returns without the ~10 ms a 50,000-word flat head takes
-    /// to pack; predictions meanwhile compute the same values from the file's rows. The thread
-    /// holds only a weak reference between matrices and stops when the model is dropped. Where
-    /// no thread can be started, the layers are packed here.
+    /// and then prepares its n-gram's lists (`laya-pack`), so that loading returns without the
+    /// ~10 ms a 50,000-word flat head takes to pack, or the ~5 ms of scanning a 50,000-word
+    /// trigram's long lists; predictions meanwhile compute the same values from the file's rows
+    /// and lists. The thread holds only a weak reference between steps and stops when the
+    /// model is dropped. Where no thread can be started, this is done here.
     fn start_packing(model: Model) -> Arc<Model> {
         let model = Arc::new(model);
-        if model.is_packed() {
+        if model.is_prepared() {
             return model;
         }
         let weak = Arc::downgrade(&model);
@@ -811,7 +826,8 @@ impl Model {
             for i in 0.. {
                 match weak.upgrade() {
                     Some(m) if m.pack_matrix(i) => {}
-                    _ => break,
+                    Some(m) => return m.prepare_ngram(),
+                    None => return,
                 }
             }
         });
@@ -914,5 +930,28 @@ mod tests {
             assert_eq!(first, bar(&mut after, "今天天"));
             assert_eq!(bar(&mut across, "今天天气"), bar(&mut after, "今天天气"), "seed {seed}: one session across packing");
         }
+    }
+
+    /// The n-gram's candidates before the packer thread has prepared its long lists (picked
+    /// from the lists at each prediction) equal those after, to the bit; the lists are long
+    /// enough to need preparing.
+    #[test]
+    fn predictions_do_not_change_when_the_ngram_lists_are_prepared() {
+        let cfg = TinyConfig { vocab: 700, ..TinyConfig::default() };
+        let (meta, mut tensors) = random_quantized_model(&cfg, 8, &QuantizeOptions::default());
+        tensors.extend(laya_format::testing::random_ngram(cfg.vocab, 6000, 8));
+        let bytes = laya_format::write_model(&meta, &tensors).unwrap();
+        let model = Arc::new(Model::from_storage(Storage::Owned(bytes), Kernels::detect(), None).unwrap());
+        let contexts = ["", "今", "今天", "我们", "hello ", "的的的的"];
+        let run = || {
+            let mut s = Session::new(Arc::clone(&model));
+            contexts.iter().map(|c| bar(&mut s, c)).collect::<Vec<_>>()
+        };
+        let n = model.ngram.as_ref().unwrap();
+        assert!(!n.is_prepared());
+        let before = run();
+        model.pack();
+        assert!(n.is_prepared() && n.long_list_count() >= 2, "{} long lists", n.long_list_count());
+        assert_eq!(before, run());
     }
 }

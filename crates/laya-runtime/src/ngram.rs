@@ -63,11 +63,12 @@ pub(crate) struct Ngram {
     /// character before the cursor.
     p_i: [[f64; PREFIX_LENGTHS]; PREFIX_CLASSES],
     /// The [`TOP_FOLLOW`] positions of largest unigram count: the unigram candidates of an
-    /// empty prefix. Built at load ([`Ngram::prepare`]).
+    /// empty prefix. Built by [`Ngram::prepare`], on the model's packer thread; until then a
+    /// prediction picks them from the counts itself (the same positions, more slowly).
     top_c1: OnceLock<Vec<u32>>,
     /// The most counted followers of every list longer than [`SCAN_ALL`], taken whole when
     /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
-    /// `top_c1`.
+    /// `top_c1`, and likewise picked from the list by a prediction that comes first.
     long_lists: OnceLock<LongLists>,
 }
 
@@ -171,7 +172,7 @@ impl Ngram {
     }
 
     /// The [`TOP_FOLLOW`] positions of largest unigram count, as [`best_of`] picks them: the
-    /// unigram candidates of an empty prefix (computed at the first call: at load).
+    /// unigram candidates of an empty prefix (computed at the first call).
     fn top_c1(&self, bytes: &[u8]) -> &[u32] {
         self.top_c1.get_or_init(|| {
             let unigram = self.tables(bytes).unigram;
@@ -181,7 +182,7 @@ impl Ngram {
         })
     }
 
-    /// The best followers of the long lists (computed at the first call: at load).
+    /// The best followers of the long lists (computed at the first call).
     fn long_lists(&self, bytes: &[u8]) -> &LongLists {
         self.long_lists.get_or_init(|| {
             let t = self.tables(bytes);
@@ -213,10 +214,23 @@ impl Ngram {
         })
     }
 
-    /// Computes at load what the first prediction would otherwise compute (and allocate).
+    /// Computes what a prediction would otherwise pick from the counts at every keystroke: a
+    /// few milliseconds over every long list, so the model's packer thread does it
+    /// ([`crate::Model::pack`] waits for it). Predictions are the same before and after.
     pub(crate) fn prepare(&self, bytes: &[u8]) {
         self.top_c1(bytes);
         self.long_lists(bytes);
+    }
+
+    /// Whether [`Ngram::prepare`] has run.
+    pub(crate) fn is_prepared(&self) -> bool {
+        self.top_c1.get().is_some() && self.long_lists.get().is_some()
+    }
+
+    /// How many lists [`Ngram::prepare`] found long (0 before it runs).
+    #[cfg(test)]
+    pub(crate) fn long_list_count(&self) -> usize {
+        self.long_lists.get().map_or(0, |l| l.bigram.len() + l.trigram.len())
     }
 
     /// `P_KN(w | u v)` of positions `u`, `v`, `w`.
@@ -519,13 +533,14 @@ fn hypothesis(
     let (lo, hi) = (range.start as u32, range.end as u32);
     cand.clear();
     let hist = t.history(h[0], h[1]);
-    let long = t.n.long_lists(input.bytes);
-    let trigram_top = long.top(true, hist.trigram.start).filter(|_| !hist.trigram.is_empty());
+    // Before the packer thread has prepared them, the lists' best followers are picked here.
+    let long = t.n.long_lists.get();
+    let trigram_top = long.and_then(|l| l.top(true, hist.trigram.start)).filter(|_| !hist.trigram.is_empty());
     followers(t.trigram_word, t.trigram_count, hist.trigram.clone(), lo, hi, trigram_top, t.n.words, cand, top);
-    let bigram_top = long.top(false, hist.bigram.start).filter(|_| !hist.bigram.is_empty());
+    let bigram_top = long.and_then(|l| l.top(false, hist.bigram.start)).filter(|_| !hist.bigram.is_empty());
     followers(t.bigram_word, t.bigram_count, hist.bigram.clone(), lo, hi, bigram_top, t.n.words, cand, top);
-    if range.len() >= t.n.words {
-        cand.extend_from_slice(t.n.top_c1(input.bytes));
+    if let (Some(top_c1), true) = (t.n.top_c1.get(), range.len() >= t.n.words) {
+        cand.extend_from_slice(top_c1);
     } else {
         best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
         cand.extend(top.iter().map(|e| e.1));
