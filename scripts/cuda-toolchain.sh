@@ -14,13 +14,18 @@ mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || return 1
 if [ ! -x "$dir/venv/bin/python" ]; then python3 -m venv "$dir/venv" || return 1; fi
 "$dir/venv/bin/pip" install -q --disable-pip-version-check \
     nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-runtime==13.0.96 \
-    nvidia-cuda-cccl==13.0.85 nvidia-cublas==13.1.0.3 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88 || return 1
+    nvidia-cuda-cccl==13.0.85 nvidia-cublas==13.1.0.3 nvidia-curand==10.4.0.35 nvidia-cuda-nvrtc==13.0.88 \
+    nvidia-nccl-cu13==2.30.7 || return 1
 CUDA_HOME=$("$dir/venv/bin/python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))') || return 1
 export CUDA_HOME
 lib="$CUDA_HOME/lib"
 # The wheels ship versioned sonames only; the linker looks for the plain names.
 for l in cudart cublas cublasLt nvrtc; do ln -sf "lib$l.so.13" "$lib/lib$l.so"; done
 ln -sf libcurand.so.10 "$lib/libcurand.so"
+# NCCL (`laya train --gpus`) ships apart from the toolkit; linked here, the GPU machine's copy
+# (PyTorch's) is found at run time.
+nccl=$("$dir/venv/bin/python" -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))') || return 1
+ln -sf "$nccl/libnccl.so.2" "$lib/libnccl.so"
 ln -sfn lib "$CUDA_HOME/lib64"
 if [ ! -f "$lib/stubs/libcuda.so" ]; then
     # Every driver-API entry point cudarc declares, as an empty function: enough to link.

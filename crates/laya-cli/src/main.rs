@@ -28,6 +28,8 @@ mod attach_ngram;
 mod bench;
 mod default_model;
 mod eval;
+#[cfg(feature = "train")]
+mod gpus;
 mod inspect;
 mod install;
 mod lexicon;

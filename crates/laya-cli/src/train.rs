@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use laya_train::{
     even_stride, load_init, train, train_from, ExportInfo, InitOptions, Mapping, ModelConfig, NormRule, Objective, PositionScheme,
-    Precision, PriorCarry, RunOptions, TrainConfig,
+    Precision, PriorCarry, RankOptions, RunOptions, TrainConfig,
 };
 
 use crate::train_io::{read_log, BarHooks};
@@ -202,6 +202,17 @@ pub struct Args {
     /// the `cuda` feature (scripts/build-cuda.sh).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Train on this many GPUs at once, from --device's on (`--device cuda --gpus 4`: GPUs 0–3),
+    /// one rank each through NCCL: every rank trains on its own shard of the log (line `i` to
+    /// rank `i mod N`) with --batch-size samples a step, gradients summed every step
+    /// (docs/training.md, "Several GPUs"). A run resumes on another number of GPUs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    gpus: u16,
+    /// Deal the log into this many shards and take --batch-size / S from each every step: what
+    /// S GPUs with a batch of --batch-size / S each train on, on one device (to check such a
+    /// run against one device).
+    #[arg(long, default_value_t = 0, conflicts_with = "gpus")]
+    data_shards: usize,
     /// `general.name` of the model.
     #[arg(long, default_value = "laya-model")]
     name: String,
@@ -227,6 +238,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     // Before reading anything: a missing GPU should not cost the wait.
     let device = laya_train::parse_device(&args.device)?;
+    if args.gpus > 1 && device.is_cpu() {
+        return Err(CliError("--gpus trains on several GPUs: give --device cuda (the CPU already uses every core)".into()));
+    }
     let classes = match (args.word_classes, &args.init) {
         (Some(k), _) => Some((k, args.own_class_words)),
         (None, None) => Some(DEFAULT_WORD_CLASSES),
@@ -314,20 +328,40 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if let Some(dir) = &args.checkpoint_dir {
         std::fs::create_dir_all(dir).map_err(|e| CliError(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let opts = RunOptions {
-        checkpoint_dir: args.checkpoint_dir.clone(),
-        resume: args.resume,
-        checkpoint_every: args.checkpoint_every,
-        device,
-        time_limit: args.time_limit,
-    };
-
     let mut hooks = BarHooks::start();
     let (bar, stop) = (hooks.bar.clone(), hooks.stop.clone());
-    let (outcome, source) = match (init, model_cfg) {
-        (Some(i), _) => (train_from(i.net, cfg, &events, &valid, &opts, &mut hooks)?, Some(i.source)),
-        (None, Some(model_cfg)) => (train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?, None),
-        (None, None) => unreachable!("checked above"),
+    let (outcome, source) = if args.gpus > 1 {
+        let ranks = RankOptions {
+            checkpoint_dir: args.checkpoint_dir.clone(),
+            resume: args.resume,
+            checkpoint_every: args.checkpoint_every,
+            time_limit: args.time_limit,
+        };
+        let source = init.as_ref().map(|i| i.source.clone());
+        drop((init, device));
+        let start = |_: usize, _: &laya_train::Device| match (&args.init, &model_cfg) {
+            (Some(p), _) => {
+                Ok(load_init(p, InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme) })?.net)
+            }
+            (None, Some(mc)) => laya_train::LayaNet::new(mc.clone(), cfg.seed),
+            (None, None) => unreachable!("checked above"),
+        };
+        (crate::gpus::train(&args.device, args.gpus.into(), &start, &cfg, events, &valid, &ranks, &mut hooks)?, source)
+    } else {
+        let opts = RunOptions {
+            checkpoint_dir: args.checkpoint_dir.clone(),
+            resume: args.resume,
+            checkpoint_every: args.checkpoint_every,
+            device,
+            time_limit: args.time_limit,
+            data_shards: args.data_shards,
+            ..RunOptions::default()
+        };
+        match (init, model_cfg) {
+            (Some(i), _) => (train_from(i.net, cfg, &events, &valid, &opts, &mut hooks)?, Some(i.source)),
+            (None, Some(model_cfg)) => (train(model_cfg, cfg, &events, &valid, &opts, &mut hooks)?, None),
+            (None, None) => unreachable!("checked above"),
+        }
     };
     bar.finish_and_clear();
 

@@ -384,3 +384,25 @@ fn time_limit_ends_the_run_and_writes_the_model() {
         assert!(!run.status.success() && err.contains("--time-limit") && err.contains("positive number of seconds"), "{bad}: {err}");
     }
 }
+
+/// `--data-shards 2` trains what two GPUs with half the batch each would (and writes a model);
+/// `--gpus` refuses the CPU, and a build without CUDA says how to get one, before any training.
+#[test]
+fn data_shards_trains_and_gpus_needs_a_gpu() {
+    let (events, lexicon) = fixtures();
+    let out = tmp("data-shards.laya");
+    let text = train_new(&events, &lexicon, &out, &["--data-shards", "2"]);
+    assert!(text.contains("wrote"), "{text}");
+    assert!(laya_format::LayaFile::parse(&std::fs::read(&out).unwrap()).is_ok());
+    let odd = train_cmd(&events, &lexicon, &tmp("odd-shards.laya")).pipe(tiny).args(["--data-shards", "3"]).output().unwrap();
+    assert!(!odd.status.success() && String::from_utf8_lossy(&odd.stderr).contains("data shards"));
+    let cpu = train_cmd(&events, &lexicon, &tmp("gpus-cpu.laya")).pipe(tiny).args(["--gpus", "2"]).output().unwrap();
+    let err = String::from_utf8_lossy(&cpu.stderr);
+    assert!(!cpu.status.success() && err.contains("--device cuda"), "{err}");
+    if !cfg!(feature = "cuda") {
+        let gpu =
+            train_cmd(&events, &lexicon, &tmp("gpus-cuda.laya")).pipe(tiny).args(["--gpus", "2", "--device", "cuda"]).output().unwrap();
+        let err = String::from_utf8_lossy(&gpu.stderr);
+        assert!(!gpu.status.success() && err.contains("without CUDA"), "{err}");
+    }
+}

@@ -23,6 +23,17 @@ pub struct EncodeStats {
     pub bad_weight: usize,
 }
 
+impl EncodeStats {
+    /// Adds another set's counts (shards encoded apart).
+    pub fn add(&mut self, o: &EncodeStats) {
+        self.used += o.used;
+        self.no_click += o.no_click;
+        self.bad_click += o.bad_click;
+        self.clicked_oov += o.clicked_oov;
+        self.bad_weight += o.bad_weight;
+    }
+}
+
 /// Events encoded once for the whole run so that batching is just copying.
 #[derive(Debug, Clone, Default)]
 pub struct EncodedSet {

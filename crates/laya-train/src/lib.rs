@@ -6,17 +6,24 @@
 //! embedding updates, the training loop with validation, checkpoints and resume, and export
 //! to the `.laya` file.
 
+mod checkpoint;
 mod codec;
 mod config;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+pub use cuda::{NcclId, NcclRank};
 mod error;
 mod model;
 mod ops;
 mod optim;
+mod parallel;
 mod pipeline;
 mod rng;
 
+/// The device a run trains on (`RunOptions::device`, [`parse_device`]).
+pub use candle_core::Device;
+pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use codec::{encode_causal_into, encode_context, encode_context_into, table_mapping, PAD_ROW};
 pub use config::{Decay, ModelConfig, Objective, ShownScope, TrainConfig};
 pub use error::{Result, TrainError};
@@ -24,6 +31,7 @@ pub use error::{Result, TrainError};
 pub use laya_format::{normalize, Activation, Mapping, NormRule, PositionScheme};
 pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recency_prior, softmax_last, LayaNet, Param, ParamKind};
 pub use optim::{lr_at, lr_at_time, AdamW, Grads};
+pub use parallel::{deal, train_ranks, LocalGroup, LocalRank, RankOptions, RankSetup, Reducer};
 pub use pipeline::{
     check_output_path, even_stride, head_description, lexicon_in_file_order, load_init, parse_device, save_model, today_utc, InitModel,
     InitOptions, PriorCarry,
@@ -46,9 +54,9 @@ pub use prune::{
     PruneReport, Saliency, PRUNE_GROUP, WIDTH_MULTIPLE,
 };
 pub use train::{
-    configure_candle_threads, evaluate, fused_loss_tensors, load_checkpoint, loss_svg, loss_tensors, save_checkpoint, shard_count,
-    summary_table, train, train_from, train_step, training_pool, training_threads, EpochReport, LossParts, NoHooks, PrintHooks, RunOptions,
-    StepReport, StopReason, TrainHooks, TrainOutcome, TrainState, ValidReport,
+    configure_candle_threads, evaluate, fused_loss_tensors, loss_svg, loss_tensors, shard_count, summary_table, train, train_from,
+    train_step, training_pool, training_threads, EpochReport, LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason,
+    TrainHooks, TrainOutcome, TrainState, ValidReport,
 };
 
 /// The README's example runs as a doctest.

@@ -1,18 +1,17 @@
 //! The training loop: batching, loss, AdamW steps, validation, checkpoints, resume, early
 //! stopping, the loss-curve SVG and the summary table.
 
+use crate::checkpoint::{load_checkpoint, save_checkpoint, save_tensors, write_file};
 use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
 use crate::model::{LayaNet, ParamKind};
 use crate::ops::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy};
 use crate::optim::{lr_at_time, AdamW, Grads};
-use crate::rng::Rng;
 use candle_core::{Tensor, Var};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Loss terms of one batch (means over the batch).
@@ -130,6 +129,20 @@ pub fn training_pool() -> Result<rayon::ThreadPool> {
 /// whole batch's up to float rounding, so runs on different thread counts differ in the last
 /// bits; a run on the same machine and thread count is repeatable.
 pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConfig, lr: f64) -> Result<(LossParts, f64)> {
+    let (parts, grads) = batch_grads(net, batch, cfg)?;
+    Ok((parts, apply_grads(net, opt, &grads, cfg, lr)?))
+}
+
+/// Clips `grads` to `cfg.grad_clip` and takes the AdamW step; returns the norm before clipping.
+fn apply_grads(net: &LayaNet, opt: &mut AdamW, grads: &Grads, cfg: &TrainConfig, lr: f64) -> Result<f64> {
+    let norm = AdamW::grad_norm(grads)?;
+    let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
+    opt.step(net.params(), grads, lr, scale)?;
+    Ok(norm)
+}
+
+/// The losses and gradients of [`train_step`], before clipping and the optimiser step.
+fn batch_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossParts, Grads)> {
     // A GPU takes the whole batch in one graph: it is the device, not the threads, that runs it.
     let shards = if net.device().is_cpu() { shard_count(batch.size, rayon::current_num_threads()) } else { 1 };
     let (parts, grads) = if shards == 1 {
@@ -169,10 +182,7 @@ pub fn train_step(net: &LayaNet, opt: &mut AdamW, batch: &Batch, cfg: &TrainConf
         Some(g) => out.add_embedding_rows_on_device(&batch.rows, g)?,
         None => out.add_embedding_rows(&batch.rows, &grads.leaf, net.config().d_model),
     }
-    let norm = AdamW::grad_norm(&out)?;
-    let scale = if cfg.grad_clip > 0.0 && norm > cfg.grad_clip { (cfg.grad_clip / norm) as f32 } else { 1.0 };
-    opt.step(net.params(), &out, lr, scale)?;
-    Ok((parts, norm))
+    Ok((parts, out))
 }
 
 /// How many shards [`train_step`] cuts a batch of `batch_size` samples into on `threads`
@@ -467,11 +477,30 @@ pub struct RunOptions {
     /// whichever of the steps and the time is further along ([`crate::lr_at_time`]), so it
     /// reaches its floor at the limit. For a machine lent for a fixed time.
     pub time_limit: Option<std::time::Duration>,
+    /// Data parallelism: this run is one rank of a group (docs/training.md, "Several GPUs"),
+    /// given its own shard of the events (`train_events`: event `i` of the log goes to rank
+    /// `i mod N`, [`crate::deal`]) and drawing `batch_size` samples a step from it. The ranks'
+    /// gradients and losses are summed every step, so each takes the step one device would
+    /// take on the union of their batches; rank 0 alone validates and writes checkpoints. Every
+    /// rank must start from the same weights and settings.
+    pub parallel: Option<std::rc::Rc<dyn crate::Reducer>>,
+    /// In one process, deal the events into this many shards and draw `batch_size / S` from
+    /// each a step: the order in which `S` ranks with a batch of `batch_size / S` each would
+    /// see them (to check such a run on one device). 0 or 1: one permutation of all events.
+    pub data_shards: usize,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { checkpoint_dir: None, resume: false, checkpoint_every: 0, device: candle_core::Device::Cpu, time_limit: None }
+        RunOptions {
+            checkpoint_dir: None,
+            resume: false,
+            checkpoint_every: 0,
+            device: candle_core::Device::Cpu,
+            time_limit: None,
+            parallel: None,
+            data_shards: 0,
+        }
     }
 }
 
@@ -496,15 +525,10 @@ pub struct TrainState {
     pub epochs: Vec<EpochReport>,
     /// True when early stopping or the epoch limit ended the run.
     pub finished: bool,
-}
-
-#[derive(Serialize, Deserialize)]
-struct CheckpointMeta {
-    model: ModelConfig,
-    train: TrainConfig,
-    state: TrainState,
-    optimizer_step: u64,
-    adamw_moments_restored_on_resume: bool,
+    /// Batches per epoch of the run that wrote this state (0: not recorded). A run resumed
+    /// with other shards (another number of GPUs) starts its epoch at the same fraction.
+    #[serde(default)]
+    pub batches_per_epoch: usize,
 }
 
 /// What [`train`] returns.
@@ -534,14 +558,6 @@ pub enum StopReason {
     Interrupted,
     /// [`RunOptions::time_limit`] was reached; the run is finished.
     TimeLimit,
-}
-
-/// Permutation of the training samples for `epoch`: a pure function of the seed and the epoch,
-/// so a resumed run replays the same order.
-fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..n).collect();
-    Rng::new(seed, 0x5EED_0000 + epoch as u64).shuffle(&mut idx);
-    idx
 }
 
 fn snapshot(net: &LayaNet) -> Result<Vec<Tensor>> {
@@ -622,8 +638,29 @@ pub fn train_from(
         let dir = opts.checkpoint_dir.as_deref().ok_or_else(|| TrainError::Checkpoint("resume needs a checkpoint directory".into()))?;
         state = load_checkpoint(dir, &net, &mut opt, &model_cfg, &cfg)?;
     }
-    let trainset = encode_events(train_events, &model_cfg, &cfg);
-    let validset = encode_events(valid_events, &model_cfg, &cfg);
+    let reducer = opts.parallel.as_deref();
+    // Rank 0 (or a run of one) validates and writes; every rank takes the same steps.
+    let leader = reducer.is_none_or(|r| r.rank() == 0);
+    let shards = if reducer.is_some() { 1 } else { opts.data_shards.max(1) };
+    let (trainset, lens) = match shards {
+        1 => {
+            let set = encode_events(train_events, &model_cfg, &cfg);
+            let n = set.len();
+            (set, vec![n])
+        }
+        _ => {
+            let mut all = EncodedSet { t: model_cfg.seq_len(), ..EncodedSet::default() };
+            let mut lens = Vec::with_capacity(shards);
+            for shard in crate::deal(train_events.to_vec(), shards) {
+                let set = encode_events(&shard, &model_cfg, &cfg);
+                lens.push(set.len());
+                crate::parallel::append(&mut all, set);
+            }
+            (all, lens)
+        }
+    };
+    let validset = if leader { encode_events(valid_events, &model_cfg, &cfg) } else { EncodedSet::default() };
+    let validates = !valid_events.is_empty();
     if trainset.is_empty() {
         return Err(TrainError::NoData(format!(
             "none of the {} training events has a valid click ({:?})",
@@ -633,7 +670,19 @@ pub fn train_from(
     }
     let (v, c) = (model_cfg.vocab(), model_cfg.replace_classes);
     let pool = training_pool()?;
-    let per_epoch = trainset.len().div_ceil(cfg.batch_size);
+    let plan = match reducer {
+        Some(r) => {
+            crate::parallel::Plan::rank(r.rank(), &crate::parallel::shard_lengths(r, trainset.len(), net.device())?, cfg.batch_size)?
+        }
+        None if shards > 1 => crate::parallel::Plan::emulated(&lens, cfg.batch_size)?,
+        None => crate::parallel::Plan::whole(trainset.len(), cfg.batch_size),
+    };
+    let per_epoch = plan.per_epoch();
+    if state.batches_per_epoch > 0 && state.batches_per_epoch != per_epoch {
+        // Resumed with other shards: the same fraction of the epoch in the new order.
+        state.batch_in_epoch = state.batch_in_epoch * per_epoch / state.batches_per_epoch;
+    }
+    state.batches_per_epoch = per_epoch;
     let total_steps = per_epoch * cfg.epochs;
     let mut best: Option<Vec<Tensor>> = None;
     if let (Some(dir), true) = (&opts.checkpoint_dir, state.best_valid.is_some()) {
@@ -653,27 +702,33 @@ pub fn train_from(
     let time_used = || opts.time_limit.map_or(0.0, |l| t_run.elapsed().as_secs_f64() / l.as_secs_f64().max(1e-9));
     'epochs: while state.epoch < cfg.epochs && !state.finished {
         let epoch = state.epoch;
-        let order = epoch_order(trainset.len(), cfg.seed, epoch);
+        let orders = plan.orders(cfg.seed, epoch);
         let t_epoch = Instant::now();
         let (mut ep_loss, mut ep_n, mut ep_samples) = (0f64, 0usize, 0usize);
         let (mut acc, mut acc_n, mut acc_samples, mut t_log) = (LossParts::default(), 0usize, 0usize, Instant::now());
         let mut last_norm = 0.0;
         let mut lr = 0.0;
         while state.batch_in_epoch < per_epoch {
-            if hooks.should_stop() {
+            let idx = plan.batch(&orders, state.batch_in_epoch);
+            let mut batch = make_batch(&trainset, &idx, v, c, net.device())?;
+            let (mut stop, mut time_fraction, mut samples) = (hooks.should_stop(), time_used(), batch.size);
+            if let Some(r) = reducer {
+                (stop, time_fraction, samples) = crate::parallel::agree_on_step(r, &mut batch, stop, time_fraction, net.device())?;
+            }
+            if stop {
                 stop_reason = StopReason::Interrupted;
                 break 'epochs;
             }
-            let time_fraction = time_used();
             if time_fraction >= 1.0 {
                 stop_reason = StopReason::TimeLimit;
                 break;
             }
-            let s = state.batch_in_epoch * cfg.batch_size;
-            let idx = &order[s..(s + cfg.batch_size).min(order.len())];
-            let batch = make_batch(&trainset, idx, v, c, net.device())?;
             lr = lr_at_time(state.step, total_steps, time_fraction, &cfg);
-            let (parts, norm) = pool.install(|| train_step(&net, &mut opt, &batch, &cfg, lr))?;
+            let (mut parts, mut grads) = pool.install(|| batch_grads(&net, &batch, &cfg))?;
+            if let Some(r) = reducer {
+                (grads, parts) = crate::parallel::sum_grads(r, &net, grads, parts)?;
+            }
+            let norm = pool.install(|| apply_grads(&net, &mut opt, &grads, &cfg, lr))?;
             if !parts.total.is_finite() {
                 return Err(TrainError::NoData(format!(
                     "training diverged at step {} (loss {}); lower the learning rate",
@@ -685,12 +740,12 @@ pub fn train_from(
             state.batch_in_epoch += 1;
             ep_loss += parts.total as f64;
             ep_n += 1;
-            ep_samples += batch.size;
+            ep_samples += samples;
             acc.total += parts.total;
             acc.word += parts.word;
             acc.replace += parts.replace;
             acc_n += 1;
-            acc_samples += batch.size;
+            acc_samples += samples;
             if acc_n >= cfg.log_every.max(1) {
                 let secs = t_log.elapsed().as_secs_f64().max(1e-9);
                 let sps = acc_samples as f64 / secs;
@@ -716,7 +771,7 @@ pub fn train_from(
                 acc_samples = 0;
                 t_log = Instant::now();
             }
-            if opts.checkpoint_every > 0 && state.step % opts.checkpoint_every == 0 {
+            if opts.checkpoint_every > 0 && state.step % opts.checkpoint_every == 0 && leader {
                 if let Some(dir) = &opts.checkpoint_dir {
                     save_checkpoint(dir, &net, &opt, &model_cfg, &cfg, &state)?;
                 }
@@ -725,16 +780,21 @@ pub fn train_from(
         let _ = (last_norm, lr);
         let train_secs = t_epoch.elapsed().as_secs_f64();
         let valid = if validset.is_empty() { ValidReport::default() } else { pool.install(|| evaluate(&net, &validset, &cfg, 256))? };
-        let is_best = !validset.is_empty() && state.best_valid.is_none_or(|b| valid.loss.total < b);
+        let valid = match reducer {
+            Some(r) => crate::parallel::share_report(r, leader.then_some(valid), net.device())?,
+            None => valid,
+        };
+        let validates = validates && valid.events > 0;
+        let is_best = validates && state.best_valid.is_none_or(|b| valid.loss.total < b);
         if is_best {
             state.best_valid = Some(valid.loss.total);
             state.best_epoch = Some(epoch);
             state.bad_epochs = 0;
             best = Some(snapshot(&net)?);
-            if let Some(dir) = &opts.checkpoint_dir {
+            if let (Some(dir), true) = (&opts.checkpoint_dir, leader) {
                 save_tensors(&dir.join("best.safetensors"), &net, None)?;
             }
-        } else if !validset.is_empty() {
+        } else if validates {
             state.bad_epochs += 1;
         }
         let report = EpochReport {
@@ -760,13 +820,13 @@ pub fn train_from(
             stop_reason = StopReason::TimeLimit;
             state.finished = true;
         }
-        if let Some(dir) = &opts.checkpoint_dir {
+        if let (Some(dir), true) = (&opts.checkpoint_dir, leader) {
             save_checkpoint(dir, &net, &opt, &model_cfg, &cfg, &state)?;
             write_file(&dir.join("loss.svg"), loss_svg(&state).as_bytes())?;
         }
     }
     if stop_reason == StopReason::Interrupted {
-        if let Some(dir) = &opts.checkpoint_dir {
+        if let (Some(dir), true) = (&opts.checkpoint_dir, leader) {
             save_checkpoint(dir, &net, &opt, &model_cfg, &cfg, &state)?;
             write_file(&dir.join("loss.svg"), loss_svg(&state).as_bytes())?;
         }
@@ -774,100 +834,6 @@ pub fn train_from(
         restore_snapshot(&net, b)?;
     }
     Ok(TrainOutcome { net, state, train_stats: trainset.stats, valid_stats: validset.stats, stop_reason })
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    // Write-then-rename: an interrupted write never leaves a half checkpoint behind.
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
-}
-
-fn save_tensors(path: &Path, net: &LayaNet, opt: Option<&AdamW>) -> Result<()> {
-    let mut map: HashMap<String, Tensor> = HashMap::new();
-    for (i, p) in net.params().iter().enumerate() {
-        match opt {
-            None => {
-                map.insert(p.name.clone(), p.var.as_tensor().clone());
-            }
-            Some(o) => {
-                let (m, v) = o.moments(i)?;
-                let (nm, nv) = (m.len(), v.len());
-                map.insert(format!("m.{}", p.name), Tensor::from_vec(m, nm, &candle_core::Device::Cpu)?);
-                map.insert(format!("v.{}", p.name), Tensor::from_vec(v, nv, &candle_core::Device::Cpu)?);
-            }
-        }
-    }
-    let tmp = path.with_extension("tmp");
-    candle_core::safetensors::save(&map, &tmp)?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
-}
-
-/// Writes `model.safetensors` (weights under their model-file names), `optimizer.safetensors`
-/// (AdamW moments `m.<name>`, `v.<name>`) and `state.json` into `dir`.
-pub fn save_checkpoint(dir: &Path, net: &LayaNet, opt: &AdamW, model: &ModelConfig, train: &TrainConfig, state: &TrainState) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    save_tensors(&dir.join("model.safetensors"), net, None)?;
-    save_tensors(&dir.join("optimizer.safetensors"), net, Some(opt))?;
-    let meta = CheckpointMeta {
-        model: model.clone(),
-        train: train.clone(),
-        state: state.clone(),
-        optimizer_step: opt.steps(),
-        adamw_moments_restored_on_resume: true,
-    };
-    let json = serde_json::to_vec_pretty(&meta).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
-    write_file(&dir.join("state.json"), &json)
-}
-
-/// Loads a checkpoint written by [`save_checkpoint`] into `net` and `opt` and returns the loop
-/// state. The model config must be identical; the training config may differ only in `epochs`
-/// and `patience` (so a finished run can be extended).
-pub fn load_checkpoint(dir: &Path, net: &LayaNet, opt: &mut AdamW, model: &ModelConfig, train: &TrainConfig) -> Result<TrainState> {
-    let sp = dir.join("state.json");
-    let bytes = std::fs::read(&sp).map_err(io_err(&sp))?;
-    let meta: CheckpointMeta = serde_json::from_slice(&bytes).map_err(|e| TrainError::Checkpoint(format!("{}: {e}", sp.display())))?;
-    if &meta.model != model {
-        return Err(TrainError::Checkpoint(format!(
-            "{} was written for a different model configuration (sizes, lexicon or mapping)",
-            sp.display()
-        )));
-    }
-    let relaxed = |t: &TrainConfig| TrainConfig { epochs: 0, patience: 0, ..t.clone() };
-    if relaxed(&meta.train) != relaxed(train) {
-        return Err(TrainError::Checkpoint(format!(
-            "{} was written with different training settings; only epochs and patience may change on resume",
-            sp.display()
-        )));
-    }
-    let load = |name: &str| -> Result<HashMap<String, Tensor>> {
-        let p = dir.join(name);
-        if !p.exists() {
-            return Err(TrainError::Checkpoint(format!("{} is missing", p.display())));
-        }
-        Ok(candle_core::safetensors::load(&p, net.device())?)
-    };
-    let weights = load("model.safetensors")?;
-    let moments = load("optimizer.safetensors")?;
-    let (mut ms, mut vs) = (Vec::new(), Vec::new());
-    for p in net.params() {
-        let missing = |n: &str| TrainError::Checkpoint(format!("tensor {n} missing from checkpoint"));
-        let w = weights.get(&p.name).ok_or_else(|| missing(&p.name))?;
-        if w.dims() != p.var.dims() {
-            return Err(TrainError::Checkpoint(format!("tensor {} has shape {:?}, expected {:?}", p.name, w.dims(), p.var.dims())));
-        }
-        p.var.set(w)?;
-        let m = moments.get(&format!("m.{}", p.name)).ok_or_else(|| missing(&format!("m.{}", p.name)))?;
-        let v = moments.get(&format!("v.{}", p.name)).ok_or_else(|| missing(&format!("v.{}", p.name)))?;
-        ms.push(m.to_vec1::<f32>()?);
-        vs.push(v.to_vec1::<f32>()?);
-    }
-    opt.restore(meta.optimizer_step, ms, vs)?;
-    let mut state = meta.state;
-    if state.epoch < train.epochs {
-        state.finished = false;
-    }
-    Ok(state)
 }
 
 /// A minimal standalone SVG of the training loss (per logged step) and the validation loss

@@ -4,6 +4,9 @@
 
 use std::sync::{Arc, Mutex};
 
+mod nccl;
+pub use nccl::{NcclId, NcclRank};
+
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{DeviceId, WrapErr};
 use candle_core::op::BackpropOp;
