@@ -205,9 +205,10 @@ pub struct Args {
     /// Train on this many GPUs at once, from --device's on (`--device cuda --gpus 4`: GPUs 0–3),
     /// one rank each through NCCL: every rank trains on its own shard of the log (line `i` to
     /// rank `i mod N`) with --batch-size samples a step, gradients summed every step
-    /// (docs/training.md, "Several GPUs"). A run resumes on another number of GPUs.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
-    gpus: u16,
+    /// (docs/training.md, "Several GPUs"). A run resumes on another number of GPUs. `--gpus 1`
+    /// runs that path on one GPU (to check NCCL, or to see what it costs).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    gpus: Option<u16>,
     /// Deal the log into this many shards and take --batch-size / S from each every step: what
     /// S GPUs with a batch of --batch-size / S each train on, on one device (to check such a
     /// run against one device).
@@ -238,7 +239,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     // Before reading anything: a missing GPU should not cost the wait.
     let device = laya_train::parse_device(&args.device)?;
-    if args.gpus > 1 && device.is_cpu() {
+    if args.gpus.is_some() && device.is_cpu() {
         return Err(CliError("--gpus trains on several GPUs: give --device cuda (the CPU already uses every core)".into()));
     }
     let classes = match (args.word_classes, &args.init) {
@@ -330,7 +331,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let mut hooks = BarHooks::start();
     let (bar, stop) = (hooks.bar.clone(), hooks.stop.clone());
-    let (outcome, source) = if args.gpus > 1 {
+    let (outcome, source) = if let Some(gpus) = args.gpus {
         let ranks = RankOptions {
             checkpoint_dir: args.checkpoint_dir.clone(),
             resume: args.resume,
@@ -346,7 +347,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             (None, Some(mc)) => laya_train::LayaNet::new(mc.clone(), cfg.seed),
             (None, None) => unreachable!("checked above"),
         };
-        (crate::gpus::train(&args.device, args.gpus.into(), &start, &cfg, events, &valid, &ranks, &mut hooks)?, source)
+        (crate::gpus::train(&args.device, gpus.into(), &start, &cfg, events, &valid, &ranks, &mut hooks)?, source)
     } else {
         let opts = RunOptions {
             checkpoint_dir: args.checkpoint_dir.clone(),
@@ -371,6 +372,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         s.used, s.no_click, s.bad_click, s.clicked_oov
     );
     outln!("{}", laya_train::summary_table(&outcome.state));
+    let p = outcome.state.epochs.iter().fold(laya_train::Phases::default(), |a, e| laya_train::Phases {
+        batching: a.batching + e.phases.batching,
+        compute: a.compute + e.phases.compute,
+        reduce: a.reduce + e.phases.reduce,
+    });
+    outln!("training time: batching {:.1} s, steps {:.1} s, sums across GPUs {:.1} s", p.batching, p.compute, p.reduce);
     if outcome.stop_reason == laya_train::StopReason::TimeLimit {
         let secs = args.time_limit.map_or(0.0, |l| l.as_secs_f64());
         outln!("stopped at the time limit ({secs} s) after {} steps", outcome.state.step);

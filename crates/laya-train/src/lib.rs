@@ -55,7 +55,7 @@ pub use prune::{
 };
 pub use train::{
     configure_candle_threads, evaluate, fused_loss_tensors, loss_svg, loss_tensors, shard_count, summary_table, train, train_from,
-    train_step, training_pool, training_threads, EpochReport, LossParts, NoHooks, PrintHooks, RunOptions, StepReport, StopReason,
+    train_step, training_pool, training_threads, EpochReport, LossParts, NoHooks, Phases, PrintHooks, RunOptions, StepReport, StopReason,
     TrainHooks, TrainOutcome, TrainState, ValidReport,
 };
 

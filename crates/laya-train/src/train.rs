@@ -378,6 +378,21 @@ pub struct EpochReport {
     pub secs: f64,
     /// Whether this is the best validation loss so far.
     pub best: bool,
+    /// Where the epoch's training time went.
+    #[serde(default)]
+    pub phases: Phases,
+}
+
+/// Seconds of an epoch's steps by phase (docs/training.md, "Several GPUs").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Phases {
+    /// Gathering batches from the encoded samples (the data loading).
+    pub batching: f64,
+    /// Forward, backward and the optimiser step.
+    pub compute: f64,
+    /// A data-parallel rank's sums with the others (the loss divisors before the step, the
+    /// gradients after the backward pass), from the moment its own backward pass has finished.
+    pub reduce: f64,
 }
 
 /// One line per epoch, as the command line prints it.
@@ -385,7 +400,7 @@ pub struct EpochReport {
 /// ```
 /// use laya_train::{EpochReport, LossParts, ValidReport};
 /// let valid = ValidReport { loss: LossParts { total: 2.5, word: 2.0, replace: 0.5 }, top1: 0.25, top5: 0.5, replace_acc: 0.9, events: 10 };
-/// let r = EpochReport { epoch: 0, step: 10, train_loss: 3.0, valid, samples_per_sec: 1.0, secs: 1.0, best: true };
+/// let r = EpochReport { epoch: 0, step: 10, train_loss: 3.0, valid, samples_per_sec: 1.0, secs: 1.0, best: true, phases: Default::default() };
 /// assert_eq!(r.to_string(), "epoch 1: train loss 3.0000, valid loss 2.5000, valid top1 25.00% top5 50.00% (best)");
 /// ```
 impl std::fmt::Display for EpochReport {
@@ -703,17 +718,22 @@ pub fn train_from(
     'epochs: while state.epoch < cfg.epochs && !state.finished {
         let epoch = state.epoch;
         let orders = plan.orders(cfg.seed, epoch);
+        let mut phases = Phases::default();
         let t_epoch = Instant::now();
         let (mut ep_loss, mut ep_n, mut ep_samples) = (0f64, 0usize, 0usize);
         let (mut acc, mut acc_n, mut acc_samples, mut t_log) = (LossParts::default(), 0usize, 0usize, Instant::now());
         let mut last_norm = 0.0;
         let mut lr = 0.0;
         while state.batch_in_epoch < per_epoch {
+            let t_batch = Instant::now();
             let idx = plan.batch(&orders, state.batch_in_epoch);
             let mut batch = make_batch(&trainset, &idx, v, c, net.device())?;
+            phases.batching += t_batch.elapsed().as_secs_f64();
             let (mut stop, mut time_fraction, mut samples) = (hooks.should_stop(), time_used(), batch.size);
             if let Some(r) = reducer {
+                let t_reduce = Instant::now();
                 (stop, time_fraction, samples) = crate::parallel::agree_on_step(r, &mut batch, stop, time_fraction, net.device())?;
+                phases.reduce += t_reduce.elapsed().as_secs_f64();
             }
             if stop {
                 stop_reason = StopReason::Interrupted;
@@ -724,11 +744,18 @@ pub fn train_from(
                 break;
             }
             lr = lr_at_time(state.step, total_steps, time_fraction, &cfg);
+            let t_compute = Instant::now();
             let (mut parts, mut grads) = pool.install(|| batch_grads(&net, &batch, &cfg))?;
             if let Some(r) = reducer {
+                // The backward pass's kernels count as compute, not as waiting for the others.
+                net.device().synchronize()?;
+                let t_reduce = Instant::now();
                 (grads, parts) = crate::parallel::sum_grads(r, &net, grads, parts)?;
+                phases.reduce += t_reduce.elapsed().as_secs_f64();
+                phases.compute -= t_reduce.elapsed().as_secs_f64();
             }
             let norm = pool.install(|| apply_grads(&net, &mut opt, &grads, &cfg, lr))?;
+            phases.compute += t_compute.elapsed().as_secs_f64();
             if !parts.total.is_finite() {
                 return Err(TrainError::NoData(format!(
                     "training diverged at step {} (loss {}); lower the learning rate",
@@ -805,6 +832,7 @@ pub fn train_from(
             samples_per_sec: ep_samples as f64 / train_secs.max(1e-9),
             secs: t_epoch.elapsed().as_secs_f64(),
             best: is_best,
+            phases,
         };
         state.epochs.push(report);
         hooks.on_epoch(&report);
