@@ -156,7 +156,8 @@ impl Plan {
     /// Rank `rank`'s own shard of `len` samples, the ranks' lengths being `lens`.
     pub(crate) fn rank(rank: usize, lens: &[usize], batch_size: usize) -> Result<Plan> {
         let len = lens.get(rank).copied().unwrap_or(0);
-        Ok(Plan { shards: vec![(0, len)], first_shard: rank, per_shard: batch_size, used: min_len(lens)?, sharded: true })
+        // A group of one draws as a single device does.
+        Ok(Plan { shards: vec![(0, len)], first_shard: rank, per_shard: batch_size, used: min_len(lens)?, sharded: lens.len() > 1 })
     }
 
     /// Batches (optimiser steps) per epoch.

@@ -81,7 +81,7 @@ fn close(a: f32, b: f32, tol: f32) -> bool {
 
 #[test]
 fn ranks_take_the_steps_of_one_device_with_their_union_batch() {
-    for world in [2, 3] {
+    for world in [1, 2, 3] {
         let b = 4;
         // One device, the union's batch drawn from the same shards.
         let mut one = Losses::default();
