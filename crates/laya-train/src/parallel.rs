@@ -293,7 +293,8 @@ pub(crate) fn sum_grads(r: &dyn Reducer, net: &LayaNet, grads: Grads, parts: Los
         dense_sums.push(if p.kind == ParamKind::TokenEmbedding { None } else { Some(take(p.var.elem_count())?.reshape(p.var.shape())?) });
     }
     let table = take(table_rows * d)?.reshape((table_rows, d))?;
-    let host = take(params.len() + table_rows + 3)?.to_vec1::<f32>()?;
+    // A copy of its own first: `to_vec1` of a slice of a GPU buffer copies the whole buffer.
+    let host = take(params.len() + table_rows + 3)?.force_contiguous()?.to_vec1::<f32>()?;
     let dense = dense_sums.into_iter().zip(&host[..params.len()]).map(|(g, &n)| g.filter(|_| n > 0.0)).collect();
     let union: Vec<u32> = (0..table_rows).filter(|&i| host[params.len() + i] > 0.0).map(|i| i as u32).collect();
     let l = &host[params.len() + table_rows..];
