@@ -229,5 +229,6 @@ pub fn parse_device(spec: &str) -> Result<candle_core::Device> {
     let opened = crate::cuda::open(ordinal);
     #[cfg(not(feature = "cuda"))]
     let opened = candle_core::Device::new_cuda(ordinal);
-    opened.map_err(|e| TrainError::Config(format!("--device {spec}: cannot open the GPU: {e}")))
+    // candle appends a backtrace to a driver error: its first line is the reason.
+    opened.map_err(|e| TrainError::Config(format!("--device {spec}: cannot open the GPU: {}", e.to_string().lines().next().unwrap_or(""))))
 }
