@@ -377,7 +377,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         compute: a.compute + e.phases.compute,
         reduce: a.reduce + e.phases.reduce,
     });
-    outln!("training time: batching {:.1} s, steps {:.1} s, sums across GPUs {:.1} s", p.batching, p.compute, p.reduce);
+    let sums = if args.gpus.is_some() { format!(", sums across GPUs {:.1} s", p.reduce) } else { String::new() };
+    outln!("training time: batching {:.1} s, steps {:.1} s{sums}", p.batching, p.compute);
     if outcome.stop_reason == laya_train::StopReason::TimeLimit {
         let secs = args.time_limit.map_or(0.0, |l| l.as_secs_f64());
         outln!("stopped at the time limit ({secs} s) after {} steps", outcome.state.step);

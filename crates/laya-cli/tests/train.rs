@@ -393,6 +393,8 @@ fn data_shards_trains_and_gpus_needs_a_gpu() {
     let out = tmp("data-shards.laya");
     let text = train_new(&events, &lexicon, &out, &["--data-shards", "2"]);
     assert!(text.contains("wrote"), "{text}");
+    // Where the time went; a run on one device has no sums across GPUs.
+    assert!(text.contains("training time: batching") && !text.contains("sums across GPUs"), "{text}");
     assert!(laya_format::LayaFile::parse(&std::fs::read(&out).unwrap()).is_ok());
     let odd = train_cmd(&events, &lexicon, &tmp("odd-shards.laya")).pipe(tiny).args(["--data-shards", "3"]).output().unwrap();
     assert!(!odd.status.success() && String::from_utf8_lossy(&odd.stderr).contains("data shards"));
