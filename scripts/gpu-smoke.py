@@ -13,7 +13,8 @@ out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 rng = random.Random(7)
 n_words = int(sys.argv[3]) if len(sys.argv) > 3 else 200
-words = ["词" + chr(0x4E00 + i % 6000) + chr(0x4E80 + i % 37) + "".join(chr(0x5200 + i // 6000)[: i // 6000]) for i in range(n_words)]
+# Past 6,000 words a third character keeps them distinct.
+words = ["词" + chr(0x4E00 + i % 6000) + chr(0x4E80 + i % 37) + (chr(0x5200 + i // 6000) if i >= 6000 else "") for i in range(n_words)]
 with open(os.path.join(out, "lexicon.tsv"), "w", encoding="utf-8") as f:
     for i, w in enumerate(words):
         f.write(f"{w}\t{max(1, 1000 - 4 * i)}\n")

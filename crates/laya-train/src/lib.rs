@@ -33,8 +33,8 @@ pub use model::{class_log_prior, layer_norm, log_prior, log_softmax_last, recenc
 pub use optim::{lr_at, lr_at_time, AdamW, Grads};
 pub use parallel::{deal, train_ranks, LocalGroup, LocalRank, RankOptions, RankSetup, Reducer};
 pub use pipeline::{
-    check_output_path, even_stride, head_description, lexicon_in_file_order, load_init, parse_device, save_model, today_utc, InitModel,
-    InitOptions, PriorCarry,
+    check_output_path, even_stride, gpu_ordinal, head_description, lexicon_in_file_order, load_init, parse_device, save_model, today_utc,
+    InitModel, InitOptions, PriorCarry,
 };
 pub use rng::Rng;
 

@@ -202,6 +202,25 @@ pub fn even_stride<T>(items: Vec<T>, max: usize) -> Vec<T> {
     items.into_iter().enumerate().filter(|(i, _)| (i * max) / n != ((i + 1) * max) / n).map(|(_, e)| e).collect()
 }
 
+/// The GPU a `--device` names: `None` for `cpu`, 0 for `cuda`, `N` for `cuda:N`.
+///
+/// ```
+/// assert_eq!(laya_train::gpu_ordinal("cpu").unwrap(), None);
+/// assert_eq!(laya_train::gpu_ordinal("cuda").unwrap(), Some(0));
+/// assert_eq!(laya_train::gpu_ordinal("cuda:3").unwrap(), Some(3));
+/// assert!(laya_train::gpu_ordinal("gpu").is_err());
+/// ```
+pub fn gpu_ordinal(spec: &str) -> Result<Option<usize>> {
+    match spec.trim() {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        s => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(n)) => Ok(Some(n)),
+            _ => Err(TrainError::Config(format!("unknown device {spec:?}: expected cpu, cuda or cuda:N"))),
+        },
+    }
+}
+
 /// The device of `laya train --device`: `cpu`, `cuda` (the first GPU) or `cuda:N`. A GPU needs
 /// a build with the `cuda` feature (scripts/build-cuda.sh) and a working NVIDIA driver; either
 /// missing is an error that says so.
@@ -212,14 +231,7 @@ pub fn even_stride<T>(items: Vec<T>, max: usize) -> Vec<T> {
 /// assert!(laya_train::parse_device("cuda:x").is_err());
 /// ```
 pub fn parse_device(spec: &str) -> Result<candle_core::Device> {
-    let ordinal = match spec.trim() {
-        "cpu" => return Ok(candle_core::Device::Cpu),
-        "cuda" => 0,
-        s => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => n,
-            _ => return Err(TrainError::Config(format!("unknown device {spec:?}: expected cpu, cuda or cuda:N"))),
-        },
-    };
+    let Some(ordinal) = gpu_ordinal(spec)? else { return Ok(candle_core::Device::Cpu) };
     if !cfg!(feature = "cuda") {
         return Err(TrainError::Config(format!(
             "--device {spec}: this laya was built without CUDA; build it with scripts/build-cuda.sh (cargo feature `cuda`)"
