@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 /// Longest dictionary word tried when cutting a Han run, in characters.
-const LONGEST: usize = 8;
+pub(crate) const LONGEST: usize = 8;
 
 /// A whole commit of this many Han characters or fewer that the dictionary can only cut into
 /// single characters (a name, a new term typed character by character) is learned as one word.
@@ -39,12 +39,13 @@ pub(crate) fn cut(text: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) 
 
 fn cut_han(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<Range<usize>> {
     let mut out = Vec::new();
-    let lookup = |w: &str| logp(w).map_or(Lookup::Prefix, Lookup::Word);
-    cut_han_into(han, &lookup, unknown, &mut HanCut::default(), &mut out);
+    let mut lookup = |w: &str| logp(w).map_or(Lookup::Prefix, Lookup::Word);
+    cut_han_into(han, &mut lookup, unknown, &mut HanCut::default(), &mut out);
     out
 }
 
 /// What a dictionary knows of a piece of text, for [`cut_han_into`].
+#[derive(Clone, Copy)]
 pub(crate) enum Lookup {
     /// A word, with its log-probability.
     Word(f32),
@@ -75,7 +76,7 @@ impl HanCut {
 /// pieces of at most [`LONGEST`] characters scored by `lookup`, a single character that is no
 /// word scoring `unknown`: jieba's algorithm, over whatever dictionary `lookup` reads. Of equal
 /// cuts, the one whose last piece is longest.
-pub(crate) fn cut_han_into(han: &str, lookup: &dyn Fn(&str) -> Lookup, unknown: f32, buf: &mut HanCut, out: &mut Vec<Range<usize>>) {
+pub(crate) fn cut_han_into(han: &str, lookup: &mut dyn FnMut(&str) -> Lookup, unknown: f32, buf: &mut HanCut, out: &mut Vec<Range<usize>>) {
     let HanCut { bounds, best } = buf;
     bounds.clear();
     bounds.extend(han.char_indices().map(|(b, _)| b).chain([han.len()]));

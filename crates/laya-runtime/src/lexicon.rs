@@ -15,6 +15,11 @@ pub(crate) struct Lexicon {
     /// next entry's start. Lets a prefix search begin inside its first character's range with
     /// integer comparisons instead of bisecting the whole lexicon with string comparisons.
     first_chars: Vec<(u32, u32)>,
+    /// Per scalar value below the largest first character in the Basic Multilingual Plane:
+    /// its entry in `first_chars` plus one, 0 for none. One load instead of a search (the
+    /// n-gram's cutter looks up dozens of pieces a keystroke); other first characters are
+    /// searched in `first_chars`.
+    bmp_first: Vec<u16>,
     bytes: String,
     /// `offsets[i]..offsets[i + 1]` is word `i` in `bytes`.
     offsets: Vec<u32>,
@@ -86,6 +91,7 @@ impl Lexicon {
         let (bytes, offsets) = words.into_parts();
         let mut lex = Lexicon {
             first_chars: Vec::new(),
+            bmp_first: Vec::new(),
             bytes,
             offsets,
             char_lens,
@@ -111,6 +117,15 @@ impl Lexicon {
             if let Some(c) = lex.key(lex.id_at(pos)).chars().next() {
                 if lex.first_chars.last().is_none_or(|&(last, _)| last != c as u32) {
                     lex.first_chars.push((c as u32, pos as u32));
+                }
+            }
+        }
+        if lex.first_chars.len() < u16::MAX as usize {
+            let bmp: Vec<(usize, u32)> = lex.first_chars.iter().enumerate().filter(|e| e.1 .0 <= 0xFFFF).map(|(at, e)| (at, e.0)).collect();
+            if let Some(&(_, top)) = bmp.last() {
+                lex.bmp_first = vec![0; top as usize + 1];
+                for (at, c) in bmp {
+                    lex.bmp_first[c as usize] = at as u16 + 1;
                 }
             }
         }
@@ -219,21 +234,47 @@ impl Lexicon {
     /// Positions (in sorted order) of every word whose key (the word, or its folded form when
     /// the lexicon ignores case) starts with the bytes `prefix`.
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
-        // Only the words that start with the prefix's first character, found by integer search.
-        let (start, end) = match first_char(prefix) {
-            None => (0, self.len()),
-            Some(c) => {
-                let at = self.first_chars.partition_point(|&(f, _)| f < c);
-                match self.first_chars.get(at) {
-                    Some(&(f, s)) if f == c => (s as usize, self.first_chars.get(at + 1).map_or(self.len(), |&(_, e)| e as usize)),
-                    _ => return 0..0,
-                }
-            }
+        // Only the words that start with the prefix's first character, found by integer search;
+        // they share its bytes.
+        let Some(c) = first_char(prefix) else { return self.search(0..self.len(), prefix, 0) };
+        let at = match self.bmp_first.get(c as usize) {
+            Some(&0) => return 0..0,
+            Some(&at) => at as usize - 1,
+            None => self.first_chars.partition_point(|&(f, _)| f < c),
         };
-        let lo = start + partition_point(end - start, |off| self.key(self.id_at(start + off)).as_bytes() < prefix);
+        match self.first_chars.get(at) {
+            Some(&(f, s)) if f == c => {
+                let end = self.first_chars.get(at + 1).map_or(self.len(), |&(_, e)| e as usize);
+                let width = char::from_u32(c).map_or(0, char::len_utf8);
+                self.search(s as usize..end, prefix, width)
+            }
+            _ => 0..0,
+        }
+    }
+
+    /// Positions of the words in `within` whose keys start with `prefix`, where every key in
+    /// `within` already starts with `prefix[..known]` (a range found for a shorter prefix of
+    /// the same text): only the bytes after `known` are compared. What [`Lexicon::prefix_range`]
+    /// of `prefix` gives, for a fraction of its work when a caller extends a prefix piece by
+    /// piece.
+    pub(crate) fn narrow(&self, within: Range<usize>, prefix: &[u8], known: usize) -> Range<usize> {
+        // Sorted keys: when the first and the last share those bytes, every key between does.
+        debug_assert!([within.start, within.end.max(1) - 1]
+            .iter()
+            .all(|&pos| within.is_empty() || self.key_at(pos).as_bytes().starts_with(&prefix[..known])));
+        self.search(within, prefix, known)
+    }
+
+    /// The words of `within` whose keys start with `prefix`, all of them sharing its first
+    /// `known` bytes.
+    fn search(&self, within: Range<usize>, prefix: &[u8], known: usize) -> Range<usize> {
+        let (start, end) = (within.start, within.end);
+        let rest = &prefix[known..];
+        let tail = |pos: usize| &self.key(self.id_at(pos)).as_bytes()[known..];
+        let lo = start + partition_point(end - start, |off| tail(start + off) < rest);
         // A typed prefix starts a few words, not thousands: gallop from `lo` (1, 2, 4, …) to
         // bracket the end, then bisect inside the bracket.
-        let has = |off: usize| self.key(self.id_at(lo + off)).as_bytes().starts_with(prefix);
+        let has = |off: usize| tail(lo + off).starts_with(rest);
         let rest = end - lo;
         let mut bound = 1;
         while bound <= rest && has(bound - 1) {
@@ -375,7 +416,21 @@ mod tests {
         let l = lex(&refs);
         let mut prefixes: Vec<String> =
             words.iter().flat_map(|w| (0..=w.len()).filter(|&e| w.is_char_boundary(e)).map(move |e| w[..e].to_string())).collect();
-        prefixes.extend(["c", "明9", "zz", "~", "😁", "\u{10FFFF}"].map(String::from));
+        // Absent first characters below, inside and above the direct table of first characters.
+        prefixes.extend(["c", "明9", "zz", "~", "가", "😁", "\u{10FFFF}"].map(String::from));
+        for p in &prefixes {
+            // Narrowed character by character, each range from the last, as the n-gram's
+            // cutter narrows: the same range as a search from scratch.
+            let mut range = 0..l.len();
+            let mut known = 0;
+            for (at, c) in p.char_indices() {
+                range = l.narrow(range, &p.as_bytes()[..at + c.len_utf8()], known);
+                known = at + c.len_utf8();
+            }
+            let whole = l.prefix_range(p.as_bytes());
+            // Where an empty range lies does not matter.
+            assert!(range == whole || range.is_empty() && whole.is_empty(), "narrowed {p:?}: {range:?}, searched {whole:?}");
+        }
         for p in prefixes {
             let mut want: Vec<String> = words.iter().filter(|w| w.starts_with(p.as_str())).cloned().collect();
             want.sort();

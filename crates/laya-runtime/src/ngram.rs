@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use laya_format::ngram::{i32_at, names, prefix_class, u16_at, PREFIX_CLASSES, PREFIX_LENGTHS};
 use laya_format::{LayaFile, NormRule};
 
-use crate::learn::{cut_han_into, HanCut, Lookup};
+use crate::learn::{cut_han_into, HanCut, Lookup, LONGEST};
 use crate::lexicon::Lexicon;
 use crate::model::WordLogp;
 use crate::scratch::Hit;
@@ -262,13 +262,14 @@ impl Tables<'_> {
         i32_at(self.trigram_start, e) as usize..i32_at(self.trigram_start, e + 1) as usize
     }
 
-    /// One interpolated Kneser-Ney level: `(max(c − D, 0) + D · N1+(h ·) · lower) / c(h ·)`.
-    fn level(words: &[u8], counts: &[u8], list: Range<usize>, total: f64, w: u32, d: f64, lower: f64) -> f64 {
+    /// One interpolated Kneser-Ney level: `(max(c − D, 0) + D · N1+(h ·) · lower) / c(h ·)`,
+    /// `at`: where `w` is in the list, if it is.
+    fn level(counts: &[u8], list: Range<usize>, total: f64, at: Option<usize>, d: f64, lower: f64) -> f64 {
         if list.is_empty() || total <= 0.0 {
             return lower;
         }
         let distinct = list.len() as f64;
-        let c = find(words, list.clone(), w).map_or(0.0, |i| f64::from(u16_at(counts, list.start + i)));
+        let c = at.map_or(0.0, |i| f64::from(u16_at(counts, list.start + i)));
         ((c - d).max(0.0) + d * distinct * lower) / total
     }
 
@@ -283,16 +284,20 @@ impl Tables<'_> {
         History { bigram, total2, trigram, total3 }
     }
 
-    /// `P_KN(w | u v)` of the history `h` ([`Tables::history`]).
-    fn prob_in(&self, h: &History, w: u32) -> f64 {
+    /// `P_KN(w | u v)` of the history `h` ([`Tables::history`]), `w` found in its follower
+    /// lists by `walk`.
+    fn prob_in(&self, h: &History, walk: &mut Walk, w: u32) -> f64 {
         let p1 = self.c1(w) / self.n.c1_total;
-        let p2 = Self::level(self.bigram_word, self.bigram_count, h.bigram.clone(), h.total2, w, self.n.d2, p1);
-        Self::level(self.trigram_word, self.trigram_count, h.trigram.clone(), h.total3, w, self.n.d3, p2)
+        let at2 = walk.bigram.find(self.bigram_word, w);
+        let p2 = Self::level(self.bigram_count, h.bigram.clone(), h.total2, at2, self.n.d2, p1);
+        let at3 = walk.trigram.find(self.trigram_word, w);
+        Self::level(self.trigram_count, h.trigram.clone(), h.total3, at3, self.n.d3, p2)
     }
 
     /// `P_KN(w | u v)`.
     fn prob(&self, u: u32, v: u32, w: u32) -> f64 {
-        self.prob_in(&self.history(u, v), w)
+        let h = self.history(u, v);
+        self.prob_in(&h, &mut Walk::new(&h), w)
     }
 }
 
@@ -302,6 +307,47 @@ struct History {
     total2: f64,
     trigram: Range<usize>,
     total3: f64,
+}
+
+/// Where the words looked up in a history's two follower lists are: words asked in
+/// increasing order (a hypothesis's sorted candidates) are found by galloping on from the
+/// last one's place instead of a search of the whole list each.
+struct Walk {
+    bigram: Cursor,
+    trigram: Cursor,
+}
+
+impl Walk {
+    fn new(h: &History) -> Walk {
+        Walk {
+            bigram: Cursor { list: h.bigram.clone(), at: h.bigram.start },
+            trigram: Cursor { list: h.trigram.clone(), at: h.trigram.start },
+        }
+    }
+}
+
+/// A place in the increasing list `words[list]`: every entry before `at` is smaller than the
+/// last word asked.
+struct Cursor {
+    list: Range<usize>,
+    at: usize,
+}
+
+impl Cursor {
+    /// Where `w` is in the list, relative to its start, as [`find`] gives it; `w` is no smaller
+    /// than the words asked before.
+    fn find(&mut self, words: &[u8], w: u32) -> Option<usize> {
+        let end = self.list.end;
+        // Bracket w: entries before `lo` are smaller, `hi` is the end or an entry >= w.
+        let (mut lo, mut hi, mut step) = (self.at, self.at, 1);
+        while hi < end && u32::from(u16_at(words, hi)) < w {
+            lo = hi + 1;
+            hi = (hi + step).min(end);
+            step *= 2;
+        }
+        self.at = lower_bound(words, lo..hi, w);
+        (self.at < end && u32::from(u16_at(words, self.at)) == w).then(|| self.at - self.list.start)
+    }
 }
 
 /// Where `w` is in the increasing list `words[list]`, relative to its start.
@@ -344,6 +390,8 @@ pub(crate) struct NgramScratch {
     words: Vec<Range<usize>>,
     /// The Han cutter's buffers.
     han: HanCut,
+    /// What the lexicon said of the pieces the cutter looked up.
+    pieces: Pieces,
     /// `(KEY_BYTES)` a word or prefix folded to its lexicon key.
     key: String,
     /// `(≤ MAX_PER_HYPOTHESIS)` one hypothesis's candidate positions.
@@ -364,6 +412,7 @@ impl NgramScratch {
             splits: Vec::with_capacity(MAX_HYPOTHESES + 1),
             words: Vec::with_capacity(TAIL_CHARS),
             han: HanCut::with_capacity(TAIL_CHARS),
+            pieces: Pieces::new(),
             key: String::with_capacity(KEY_BYTES),
             cand: Vec::with_capacity(MAX_PER_HYPOTHESIS),
             top: Vec::with_capacity(TOP_FOLLOW + 1),
@@ -381,22 +430,41 @@ pub(crate) struct NgramInput<'a> {
     pub(crate) logp: &'a WordLogp,
 }
 
-/// Cuts `text` into words (appended to `out`, byte ranges of `text`) by the rules training
-/// cut it with: whitespace, `laya_format::punct::split_run`, and Han runs into the lexicon's
-/// most probable words.
-fn cut(text: &str, input: &NgramInput<'_>, han: &mut HanCut, out: &mut Vec<Range<usize>>) {
+/// Cuts `line[span]` into words (appended to `out`, byte ranges of `line[span]`) by the rules
+/// training cut it with: whitespace, `laya_format::punct::split_run`, and Han runs into the
+/// lexicon's most probable words. `pieces` keeps what the lexicon said of each piece of `line`
+/// for the other cuts of the same prediction.
+fn cut(line: &str, span: Range<usize>, input: &NgramInput<'_>, han: &mut HanCut, pieces: &mut Pieces, out: &mut Vec<Range<usize>>) {
     let lex = input.lexicon;
-    let lookup = |w: &str| {
-        let r = lex.prefix_range(w.as_bytes());
-        if r.is_empty() {
+    let text = &line[span];
+    let mut lookup = |w: &str| {
+        // `w` is a piece of `line`: where it starts there, and its characters (at most LONGEST).
+        let at = w.as_ptr() as usize - line.as_ptr() as usize;
+        let chars = w.chars().count();
+        if let Some(known) = pieces.get(at, chars) {
+            return known.lookup;
+        }
+        // The cutter looks up the pieces from a character on, each longer by one: the words
+        // that start with this piece are among those that start with the last.
+        let r = match pieces.get(at, chars - 1) {
+            Some(shorter) => lex.narrow(
+                shorter.lo as usize..shorter.hi as usize,
+                w.as_bytes(),
+                w.len() - w.chars().next_back().map_or(0, char::len_utf8),
+            ),
+            None => lex.prefix_range(w.as_bytes()),
+        };
+        let lookup = if r.is_empty() {
             Lookup::Absent
         } else if lex.key_at(r.start) == w {
             Lookup::Word(input.logp.logp[lex.id_at(r.start)])
         } else {
             Lookup::Prefix
-        }
+        };
+        pieces.put(at, chars, Piece { generation: 0, lo: r.start as u32, hi: r.end as u32, lookup });
+        lookup
     };
-    let mut cut_han = |run: &str, out: &mut Vec<Range<usize>>| cut_han_into(run, &lookup, input.logp.unknown, han, out);
+    let mut cut_han = |run: &str, out: &mut Vec<Range<usize>>| cut_han_into(run, &mut lookup, input.logp.unknown, han, out);
     let mut at = 0;
     for run in text.split(char::is_whitespace) {
         // `text` is at most TAIL_CHARS characters and `out` has room for a word per character.
@@ -405,6 +473,55 @@ fn cut(text: &str, input: &NgramInput<'_>, han: &mut HanCut, out: &mut Vec<Range
         }
         at += run.len();
         at += text[at..].chars().next().map_or(0, char::len_utf8);
+    }
+}
+
+/// What the lexicon said of the pieces of the context's line that the cutter looked up in
+/// one prediction, by the piece's byte offset in the line and its length in characters. The
+/// cuts of a prediction (the current run, the history window, each hypothesis's typed part)
+/// overlap, so most pieces are looked up once; and a piece one character longer than a known
+/// one is searched for among the shorter one's words only. Entries of earlier predictions
+/// are told apart by their generation, so nothing is cleared between predictions.
+pub(crate) struct Pieces {
+    generation: u32,
+    /// `(4 · TAIL_CHARS + 1) · LONGEST` entries: offset `a`, `c` characters at `a · LONGEST + c − 1`.
+    seen: Vec<Piece>,
+}
+
+/// One piece's positions in the sorted lexicon (the words that start with it) and verdict.
+#[derive(Clone, Copy)]
+struct Piece {
+    generation: u32,
+    lo: u32,
+    hi: u32,
+    lookup: Lookup,
+}
+
+impl Pieces {
+    fn new() -> Pieces {
+        let unseen = Piece { generation: 0, lo: 0, hi: 0, lookup: Lookup::Absent };
+        Pieces { generation: 1, seen: vec![unseen; (4 * TAIL_CHARS + 1) * LONGEST] }
+    }
+
+    /// Forgets every piece: a new prediction.
+    fn next(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // After 2³² predictions, an entry's generation could come round again.
+            self.seen.iter_mut().for_each(|p| p.generation = 0);
+            self.generation = 1;
+        }
+    }
+
+    fn get(&self, at: usize, chars: usize) -> Option<Piece> {
+        let slot = (1..=LONGEST).contains(&chars).then(|| self.seen.get(at * LONGEST + chars - 1)).flatten()?;
+        (slot.generation == self.generation).then_some(*slot)
+    }
+
+    fn put(&mut self, at: usize, chars: usize, piece: Piece) {
+        if let Some(slot) = (1..=LONGEST).contains(&chars).then(|| self.seen.get_mut(at * LONGEST + chars - 1)).flatten() {
+            *slot = Piece { generation: self.generation, ..piece };
+        }
     }
 }
 
@@ -430,7 +547,8 @@ pub(crate) fn position(word: &str, input: &NgramInput<'_>, n: &Ngram, key: &mut 
 /// characters.
 pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, context: &str, max_i: usize) -> usize {
     let t = n.tables(input.bytes);
-    let NgramScratch { line, run_chars, splits, words, han, key, cand, top, scored, .. } = s;
+    let NgramScratch { line, run_chars, splits, words, han, pieces, key, cand, top, scored, .. } = s;
+    pieces.next();
     scored.clear();
     line.clear();
     let last_line = context.rsplit_once('\n').map_or(context, |(_, l)| l);
@@ -447,7 +565,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
     splits.clear();
     splits.extend(0..=run_chars.len().min(SPLIT_CHARS));
     words.clear();
-    cut(run, input, han, words);
+    cut(line, run_start..line.len(), input, han, pieces, words);
     for r in words.iter().rev().take(2) {
         splits.push(run[r.start..].chars().count());
     }
@@ -463,7 +581,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
     let window = before.char_indices().rev().nth(HISTORY_WINDOW - 1).map_or(0, |(b, _)| b);
     let cut_off = window > 0 || tail_start > 0;
     words.clear();
-    cut(&before[window..], input, han, words);
+    cut(line, window..base, input, han, pieces, words);
     let mut base_hist = [n.bos(), n.bos()];
     for (slot, k) in [(1usize, 1usize), (0, 2)] {
         if words.len() >= k {
@@ -480,7 +598,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
         if split > base {
             let part = &line[base..split];
             words.clear();
-            cut(part, input, han, words);
+            cut(line, base..split, input, han, pieces, words);
             for r in words.iter() {
                 let id = position(&part[r.clone()], input, n, key);
                 q *= t.prob(h[0], h[1], id).max(UNSEEN);
@@ -547,11 +665,12 @@ fn hypothesis(
     }
     cand.sort_unstable();
     cand.dedup();
+    let mut walk = Walk::new(&hist);
     for &w in cand.iter() {
         let id = lex.id_at(w as usize);
         // A keyboard types punctuation with its own keys: never a candidate.
         if lex.char_len(id) > i && !lex.is_punct(id) && scored.len() < scored.capacity() {
-            let p = q * t.prob_in(&hist, w);
+            let p = q * t.prob_in(&hist, &mut walk, w);
             if p > 0.0 {
                 scored.push((p, w, i as u32));
             }
@@ -679,4 +798,61 @@ pub(crate) fn mix(
         }
     }
     hits.truncate(k);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cut, find, Cursor, NgramInput, Pieces};
+    use crate::learn::{cut_han_into, HanCut, Lookup};
+    use crate::lexicon::Lexicon;
+    use crate::model::WordLogp;
+
+    /// Cuts of overlapping spans of one line sharing what the lexicon said of each piece (as
+    /// the cuts of one prediction do) give the cuts of a plain lookup of every piece.
+    #[test]
+    fn cuts_sharing_their_lookups_cut_as_plain_lookups_do() {
+        let words = ["今天", "天气", "今天天气", "很好", "我们", "一起", "去", "公园", "散步", "明天", "上午", "开会", "天", "好", "园"];
+        let lexicon = Lexicon::new(&words);
+        let logp = WordLogp { logp: (0..words.len()).map(|i| -3.0 - (i % 5) as f32).collect(), unknown: -12.0, learned: -9.0 };
+        let input = NgramInput { bytes: &[], lexicon: &lexicon, normalization: &[], logp: &logp };
+        let line = "今天天气很好我们一起去公园散步明天上午开会";
+        let at = |chars: usize| line.char_indices().nth(chars).map_or(line.len(), |(b, _)| b);
+        let mut plain = |w: &str| match words.iter().position(|&x| x == w) {
+            Some(id) => Lookup::Word(logp.logp[id]),
+            None if words.iter().any(|x| x.starts_with(w)) => Lookup::Prefix,
+            None => Lookup::Absent,
+        };
+        let (mut pieces, mut han) = (Pieces::new(), HanCut::default());
+        for round in 0..2 {
+            pieces.next();
+            for (a, b) in [(0, 21), (3, 21), (14, 21), (0, 8), (5, 6), (20, 21), (1, 17)] {
+                let span = at(a)..at(b);
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                cut(line, span.clone(), &input, &mut han, &mut pieces, &mut got);
+                cut_han_into(&line[span.clone()], &mut plain, logp.unknown, &mut HanCut::default(), &mut want);
+                assert_eq!(got, want, "round {round}, characters {a}..{b}");
+            }
+        }
+    }
+
+    /// A cursor walked over increasing words finds each where [`find`] does, in lists with
+    /// and without repeats of the asked words, from every list start.
+    #[test]
+    fn a_cursor_finds_what_a_search_finds() {
+        let list: Vec<u16> = (0..300u16).filter(|x| x % 3 != 1).map(|x| x * 2).collect();
+        let words: Vec<u8> = list.iter().flat_map(|x| x.to_le_bytes()).collect();
+        for start in [0, 1, 57, list.len() - 1, list.len()] {
+            for stride in [1u32, 2, 5, 37, 400] {
+                let range = start..list.len();
+                let mut cursor = Cursor { list: range.clone(), at: range.start };
+                let mut w = 0;
+                while w < 700 {
+                    assert_eq!(cursor.find(&words, w), find(&words, range.clone(), w), "start {start} stride {stride} w {w}");
+                    // The same word twice, as a caller with duplicates would ask.
+                    assert_eq!(cursor.find(&words, w), find(&words, range.clone(), w));
+                    w += stride;
+                }
+            }
+        }
+    }
 }

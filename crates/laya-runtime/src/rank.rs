@@ -66,7 +66,9 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     let mut expand = |c: usize, pw: &mut [f32], state: &mut [ClassState]| {
         if let Some(wc) = classes {
             if state[c] == ClassState::Cold {
+                clock.lap(Stage::Rank);
                 *word_rows += expand_class(m, wc, c, input, pc[c], class_word_logits, pw);
+                clock.lap(Stage::ClassRows);
                 state[c] = ClassState::Expanded;
             }
         }

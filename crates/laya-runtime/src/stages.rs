@@ -34,6 +34,9 @@ pub enum Stage {
     ReplaceHead,
     /// Softmax of both heads.
     Softmax,
+    /// The word rows of the classes of a factorised head that ranking needs, and their
+    /// softmax within the class.
+    ClassRows,
     /// Admissible pairs and top-k.
     Rank,
     /// The word trigram's candidates and their mix into the network's.
@@ -42,7 +45,7 @@ pub enum Stage {
 
 impl Stage {
     /// Number of stages.
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
     /// Every stage, in order.
     pub const ALL: [Stage; Stage::COUNT] = [
         Stage::Normalize,
@@ -59,6 +62,7 @@ impl Stage {
         Stage::WordHead,
         Stage::ReplaceHead,
         Stage::Softmax,
+        Stage::ClassRows,
         Stage::Rank,
         Stage::Ngram,
     ];
@@ -80,6 +84,7 @@ impl Stage {
             Stage::WordHead => "word_head",
             Stage::ReplaceHead => "replace_head",
             Stage::Softmax => "softmax",
+            Stage::ClassRows => "class_rows",
             Stage::Rank => "rank_topk",
             Stage::Ngram => "ngram",
         }
