@@ -19,9 +19,6 @@ use crate::scratch::Hit;
 /// The n-gram's weight `w` in the mix unless the session sets another
 /// ([`crate::Session::set_ngram_weight`]): chosen on the dev genres (docs/training.md).
 pub const DEFAULT_NGRAM_WEIGHT: f32 = 0.3;
-/// The network's candidates that the mix considers, at least (any word below them has too
-/// little probability to reach a bar with the n-gram's help).
-pub(crate) const NET_DEPTH: usize = 12;
 /// The n-gram's candidates that the mix considers.
 pub(crate) const NGRAM_DEPTH: usize = 64;
 /// Characters at the end of the context that the n-gram reads: the current word and the history
@@ -399,7 +396,14 @@ pub(crate) struct NgramScratch {
     /// `(TOP_FOLLOW)` the best `(count, position)` of a long list, best first.
     top: Vec<(u32, u32)>,
     /// `(≤ MAX_HYPOTHESES · MAX_PER_HYPOTHESIS)` scored candidates `(score, position, i)`.
-    scored: Vec<(f64, u32, u32)>,
+    pub(crate) scored: Vec<(f64, u32, u32)>,
+    /// `(≤ NGRAM_DEPTH)` per candidate of [`predict`] that the network did not rank among its
+    /// best: the network's probability of it ([`crate::rank::pair_score`]) where it could
+    /// reach the bar; 0 for the others.
+    pub(crate) net: Vec<f32>,
+    /// `(≤ NGRAM_DEPTH)` per candidate of [`predict`]: what it adds to its pair's score in the
+    /// mix ([`adds`]).
+    pub(crate) add: Vec<f32>,
     /// `(replace classes)` the n-gram's mass per class among its best candidates.
     own: Vec<f32>,
 }
@@ -417,6 +421,8 @@ impl NgramScratch {
             cand: Vec::with_capacity(MAX_PER_HYPOTHESIS),
             top: Vec::with_capacity(TOP_FOLLOW + 1),
             scored: Vec::with_capacity(MAX_HYPOTHESES * MAX_PER_HYPOTHESIS),
+            net: Vec::with_capacity(NGRAM_DEPTH),
+            add: Vec::with_capacity(NGRAM_DEPTH),
             own: vec![0.0; replace_classes],
         }
     }
@@ -744,35 +750,20 @@ pub(crate) fn mix_rule(context: &str) -> MixRule {
     }
 }
 
-/// Mixes the n-gram's candidates `scored[..n_cands]` (from [`predict`]) into `hits` (the
-/// network's, scores normalised; `replace_mass` the network's mass per class on the bar) at
-/// weight `w`, keeping the best `k`. `admit(id, i)`: whether word `id` may reach the bar
-/// replacing `i` characters. Ties keep the network's order. Allocates nothing when `hits` has
-/// room for [`NGRAM_DEPTH`] more.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn mix(
-    s: &mut NgramScratch,
-    n_cands: usize,
-    lexicon: &Lexicon,
-    hits: &mut Vec<Hit>,
-    replace_mass: &[f32],
-    rule: MixRule,
-    w: f32,
-    k: usize,
-    admit: impl Fn(usize, usize) -> bool,
-) {
+/// What each of the n-gram's candidates `scored[..n_cands]` (from [`predict`]) adds to its
+/// pair's score in the mix at weight `w`, into `s.add` (`replace_mass`: the network's mass per
+/// class on the bar, normalised). 0 for a candidate the mix leaves out.
+pub(crate) fn adds(s: &mut NgramScratch, n_cands: usize, replace_mass: &[f32], rule: MixRule, w: f32) {
     let cands = &s.scored[..n_cands];
-    for h in hits.iter_mut() {
-        h.score *= 1.0 - w;
-    }
     s.own.fill(0.0);
     for &(p, _, i) in cands {
         if let Some(o) = s.own.get_mut(i as usize) {
             *o += p as f32;
         }
     }
-    for &(p, pos, i) in cands {
-        let (id, iu) = (lexicon.id_at(pos as usize), i as usize);
+    s.add.clear();
+    s.add.extend(cands.iter().map(|&(p, _, i)| {
+        let iu = i as usize;
         let add = match rule {
             MixRule::Linear => w * p as f32,
             MixRule::WithinClass => match (replace_mass.get(iu), s.own.get(iu)) {
@@ -780,13 +771,41 @@ pub(crate) fn mix(
                 _ => 0.0,
             },
         };
-        if add <= 0.0 || iu >= replace_mass.len() || !admit(id, iu) {
+        if iu < replace_mass.len() && add > 0.0 {
+            add
+        } else {
+            0.0
+        }
+    }));
+}
+
+/// Mixes the n-gram's candidates `scored[..n_cands]` into `hits` (the network's best, scores
+/// normalised) at weight `w`, keeping the best `k`: each adds `s.add` ([`adds`]) to its pair,
+/// and a candidate not in `hits` brings its network probability `s.net` along. `admit(id, i)`:
+/// whether word `id` may reach the bar replacing `i` characters. Ties keep the network's
+/// order. Allocates nothing when `hits` has room for [`NGRAM_DEPTH`] more.
+pub(crate) fn mix(
+    s: &NgramScratch,
+    n_cands: usize,
+    lexicon: &Lexicon,
+    hits: &mut Vec<Hit>,
+    w: f32,
+    k: usize,
+    admit: impl Fn(usize, usize) -> bool,
+) {
+    debug_assert!(s.net.len() == n_cands && s.add.len() == n_cands);
+    for h in hits.iter_mut() {
+        h.score *= 1.0 - w;
+    }
+    for ((&(_, pos, i), &net), &add) in s.scored[..n_cands].iter().zip(&s.net).zip(&s.add) {
+        let id = lexicon.id_at(pos as usize);
+        if add <= 0.0 || !admit(id, i as usize) {
             continue;
         }
         if let Some(h) = hits.iter_mut().find(|h| h.id == id as u32 && h.replace == i) {
             h.score += add;
         } else if hits.len() < hits.capacity() {
-            hits.push(Hit { id: id as u32, replace: i, score: add });
+            hits.push(Hit { id: id as u32, replace: i, score: (1.0 - w) * net + add });
         }
     }
     // Insertion sort: stable (ties keep the network's order, then the n-gram's) and in place.

@@ -52,6 +52,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         word_rows,
         replace_mass,
         replace_probs_on_bar,
+        rank_total,
         ..
     } = s;
     replace_mass.fill(0.0);
@@ -67,9 +68,8 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         if let Some(wc) = classes {
             if state[c] == ClassState::Cold {
                 clock.lap(Stage::Rank);
-                *word_rows += expand_class(m, wc, c, input, pc[c], class_word_logits, pw);
+                *word_rows += expand_cold(m, wc, c, input, pc, class_word_logits, pw, state);
                 clock.lap(Stage::ClassRows);
-                state[c] = ClassState::Expanded;
             }
         }
     };
@@ -145,7 +145,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     }
     // i = 0: every word is admissible; it scores P(w)·(c0 − share), share being zero except
     // under the marginal and split rules.
-    let c0 = if matches!(rule, CompletionRule::Marginal | CompletionRule::Split) { 1.0 } else { pi[0] };
+    let c0 = next_word_base(rule, pi[0]);
     // The best punctuation candidate seen, kept off the bar (see `offer`).
     let mut best_punct = Hit { id: 0, replace: 0, score: f32::NEG_INFINITY };
     match classes {
@@ -244,28 +244,14 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         }
     }
     for i in 1..=max_i {
-        let fi = replace_factor[i];
         let on_bar = starts_word(i);
+        let completions = Completions { rule, pw, prior_factor, prior_renorm, replace_factor, prefix_ranges, max_i };
         for posn in prefix_ranges[i].clone() {
             let Some(id) = admissible(i, posn) else { continue };
-            completion_share[id] = 0.0;
-            // The completion prior moves P(w) between this class's words only.
-            let pw_id = if prior_factor.is_empty() { pw[id] } else { pw[id] * prior_factor[id] * prior_renorm[i] };
-            let score = if rule == CompletionRule::Split {
-                // Σ P(j) over the j this word is admissible with; prefix_ranges[j] and posn
-                // index the same sorted lexicon.
-                let len = m.lexicon.char_len(id);
-                let norm: f32 = (1..=max_i).filter(|&j| len > j && prefix_ranges[j].contains(&posn)).map(|j| replace_factor[j]).sum();
-                if norm > 0.0 {
-                    let score = pw_id * (fi / norm);
-                    total += score;
-                    score
-                } else {
-                    0.0
-                }
-            } else {
-                pw_id * fi
-            };
+            let score = completions.score(m, id, posn, i);
+            if rule == CompletionRule::Split {
+                total += score;
+            }
             if on_bar {
                 replace_mass[i] += score;
                 offer(hits, k, Hit { id: id as u32, replace: i as u32, score }, &m.lexicon, blocked, &mut best_punct);
@@ -281,15 +267,114 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     }
     // Off the bar, the next-word class offers the history nothing to mix into either.
     replace_mass[0] = if next_words_on_bar { total - replace_mass[1..].iter().sum::<f32>() } else { 0.0 };
-    if total > 0.0 && total.is_finite() {
-        for h in hits.iter_mut() {
-            h.score /= total;
-        }
-        for m in replace_mass.iter_mut() {
-            *m = (*m / total).max(0.0);
-        }
+    *rank_total = if total > 0.0 && total.is_finite() { total } else { 1.0 };
+    for h in hits.iter_mut() {
+        h.score /= *rank_total;
+    }
+    for m in replace_mass.iter_mut() {
+        *m = (*m / *rank_total).max(0.0);
     }
     clock.lap(Stage::Rank);
+}
+
+/// After [`rank`], the network's probability of one more pair, on the scale of the ranked
+/// candidates': the word at `posn` of the sorted lexicon completing the last `i` typed
+/// characters (0: as a next word), scored as ranking scores every pair it offers, expanding
+/// the word's class if ranking did not (0 for a pair that is not admissible). For the
+/// n-gram's candidates that are not among the network's best. Allocates nothing.
+pub(crate) fn pair_score(m: &Model, s: &mut Scratch, ranking: Ranking, n_chars: usize, posn: usize, i: usize) -> f32 {
+    let max_i = (s.replace_probs.len() - 1).min(n_chars);
+    let id = m.lexicon.id_at(posn);
+    if i > max_i || m.lexicon.char_len(id) <= i || (i > 0 && !s.prefix_ranges[i].contains(&posn)) {
+        return 0.0;
+    }
+    if let Some(wc) = m.classes.as_ref() {
+        let c = wc.class_of[id] as usize;
+        if s.class_state[c] == ClassState::Cold {
+            let input = HeadIn { z: &s.head_in, zq: &s.act_q8, int8: s.class_rows_int8 };
+            s.word_rows += expand_cold(m, wc, c, input, &s.class_probs, &mut s.class_word_logits, &mut s.word_probs, &mut s.class_state);
+        }
+    }
+    let score = if i == 0 {
+        s.word_probs[id] * (next_word_base(ranking.rule, s.replace_probs[0]) - s.completion_share[id])
+    } else {
+        let completions = Completions {
+            rule: ranking.rule,
+            pw: &s.word_probs,
+            prior_factor: &s.prior_factor,
+            prior_renorm: &s.prior_renorm,
+            replace_factor: &s.replace_factor,
+            prefix_ranges: &s.prefix_ranges,
+            max_i,
+        };
+        completions.score(m, id, posn, i)
+    };
+    score / s.rank_total
+}
+
+/// Before [`pair_score`] of the word at `posn`: an upper bound of its result when computing it
+/// would expand a class of the word head that ranking left unexpanded (no word's `P(w)` exceeds
+/// its class's `P(c)`, and a next word keeps at most `c0` of it); `None` when it would not.
+pub(crate) fn pair_bound(m: &Model, s: &Scratch, ranking: Ranking, posn: usize) -> Option<f32> {
+    let wc = m.classes.as_ref()?;
+    let c = wc.class_of[m.lexicon.id_at(posn)] as usize;
+    (s.class_state[c] == ClassState::Cold).then(|| s.class_probs[c] * next_word_base(ranking.rule, s.replace_probs[0]) / s.rank_total)
+}
+
+/// Ends a prediction's ranking: [`rank`] leaves each word's completion share for
+/// [`pair_score`]; between predictions they are zero.
+pub(crate) fn clear_shares(m: &Model, s: &mut Scratch, n_chars: usize) {
+    let max_i = (s.replace_probs.len() - 1).min(n_chars);
+    for i in 1..=max_i {
+        for posn in s.prefix_ranges[i].clone() {
+            s.completion_share[m.lexicon.id_at(posn)] = 0.0;
+        }
+    }
+}
+
+/// `c0` of ranking: what a next word's `P(w)` is multiplied by before its completion share is
+/// taken off (docs/format.md §3 step 6).
+fn next_word_base(rule: CompletionRule, p0: f32) -> f32 {
+    if matches!(rule, CompletionRule::Marginal | CompletionRule::Split) {
+        1.0
+    } else {
+        p0
+    }
+}
+
+/// What scores a completion: the rule, the words' `P(w)`, the prior and the per-class factors
+/// of one prediction.
+struct Completions<'a> {
+    rule: CompletionRule,
+    pw: &'a [f32],
+    prior_factor: &'a [f32],
+    prior_renorm: &'a [f32],
+    replace_factor: &'a [f32],
+    prefix_ranges: &'a [std::ops::Range<usize>],
+    max_i: usize,
+}
+
+impl Completions<'_> {
+    /// The unnormalised score of word `id` (at sorted position `posn`, admissible) completing
+    /// the last `i ≥ 1` typed characters.
+    fn score(&self, m: &Model, id: usize, posn: usize, i: usize) -> f32 {
+        let fi = self.replace_factor[i];
+        // The completion prior moves P(w) between this class's words only.
+        let pw_id = if self.prior_factor.is_empty() { self.pw[id] } else { self.pw[id] * self.prior_factor[id] * self.prior_renorm[i] };
+        if self.rule != CompletionRule::Split {
+            return pw_id * fi;
+        }
+        // Σ P(j) over the j this word is admissible with; prefix_ranges[j] and posn index the
+        // same sorted lexicon.
+        let len = m.lexicon.char_len(id);
+        let norm: f32 =
+            (1..=self.max_i).filter(|&j| len > j && self.prefix_ranges[j].contains(&posn)).map(|j| self.replace_factor[j]).sum();
+        if norm > 0.0 {
+            pw_id * (fi / norm)
+        } else {
+            0.0
+        }
+    }
 }
 
 /// In a language with spaces, a context ending in a letter, digit or apostrophe is inside a
@@ -338,6 +423,24 @@ pub(crate) fn on_bar(m: &Model, last_chars: &[u32], blocked: &[bool], n_chars: u
 /// inside a word.
 fn inside_word(cp: u32) -> bool {
     char::from_u32(cp).is_some_and(|c| c.is_alphanumeric() || matches!(c, '\'' | '\u{2019}'))
+}
+
+/// [`expand_class`] for a class this prediction has not expanded yet (`state[c]` cold), then
+/// marks it expanded. Returns the rows computed.
+#[allow(clippy::too_many_arguments)]
+fn expand_cold(
+    m: &Model,
+    wc: &WordClasses,
+    c: usize,
+    input: HeadIn<'_>,
+    pc: &[f32],
+    tmp: &mut [f32],
+    pw: &mut [f32],
+    state: &mut [ClassState],
+) -> usize {
+    debug_assert_eq!(state[c], ClassState::Cold);
+    state[c] = ClassState::Expanded;
+    expand_class(m, wc, c, input, pc[c], tmp, pw)
 }
 
 /// Fills `pw` (by word id) with `P(w)` of the words of class `c` of a factorised head

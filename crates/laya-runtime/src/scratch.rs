@@ -110,6 +110,9 @@ pub(crate) struct Scratch {
     pub(crate) best_classes: Vec<(f32, u32)>,
     /// `(≤ K)` the classes ranking's second pass may still visit.
     pub(crate) classes_left: Vec<u32>,
+    /// What ranking divided the candidates' scores by: the scores of every admissible pair
+    /// summed (1 where that sum was not positive and finite).
+    pub(crate) rank_total: f32,
 
     // The completion prior (rank.rs), recomputed when the model or `λ` changes, never per
     // prediction.
@@ -155,8 +158,8 @@ impl Scratch {
             word_probs: vec![0.0; c.vocab],
             replace_probs: vec![0.0; c.replace_classes],
             typed_utf8: Vec::with_capacity(4 * c.replace_classes),
-            // The n-gram's mix ranks the network's best NET_DEPTH and adds its own.
-            candidates: Vec::with_capacity(max_k.max(crate::ngram::NET_DEPTH) + crate::ngram::NGRAM_DEPTH),
+            // The n-gram's mix adds its own candidates to the network's best `k`.
+            candidates: Vec::with_capacity(max_k + crate::ngram::NGRAM_DEPTH),
             replace_factor: vec![0.0; c.replace_classes],
             prefix_ranges: vec![0..0; c.replace_classes],
             completion_share: vec![0.0; c.vocab],
@@ -172,7 +175,8 @@ impl Scratch {
             class_word_logits: vec![0.0; c.largest_class],
             shared_words: Vec::with_capacity(if c.word_classes > 0 { c.vocab } else { 0 }),
             classes_left: Vec::with_capacity(c.word_classes),
-            best_classes: Vec::with_capacity(max_k.max(crate::ngram::NET_DEPTH) + 3),
+            best_classes: Vec::with_capacity(max_k + 3),
+            rank_total: 1.0,
             class_rows_int8: false,
             word_rows: 0,
             replace_mass: vec![0.0; c.replace_classes],

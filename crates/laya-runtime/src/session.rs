@@ -421,11 +421,13 @@ impl Session {
         self.personal.refresh_blocked(&self.model.lexicon);
         let personal = k > 0 && !self.personal.user.read().is_empty();
         let mix_ngram = k > 0 && self.ngram_weight > 0.0 && self.model.ngram.is_some();
-        let rank_k = if mix_ngram { k.max(ngram::NET_DEPTH) } else { k };
-        rank::rank(&self.model, &mut self.s, self.ranking, &self.personal.blocked, n_chars, rank_k, &mut clock);
+        rank::rank(&self.model, &mut self.s, self.ranking, &self.personal.blocked, n_chars, k, &mut clock);
         if mix_ngram {
             self.mix_ngram(context, n_chars, k);
             clock.lap(Stage::Ngram);
+        }
+        if k > 0 {
+            rank::clear_shares(&self.model, &mut self.s, n_chars);
         }
         self.personal.spans.clear();
         self.personal.text.clear();
@@ -550,28 +552,38 @@ impl Session {
         self.personal.user.write().learn_words(words)
     }
 
-    /// The n-gram's best candidates after `context` mixed into the network's (ranked to
-    /// [`ngram::NET_DEPTH`]), keeping the best `k`.
+    /// The n-gram's best candidates after `context` mixed into the network's best `k`, each
+    /// with the network's own probability, keeping the best `k` of the mixture.
     fn mix_ngram(&mut self, context: &str, n_chars: usize, k: usize) {
         let m = &*self.model;
         let Some(tables) = m.ngram.as_ref() else { return };
         let input = NgramInput { bytes: m.storage_bytes(), lexicon: &m.lexicon, normalization: &m.cfg.normalization, logp: m.word_logp() };
         let max_i = (m.cfg.replace_classes - 1).min(n_chars);
         let n = ngram::predict(tables, &input, &mut self.ngram, context, max_i);
+        ngram::adds(&mut self.ngram, n, &self.s.replace_mass[..=max_i], ngram::mix_rule(context), self.ngram_weight);
+        // A candidate the network did not rank among its best `k` joins the mix with its own
+        // network probability, so the mix's best `k` are those of every word either side
+        // offers. Where that probability needs a class of the word head that ranking left
+        // unexpanded, the class is expanded only if the candidate could still beat the
+        // network's k-th candidate, which keeps at least its own score in the mix.
+        let (ng, s, w) = (&mut self.ngram, &mut self.s, self.ngram_weight);
+        let kth = if s.candidates.len() == k { s.candidates[k - 1].score } else { 0.0 };
+        ng.net.clear();
+        for j in 0..n {
+            let (_, pos, i) = ng.scored[j];
+            let id = m.lexicon.id_at(pos as usize) as u32;
+            let ranked = s.candidates.iter().any(|h| h.id == id && h.replace == i);
+            let beaten = |bound: f32| (1.0 - w) * bound * (1.0 + 1e-5) + ng.add[j] <= (1.0 - w) * kth;
+            let net = match rank::pair_bound(m, s, self.ranking, pos as usize) {
+                _ if ranked || ng.add[j] <= 0.0 => 0.0,
+                Some(bound) if beaten(bound) => 0.0,
+                _ => rank::pair_score(m, s, self.ranking, n_chars, pos as usize, i as usize),
+            };
+            ng.net.push(net);
+        }
         let (last_chars, blocked) = (&self.s.last_chars, &self.personal.blocked);
         let admit = |id: usize, i: usize| rank::on_bar(m, last_chars, blocked, n_chars, id, i);
-        let rule = ngram::mix_rule(context);
-        ngram::mix(
-            &mut self.ngram,
-            n,
-            &m.lexicon,
-            &mut self.s.candidates,
-            &self.s.replace_mass[..=max_i],
-            rule,
-            self.ngram_weight,
-            k,
-            admit,
-        );
+        ngram::mix(&self.ngram, n, &m.lexicon, &mut self.s.candidates, self.ngram_weight, k, admit);
     }
 
     /// Raw outputs of the last prediction: word probabilities `P(w)` and replace-class
@@ -614,5 +626,66 @@ impl Session {
             forward::word_log_probs(&self.model, wc, &mut self.s);
         }
         (self.s.word_probs.clone(), self.s.replace_probs.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use laya_format::testing::{random_model, TinyConfig};
+    use laya_format::{write_model, GgmlType};
+
+    use super::*;
+
+    /// `rank::pair_score` is ranking's own scoring, as the n-gram's mix needs it: every pair
+    /// ranking put on the bar gets the score ranking gave it, and the scores of every
+    /// admissible pair sum to one, for each completion rule, with and without the completion
+    /// prior, flat and factorised heads (whose classes it expands when ranking did not).
+    #[test]
+    fn pair_scores_are_rankings_scores() {
+        let rules = [CompletionRule::Split, CompletionRule::Marginal, CompletionRule::Conditional, CompletionRule::Product];
+        let mut checked = 0;
+        for (classes, ty) in [(0, GgmlType::F32), (12, GgmlType::F32), (12, GgmlType::Q8_0)] {
+            let cfg = TinyConfig { word_classes: classes, ..TinyConfig::default() };
+            let (mut meta, tensors) = random_model(&cfg, 5, ty);
+            meta.dict_frequencies =
+                Some((0..meta.vocab_size() as u32).map(|i| if i % 5 == 0 { 0 } else { 1 + i * 7919 % 10_007 }).collect());
+            let model = Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap();
+            let lex = &model.lexicon;
+            let position_of = |id: u32| (0..lex.len()).find(|&p| lex.id_at(p) == id as usize).unwrap();
+            // Contexts ending in the first characters of lexicon words, so completions exist.
+            let mut contexts = vec![String::new(), "hello wor".to_string()];
+            contexts.extend((0..lex.len()).step_by(7).map(|id| format!("今天{}", lex.word(id).chars().next().unwrap())));
+            let mut session = Session::new(model.clone());
+            for lambda in [0.0, 1.0] {
+                session.set_completion_prior(lambda);
+                for rule in rules {
+                    session.set_completion_rule(rule);
+                    for context in &contexts {
+                        let mut clock = Clock::new(false);
+                        let n_chars = forward::forward(&model, &mut session.s, session.act, context, &mut clock);
+                        rank::rank(&model, &mut session.s, session.ranking, &[], n_chars, 8, &mut clock);
+                        let hits = session.s.candidates.clone();
+                        let score =
+                            |s: &mut Session, posn: usize, i: usize| rank::pair_score(&model, &mut s.s, s.ranking, n_chars, posn, i);
+                        for h in &hits {
+                            let got = score(&mut session, position_of(h.id), h.replace as usize);
+                            assert!((got - h.score).abs() <= 1e-6 + 1e-4 * h.score, "{rule:?} λ {lambda} {context:?} {h:?}: {got}");
+                        }
+                        let max_i = (session.s.replace_probs.len() - 1).min(n_chars);
+                        let mut sum = 0.0f64;
+                        for i in 0..=max_i {
+                            for posn in 0..lex.len() {
+                                sum += f64::from(score(&mut session, posn, i));
+                            }
+                        }
+                        assert!((sum - 1.0).abs() < 1e-3, "{rule:?} λ {lambda} {context:?}: pair scores sum to {sum}");
+                        rank::clear_shares(&model, &mut session.s, n_chars);
+                        assert!(session.s.completion_share.iter().all(|&x| x == 0.0));
+                        checked += hits.len();
+                    }
+                }
+            }
+        }
+        assert!(checked > 500, "{checked}");
     }
 }
