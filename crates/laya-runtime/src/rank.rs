@@ -169,10 +169,10 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
         }
         // Classes best first: no word of class c scores above P(c)·c0 (share ≥ 0), so
         // once the best class not yet ranked cannot beat the k-th candidate, none can.
-        // The next-word mass Σ P(w)(c0 − share) is c0 less the shared part, since the
-        // P(w) sum to one; the shared words are all in expanded classes.
+        // The next-word mass Σ P(w)·max(c0 − share, 0) is c0 less the shared part, since
+        // the P(w) sum to one; the shared words are all in expanded classes.
         Some(wc) => {
-            total += c0 - shared_words.iter().map(|&id| pw[id as usize] * completion_share[id as usize]).sum::<f32>();
+            total += c0 - shared_words.iter().map(|&id| pw[id as usize] * completion_share[id as usize].min(c0)).sum::<f32>();
             let mut threshold = f32::NEG_INFINITY;
             // The margin covers the rounding of P(c)·P(w | c) against P(c).
             let beaten = |p: f32, threshold: f32| p * c0 * (1.0 + 1e-5) <= threshold;
@@ -185,7 +185,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
                     expand(c, pw, class_state);
                     class_state[c] = ClassState::Scored;
                     for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
-                        let score = pw[id as usize] * (c0 - completion_share[id as usize]);
+                        let score = next_word_score(pw[id as usize], completion_share[id as usize], c0);
                         if score > *threshold && unglued(id as usize) {
                             offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
                             if hits.len() == k {
@@ -245,10 +245,11 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
     }
     for i in 1..=max_i {
         let on_bar = starts_word(i);
-        let completions = Completions { rule, pw, prior_factor, prior_renorm, replace_factor, prefix_ranges, max_i };
+        let alone = alone(prefix_ranges, max_i, i);
+        let completions = Completions { rule, pw, prior_factor, prior_renorm, replace_factor, prefix_ranges, max_i, i, alone };
         for posn in prefix_ranges[i].clone() {
             let Some(id) = admissible(i, posn) else { continue };
-            let score = completions.score(m, id, posn, i);
+            let score = completions.score(m, id, posn);
             if rule == CompletionRule::Split {
                 total += score;
             }
@@ -296,7 +297,7 @@ pub(crate) fn pair_score(m: &Model, s: &mut Scratch, ranking: Ranking, n_chars: 
         }
     }
     let score = if i == 0 {
-        s.word_probs[id] * (next_word_base(ranking.rule, s.replace_probs[0]) - s.completion_share[id])
+        next_word_score(s.word_probs[id], s.completion_share[id], next_word_base(ranking.rule, s.replace_probs[0]))
     } else {
         let completions = Completions {
             rule: ranking.rule,
@@ -306,8 +307,10 @@ pub(crate) fn pair_score(m: &Model, s: &mut Scratch, ranking: Ranking, n_chars: 
             replace_factor: &s.replace_factor,
             prefix_ranges: &s.prefix_ranges,
             max_i,
+            i,
+            alone: alone(&s.prefix_ranges, max_i, i),
         };
-        completions.score(m, id, posn, i)
+        completions.score(m, id, posn)
     };
     score / s.rank_total
 }
@@ -342,8 +345,21 @@ fn next_word_base(rule: CompletionRule, p0: f32) -> f32 {
     }
 }
 
-/// What scores a completion: the rule, the words' `P(w)`, the prior and the per-class factors
-/// of one prediction.
+/// A next word's score: its `P(w)` times what its completions have not taken of `c0` (they
+/// may take more under the marginal rule, where a word continues typed text in two ways; the
+/// flat head's kernel, `Kernels::score_chunks`, clamps the same way).
+fn next_word_score(pw: f32, share: f32, c0: f32) -> f32 {
+    pw * (c0 - share).max(0.0)
+}
+
+/// What scores the completions of the last `i ≥ 1` typed characters: the rule, the words'
+/// `P(w)`, the prior and the per-class factors of one prediction.
+/// Whether no other class's admissible range meets class `i`'s ([`Completions::alone`]).
+fn alone(prefix_ranges: &[std::ops::Range<usize>], max_i: usize, i: usize) -> bool {
+    let r = &prefix_ranges[i];
+    (1..=max_i).all(|j| j == i || prefix_ranges[j].end <= r.start || r.end <= prefix_ranges[j].start)
+}
+
 struct Completions<'a> {
     rule: CompletionRule,
     pw: &'a [f32],
@@ -352,23 +368,30 @@ struct Completions<'a> {
     replace_factor: &'a [f32],
     prefix_ranges: &'a [std::ops::Range<usize>],
     max_i: usize,
+    i: usize,
+    /// No other class's admissible range meets class `i`'s: a word admissible here is
+    /// admissible nowhere else (the usual case: its first letter decides where).
+    alone: bool,
 }
 
 impl Completions<'_> {
     /// The unnormalised score of word `id` (at sorted position `posn`, admissible) completing
-    /// the last `i ≥ 1` typed characters.
-    fn score(&self, m: &Model, id: usize, posn: usize, i: usize) -> f32 {
-        let fi = self.replace_factor[i];
+    /// the last `i` typed characters.
+    fn score(&self, m: &Model, id: usize, posn: usize) -> f32 {
+        let (i, fi) = (self.i, self.replace_factor[self.i]);
         // The completion prior moves P(w) between this class's words only.
         let pw_id = if self.prior_factor.is_empty() { self.pw[id] } else { self.pw[id] * self.prior_factor[id] * self.prior_renorm[i] };
         if self.rule != CompletionRule::Split {
             return pw_id * fi;
         }
         // Σ P(j) over the j this word is admissible with; prefix_ranges[j] and posn index the
-        // same sorted lexicon.
+        // same sorted lexicon. Alone, the sum is this class's own factor.
         let len = m.lexicon.char_len(id);
-        let norm: f32 =
-            (1..=self.max_i).filter(|&j| len > j && self.prefix_ranges[j].contains(&posn)).map(|j| self.replace_factor[j]).sum();
+        let norm: f32 = if self.alone {
+            fi
+        } else {
+            (1..=self.max_i).filter(|&j| len > j && self.prefix_ranges[j].contains(&posn)).map(|j| self.replace_factor[j]).sum()
+        };
         if norm > 0.0 {
             pw_id * (fi / norm)
         } else {

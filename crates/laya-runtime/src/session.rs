@@ -647,6 +647,14 @@ mod tests {
         for (classes, ty) in [(0, GgmlType::F32), (12, GgmlType::F32), (12, GgmlType::Q8_0)] {
             let cfg = TinyConfig { word_classes: classes, ..TinyConfig::default() };
             let (mut meta, tensors) = random_model(&cfg, 5, ty);
+            // Words that repeat their first character, so that typing it twice makes a word
+            // admissible with one and with two typed characters.
+            let mut words: Vec<String> = meta.words.iter().map(String::from).collect();
+            let n = words.len();
+            for (slot, w) in words[n - 4..].iter_mut().zip(["啊啊啊", "啊啊", "啊哦", "qqq"]) {
+                *slot = w.to_string();
+            }
+            meta.words = words.iter().collect();
             meta.dict_frequencies =
                 Some((0..meta.vocab_size() as u32).map(|i| if i % 5 == 0 { 0 } else { 1 + i * 7919 % 10_007 }).collect());
             let model = Model::from_bytes(write_model(&meta, &tensors).unwrap()).unwrap();
@@ -655,6 +663,10 @@ mod tests {
             // Contexts ending in the first characters of lexicon words, so completions exist.
             let mut contexts = vec![String::new(), "hello wor".to_string()];
             contexts.extend((0..lex.len()).step_by(7).map(|id| format!("今天{}", lex.word(id).chars().next().unwrap())));
+            // A character typed twice: the words it starts are admissible with one and with
+            // two typed characters, so the split rule divides them between both.
+            contexts.extend((0..lex.len()).step_by(11).map(|id| format!("今天{0}{0}", lex.word(id).chars().next().unwrap())));
+            contexts.extend(["今天啊啊", "啊", "qq"].map(String::from));
             let mut session = Session::new(model.clone());
             for lambda in [0.0, 1.0] {
                 session.set_completion_prior(lambda);
@@ -678,7 +690,21 @@ mod tests {
                                 sum += f64::from(score(&mut session, posn, i));
                             }
                         }
-                        assert!((sum - 1.0).abs() < 1e-3, "{rule:?} λ {lambda} {context:?}: pair scores sum to {sum}");
+                        assert!((sum - 1.0).abs() < 1e-5, "{rule:?} λ {lambda} {context:?}: pair scores sum to {sum}");
+                        if rule == CompletionRule::Split && lambda == 0.0 {
+                            // Split gives each word's P(w) whole to its pairs: the scores need
+                            // no normalising, and a word's pairs sum to its P(w).
+                            assert!((session.s.rank_total - 1.0).abs() < 1e-5, "{context:?}: total {}", session.s.rank_total);
+                            for posn in 0..lex.len() {
+                                let own: f32 = (0..=max_i).map(|i| score(&mut session, posn, i)).sum();
+                                let pw = session.s.word_probs[lex.id_at(posn)];
+                                assert!(
+                                    (own - pw).abs() <= 1e-6 + 1e-4 * pw,
+                                    "{context:?} {}: pairs {own}, P(w) {pw}",
+                                    lex.word(lex.id_at(posn))
+                                );
+                            }
+                        }
                         rank::clear_shares(&model, &mut session.s, n_chars);
                         assert!(session.s.completion_share.iter().all(|&x| x == 0.0));
                         checked += hits.len();
