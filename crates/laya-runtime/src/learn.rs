@@ -45,7 +45,7 @@ fn cut_han(han: &str, logp: &dyn Fn(&str) -> Option<f32>, unknown: f32) -> Vec<R
 }
 
 /// What a dictionary knows of a piece of text, for [`cut_han_into`].
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Lookup {
     /// A word, with its log-probability.
     Word(f32),

@@ -387,7 +387,8 @@ pub(crate) struct NgramScratch {
     words: Vec<Range<usize>>,
     /// The Han cutter's buffers.
     han: HanCut,
-    /// What the lexicon said of the pieces the cutter looked up.
+    /// What the lexicon said of the pieces the cutter looked up (of this session's model:
+    /// [`NgramScratch::forget_pieces`] when it changes).
     pieces: Pieces,
     /// `(KEY_BYTES)` a word or prefix folded to its lexicon key.
     key: String,
@@ -409,6 +410,11 @@ pub(crate) struct NgramScratch {
 }
 
 impl NgramScratch {
+    /// Forgets what the lexicon said of pieces of context: the session's model changed.
+    pub(crate) fn forget_pieces(&mut self) {
+        self.pieces.clear();
+    }
+
     pub(crate) fn new(replace_classes: usize) -> NgramScratch {
         NgramScratch {
             line: String::with_capacity(4 * TAIL_CHARS),
@@ -438,26 +444,20 @@ pub(crate) struct NgramInput<'a> {
 
 /// Cuts `line[span]` into words (appended to `out`, byte ranges of `line[span]`) by the rules
 /// training cut it with: whitespace, `laya_format::punct::split_run`, and Han runs into the
-/// lexicon's most probable words. `pieces` keeps what the lexicon said of each piece of `line`
-/// for the other cuts of the same prediction.
+/// lexicon's most probable words. `pieces` keeps what the lexicon said of the pieces looked up,
+/// for the other cuts of this prediction and the next predictions.
 fn cut(line: &str, span: Range<usize>, input: &NgramInput<'_>, han: &mut HanCut, pieces: &mut Pieces, out: &mut Vec<Range<usize>>) {
     let lex = input.lexicon;
     let text = &line[span];
     let mut lookup = |w: &str| {
-        // `w` is a piece of `line`: where it starts there, and its characters (at most LONGEST).
-        let at = w.as_ptr() as usize - line.as_ptr() as usize;
-        let chars = w.chars().count();
-        if let Some(known) = pieces.get(at, chars) {
+        if let Some(known) = pieces.get(w) {
             return known.lookup;
         }
         // The cutter looks up the pieces from a character on, each longer by one: the words
         // that start with this piece are among those that start with the last.
-        let r = match pieces.get(at, chars - 1) {
-            Some(shorter) => lex.narrow(
-                shorter.lo as usize..shorter.hi as usize,
-                w.as_bytes(),
-                w.len() - w.chars().next_back().map_or(0, char::len_utf8),
-            ),
+        let shorter = &w[..w.len() - w.chars().next_back().map_or(0, char::len_utf8)];
+        let r = match pieces.get(shorter).filter(|_| !shorter.is_empty()) {
+            Some(known) => lex.narrow(known.lo as usize..known.hi as usize, w.as_bytes(), shorter.len()),
             None => lex.prefix_range(w.as_bytes()),
         };
         let lookup = if r.is_empty() {
@@ -467,7 +467,7 @@ fn cut(line: &str, span: Range<usize>, input: &NgramInput<'_>, han: &mut HanCut,
         } else {
             Lookup::Prefix
         };
-        pieces.put(at, chars, Piece { generation: 0, lo: r.start as u32, hi: r.end as u32, lookup });
+        pieces.put(w, r.start as u32, r.end as u32, lookup);
         lookup
     };
     let mut cut_han = |run: &str, out: &mut Vec<Range<usize>>| cut_han_into(run, &mut lookup, input.logp.unknown, han, out);
@@ -482,22 +482,28 @@ fn cut(line: &str, span: Range<usize>, input: &NgramInput<'_>, han: &mut HanCut,
     }
 }
 
-/// What the lexicon said of the pieces of the context's line that the cutter looked up in
-/// one prediction, by the piece's byte offset in the line and its length in characters. The
-/// cuts of a prediction (the current run, the history window, each hypothesis's typed part)
-/// overlap, so most pieces are looked up once; and a piece one character longer than a known
-/// one is searched for among the shorter one's words only. Entries of earlier predictions
-/// are told apart by their generation, so nothing is cleared between predictions.
+/// What the lexicon said of the pieces of context the cutter looked up (at most [`LONGEST`]
+/// characters each), kept from prediction to prediction of one model: the cuts of a keystroke
+/// (the current run, the history window, each hypothesis's typed part) overlap, and typing
+/// moves the windows a character at a time, so most pieces come back. A piece one character
+/// longer than a known one is searched for among the shorter one's words only. A direct-mapped
+/// table keyed by the piece's bytes: a piece whose slot another took is looked up again.
 pub(crate) struct Pieces {
-    generation: u32,
-    /// `(4 · TAIL_CHARS + 1) · LONGEST` entries: offset `a`, `c` characters at `a · LONGEST + c − 1`.
-    seen: Vec<Piece>,
+    /// `(PIECE_SLOTS)` entries; an empty key marks a free slot.
+    slots: Vec<Piece>,
 }
 
-/// One piece's positions in the sorted lexicon (the words that start with it) and verdict.
+/// Slots of [`Pieces`]: a power of two, several times the pieces of one keystroke's windows.
+const PIECE_SLOTS: usize = 1024;
+/// Bytes of the longest piece: [`LONGEST`] characters of up to four bytes.
+const PIECE_BYTES: usize = 4 * LONGEST;
+
+/// One piece: its bytes, its positions in the sorted lexicon (the words that start with it)
+/// and the verdict.
 #[derive(Clone, Copy)]
 struct Piece {
-    generation: u32,
+    len: u8,
+    key: [u8; PIECE_BYTES],
     lo: u32,
     hi: u32,
     lookup: Lookup,
@@ -505,28 +511,32 @@ struct Piece {
 
 impl Pieces {
     fn new() -> Pieces {
-        let unseen = Piece { generation: 0, lo: 0, hi: 0, lookup: Lookup::Absent };
-        Pieces { generation: 1, seen: vec![unseen; (4 * TAIL_CHARS + 1) * LONGEST] }
+        Pieces { slots: vec![Piece { len: 0, key: [0; PIECE_BYTES], lo: 0, hi: 0, lookup: Lookup::Absent }; PIECE_SLOTS] }
     }
 
-    /// Forgets every piece: a new prediction.
-    fn next(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            // After 2³² predictions, an entry's generation could come round again.
-            self.seen.iter_mut().for_each(|p| p.generation = 0);
-            self.generation = 1;
-        }
+    /// Forgets every piece: the lexicon is another.
+    pub(crate) fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|p| p.len = 0);
     }
 
-    fn get(&self, at: usize, chars: usize) -> Option<Piece> {
-        let slot = (1..=LONGEST).contains(&chars).then(|| self.seen.get(at * LONGEST + chars - 1)).flatten()?;
-        (slot.generation == self.generation).then_some(*slot)
+    /// The slot of `bytes` (FNV-1a).
+    fn slot(bytes: &[u8]) -> usize {
+        let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        (h ^ (h >> 32)) as usize & (PIECE_SLOTS - 1)
     }
 
-    fn put(&mut self, at: usize, chars: usize, piece: Piece) {
-        if let Some(slot) = (1..=LONGEST).contains(&chars).then(|| self.seen.get_mut(at * LONGEST + chars - 1)).flatten() {
-            *slot = Piece { generation: self.generation, ..piece };
+    fn get(&self, piece: &str) -> Option<Piece> {
+        let b = piece.as_bytes();
+        let p = &self.slots[Self::slot(b)];
+        (usize::from(p.len) == b.len() && !b.is_empty() && &p.key[..b.len()] == b).then_some(*p)
+    }
+
+    fn put(&mut self, piece: &str, lo: u32, hi: u32, lookup: Lookup) {
+        let b = piece.as_bytes();
+        if (1..=PIECE_BYTES).contains(&b.len()) {
+            let mut key = [0; PIECE_BYTES];
+            key[..b.len()].copy_from_slice(b);
+            self.slots[Self::slot(b)] = Piece { len: b.len() as u8, key, lo, hi, lookup };
         }
     }
 }
@@ -554,7 +564,6 @@ pub(crate) fn position(word: &str, input: &NgramInput<'_>, n: &Ngram, key: &mut 
 pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, context: &str, max_i: usize) -> usize {
     let t = n.tables(input.bytes);
     let NgramScratch { line, run_chars, splits, words, han, pieces, key, cand, top, scored, .. } = s;
-    pieces.next();
     scored.clear();
     line.clear();
     let last_line = context.rsplit_once('\n').map_or(context, |(_, l)| l);
@@ -826,32 +835,44 @@ mod tests {
     use crate::lexicon::Lexicon;
     use crate::model::WordLogp;
 
-    /// Cuts of overlapping spans of one line sharing what the lexicon said of each piece (as
-    /// the cuts of one prediction do) give the cuts of a plain lookup of every piece.
+    /// Cuts of overlapping spans of two lines sharing what the lexicon said of each piece (as
+    /// the cuts of one prediction and of the next ones do) give the cuts of a plain lookup of
+    /// every piece.
     #[test]
     fn cuts_sharing_their_lookups_cut_as_plain_lookups_do() {
         let words = ["今天", "天气", "今天天气", "很好", "我们", "一起", "去", "公园", "散步", "明天", "上午", "开会", "天", "好", "园"];
         let lexicon = Lexicon::new(&words);
         let logp = WordLogp { logp: (0..words.len()).map(|i| -3.0 - (i % 5) as f32).collect(), unknown: -12.0, learned: -9.0 };
         let input = NgramInput { bytes: &[], lexicon: &lexicon, normalization: &[], logp: &logp };
-        let line = "今天天气很好我们一起去公园散步明天上午开会";
-        let at = |chars: usize| line.char_indices().nth(chars).map_or(line.len(), |(b, _)| b);
         let mut plain = |w: &str| match words.iter().position(|&x| x == w) {
             Some(id) => Lookup::Word(logp.logp[id]),
             None if words.iter().any(|x| x.starts_with(w)) => Lookup::Prefix,
             None => Lookup::Absent,
         };
         let (mut pieces, mut han) = (Pieces::new(), HanCut::default());
-        for round in 0..2 {
-            pieces.next();
+        for line in [
+            "今天天气很好我们一起去公园散步明天上午开会",
+            "天气好明天我们去散步公园很好今天开会",
+            "今天天气很好我们一起去公园散步明天上午开会",
+        ] {
+            let at = |chars: usize| line.char_indices().nth(chars).map_or(line.len(), |(b, _)| b);
             for (a, b) in [(0, 21), (3, 21), (14, 21), (0, 8), (5, 6), (20, 21), (1, 17)] {
                 let span = at(a)..at(b);
                 let (mut got, mut want) = (Vec::new(), Vec::new());
                 cut(line, span.clone(), &input, &mut han, &mut pieces, &mut got);
                 cut_han_into(&line[span.clone()], &mut plain, logp.unknown, &mut HanCut::default(), &mut want);
-                assert_eq!(got, want, "round {round}, characters {a}..{b}");
+                assert_eq!(got, want, "{line}, characters {a}..{b}");
             }
         }
+        // Every piece looked up is kept (or lost to a slot collision), with its verdict.
+        let kept = pieces.slots.iter().filter(|p| p.len > 0).count();
+        assert!(kept > 20, "{kept}");
+        for p in pieces.slots.iter().filter(|p| p.len > 0) {
+            let w = std::str::from_utf8(&p.key[..usize::from(p.len)]).unwrap();
+            assert_eq!(format!("{:?}", p.lookup), format!("{:?}", plain(w)), "{w}");
+        }
+        pieces.clear();
+        assert!(pieces.slots.iter().all(|p| p.len == 0));
     }
 
     /// A cursor walked over increasing words finds each where [`find`] does, in lists with

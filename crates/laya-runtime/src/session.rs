@@ -369,6 +369,7 @@ impl Session {
         if same_shape {
             self.model = model;
             self.s.kv.valid = false;
+            self.ngram.forget_pieces();
             self.refresh_prior();
         } else {
             let (profiling, act, ranking, lambda, ngram_weight) =
