@@ -442,13 +442,12 @@ pub(crate) struct NgramInput<'a> {
     pub(crate) logp: &'a WordLogp,
 }
 
-/// Cuts `line[span]` into words (appended to `out`, byte ranges of `line[span]`) by the rules
-/// training cut it with: whitespace, `laya_format::punct::split_run`, and Han runs into the
-/// lexicon's most probable words. `pieces` keeps what the lexicon said of the pieces looked up,
-/// for the other cuts of this prediction and the next predictions.
-fn cut(line: &str, span: Range<usize>, input: &NgramInput<'_>, han: &mut HanCut, pieces: &mut Pieces, out: &mut Vec<Range<usize>>) {
+/// Cuts `text` into words (appended to `out`, byte ranges of `text`) by the rules training
+/// cut it with: whitespace, `laya_format::punct::split_run`, and Han runs into the lexicon's
+/// most probable words. `pieces` keeps what the lexicon said of the pieces looked up, for the
+/// other cuts of this prediction and the next predictions.
+fn cut(text: &str, input: &NgramInput<'_>, han: &mut HanCut, pieces: &mut Pieces, out: &mut Vec<Range<usize>>) {
     let lex = input.lexicon;
-    let text = &line[span];
     let mut lookup = |w: &str| {
         if let Some(known) = pieces.get(w) {
             return known.lookup;
@@ -456,7 +455,7 @@ fn cut(line: &str, span: Range<usize>, input: &NgramInput<'_>, han: &mut HanCut,
         // The cutter looks up the pieces from a character on, each longer by one: the words
         // that start with this piece are among those that start with the last.
         let shorter = &w[..w.len() - w.chars().next_back().map_or(0, char::len_utf8)];
-        let r = match pieces.get(shorter).filter(|_| !shorter.is_empty()) {
+        let r = match pieces.get(shorter) {
             Some(known) => lex.narrow(known.lo as usize..known.hi as usize, w.as_bytes(), shorter.len()),
             None => lex.prefix_range(w.as_bytes()),
         };
@@ -580,7 +579,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
     splits.clear();
     splits.extend(0..=run_chars.len().min(SPLIT_CHARS));
     words.clear();
-    cut(line, run_start..line.len(), input, han, pieces, words);
+    cut(run, input, han, pieces, words);
     for r in words.iter().rev().take(2) {
         splits.push(run[r.start..].chars().count());
     }
@@ -596,7 +595,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
     let window = before.char_indices().rev().nth(HISTORY_WINDOW - 1).map_or(0, |(b, _)| b);
     let cut_off = window > 0 || tail_start > 0;
     words.clear();
-    cut(line, window..base, input, han, pieces, words);
+    cut(&before[window..], input, han, pieces, words);
     let mut base_hist = [n.bos(), n.bos()];
     for (slot, k) in [(1usize, 1usize), (0, 2)] {
         if words.len() >= k {
@@ -613,7 +612,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
         if split > base {
             let part = &line[base..split];
             words.clear();
-            cut(line, base..split, input, han, pieces, words);
+            cut(part, input, han, pieces, words);
             for r in words.iter() {
                 let id = position(&part[r.clone()], input, n, key);
                 q *= t.prob(h[0], h[1], id).max(UNSEEN);
@@ -859,7 +858,7 @@ mod tests {
             for (a, b) in [(0, 21), (3, 21), (14, 21), (0, 8), (5, 6), (20, 21), (1, 17)] {
                 let span = at(a)..at(b);
                 let (mut got, mut want) = (Vec::new(), Vec::new());
-                cut(line, span.clone(), &input, &mut han, &mut pieces, &mut got);
+                cut(&line[span.clone()], &input, &mut han, &mut pieces, &mut got);
                 cut_han_into(&line[span.clone()], &mut plain, logp.unknown, &mut HanCut::default(), &mut want);
                 assert_eq!(got, want, "{line}, characters {a}..{b}");
             }

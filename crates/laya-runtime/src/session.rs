@@ -575,10 +575,10 @@ impl Session {
             let id = m.lexicon.id_at(pos as usize) as u32;
             let ranked = s.candidates.iter().any(|h| h.id == id && h.replace == i);
             let beaten = |bound: f32| (1.0 - w) * bound * (1.0 + 1e-5) + ng.add[j] <= (1.0 - w) * kth;
-            let net = match rank::pair_bound(m, s, self.ranking, pos as usize) {
-                _ if ranked || ng.add[j] <= 0.0 => 0.0,
-                Some(bound) if beaten(bound) => 0.0,
-                _ => rank::pair_score(m, s, self.ranking, n_chars, pos as usize, i as usize),
+            let net = if ranked || ng.add[j] <= 0.0 || rank::pair_bound(m, s, self.ranking, pos as usize).is_some_and(beaten) {
+                0.0
+            } else {
+                rank::pair_score(m, s, self.ranking, n_chars, pos as usize, i as usize)
             };
             ng.net.push(net);
         }
