@@ -624,10 +624,62 @@ impl<'a> Reader<'a> {
         Ok(raw)
     }
 
-    /// A string array into one buffer: copied back to back and checked as UTF-8 in one pass
-    /// (a whole buffer is valid and every boundary falls between characters exactly when every
-    /// element is valid). Only on failure is the array walked again to name the element.
+    /// A string array into one buffer. [`Reader::short_string_array`] where it applies; else
+    /// copied back to back and checked as UTF-8 in one pass (a whole buffer is valid and every
+    /// boundary falls between characters exactly when every element is valid). Only on failure
+    /// is the array walked again to name the element.
     fn string_array(&mut self, n: usize, what: &str) -> Result<Strings, FormatError> {
+        match self.short_string_array(n) {
+            Some(list) => Ok(list),
+            None => self.any_string_array(n, what),
+        }
+    }
+
+    /// A string array checked as UTF-8 in one SIMD pass (`simdutf8`) over the whole run of
+    /// lengths and elements, where the general path's check cost ~0.6 ms for 50,000 Chinese
+    /// words. Each element is then sliced out of the checked run; a slice of valid UTF-8 is
+    /// valid exactly when both its ends are character boundaries, which `str::get` checks. The
+    /// lengths of elements shorter than 128 bytes (a lexicon's words) are ASCII bytes, so such
+    /// an array passes exactly when every element is valid. `None`, with nothing read, for
+    /// anything else (a truncated array, an element that is not UTF-8, a run that is not UTF-8
+    /// because of a length's bytes): [`Reader::any_string_array`] then reads it and names what
+    /// is wrong.
+    fn short_string_array(&mut self, n: usize) -> Option<Strings> {
+        let (start, bytes) = (self.pos, self.bytes);
+        let len_at = |pos: usize| -> Option<usize> {
+            let b = bytes.get(pos..pos.checked_add(8)?)?;
+            usize::try_from(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).ok()
+        };
+        let mut end = start;
+        for _ in 0..n {
+            let len = len_at(end)?;
+            if len > bytes.len() - end - 8 {
+                return None;
+            }
+            end += 8 + len;
+        }
+        let run = simdutf8::basic::from_utf8(&bytes[start..end]).ok()?;
+        let total = run.len() - 8 * n;
+        if total > MAX_STRINGS_BYTES {
+            return None;
+        }
+        let mut buf = String::with_capacity(total);
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0);
+        let mut at = 0;
+        for _ in 0..n {
+            let len = len_at(start + at)?;
+            buf.push_str(run.get(at + 8..at + 8 + len)?);
+            offsets.push(buf.len() as u32);
+            at += 8 + len;
+        }
+        self.pos = end;
+        Strings::from_offsets(buf, offsets)
+    }
+
+    /// [`Reader::string_array`] for any array: the general path, and the naive twin of
+    /// [`Reader::short_string_array`].
+    fn any_string_array(&mut self, n: usize, what: &str) -> Result<Strings, FormatError> {
         let start = self.pos;
         let mut buf: Vec<u8> = Vec::with_capacity(n.saturating_mul(8).min(self.remaining()));
         let mut ends = Vec::with_capacity(n);
@@ -748,5 +800,62 @@ impl<'a> Reader<'a> {
                 Array::Array(v)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An element: a string of characters from every UTF-8 width, raw bytes (often not UTF-8),
+    /// a truncated character, or a string on either side of the fast path's 128-byte limit.
+    fn element() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            4 => prop::collection::vec(prop::sample::select(vec!['a', '~', 'é', '明', '，', '😀', '\u{0}']), 0..12)
+                .prop_map(|cs| cs.into_iter().collect::<String>().into_bytes()),
+            1 => prop::collection::vec(any::<u8>(), 0..6),
+            // A character cut short, which the next length's first byte would complete if it
+            // could be 0x80-0xBF: a length of 128-191 bytes.
+            1 => prop::sample::select(vec![vec![0xC3], vec![0xE6, 0x98], vec![0xF0, 0x9F, 0x98]]),
+            1 => (120usize..140).prop_map(|n| "x".repeat(n).into_bytes()),
+        ]
+    }
+
+    proptest! {
+        /// The one-pass path reads what the general path reads, takes every valid array of
+        /// elements shorter than 128 bytes, and leaves what it does not take (malformed arrays
+        /// included) to the general path untouched.
+        #[test]
+        fn short_string_arrays_read_as_any_string_array_does(
+            elements in prop::collection::vec(element(), 0..20),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+        ) {
+            let mut bytes = Vec::new();
+            for e in &elements {
+                bytes.extend_from_slice(&(e.len() as u64).to_le_bytes());
+                bytes.extend_from_slice(e);
+            }
+            if truncate {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            let n = elements.len();
+            let mut fast = Reader { bytes: &bytes, pos: 0 };
+            let mut general = Reader { bytes: &bytes, pos: 0 };
+            let (f, g) = (fast.short_string_array(n), general.any_string_array(n, "x"));
+            match (&f, &g) {
+                (Some(f), Ok(g)) => {
+                    prop_assert_eq!(f, g);
+                    prop_assert_eq!(fast.pos, general.pos);
+                }
+                (None, _) => {
+                    prop_assert_eq!(fast.pos, 0);
+                    let short = elements.iter().all(|e| e.len() < 128);
+                    prop_assert!(g.is_err() || !short, "the fast path refused a short, valid array");
+                }
+                (Some(_), Err(e)) => prop_assert!(false, "fast path read an array the general path refuses: {e}"),
+            }
+        }
     }
 }

@@ -530,8 +530,9 @@ pub struct LayaFile<'a> {
     pub ngram: Option<crate::ngram::NgramTensors<'a>>,
     /// The verified `laya.checksum`.
     pub checksum: u64,
-    /// The lexicon's word ids in byte order ([`crate::lexicon_order`]), a by-product of validation.
-    pub word_order: Vec<u32>,
+    /// The lexicon's word ids in byte order ([`crate::lexicon_order`]), a by-product of
+    /// validation; `None` when that is the file's order (as Laya's tools write lexicons).
+    pub word_order: Option<Vec<u32>>,
     pub file_len: usize,
     /// `general.alignment`.
     pub alignment: u32,

@@ -59,11 +59,28 @@ impl Strings {
     /// assert!(Strings::from_parts("明天".to_string(), vec![1]).is_none());
     /// ```
     pub fn from_parts(buf: String, ends: Vec<u32>) -> Option<Strings> {
-        if buf.len() > MAX_STRINGS_BYTES {
+        let mut offsets = Vec::with_capacity(ends.len() + 1);
+        offsets.push(0);
+        offsets.extend_from_slice(&ends);
+        Strings::from_offsets(buf, offsets)
+    }
+
+    /// The inverse of [`Strings::into_parts`]: a buffer and `len() + 1` offsets, the first 0
+    /// and the last the buffer's length, checked as [`Strings::from_parts`] checks them, without
+    /// copying either.
+    ///
+    /// ```
+    /// use laya_format::Strings;
+    /// let s = Strings::from_offsets("明天hi".to_string(), vec![0, 6, 8]).unwrap();
+    /// assert_eq!(s.into_parts(), ("明天hi".to_string(), vec![0, 6, 8]));
+    /// assert!(Strings::from_offsets("hi".to_string(), vec![1, 2]).is_none());
+    /// ```
+    pub fn from_offsets(buf: String, offsets: Vec<u32>) -> Option<Strings> {
+        if buf.len() > MAX_STRINGS_BYTES || offsets.first() != Some(&0) {
             return None;
         }
         let mut prev = 0u32;
-        for &e in &ends {
+        for &e in &offsets {
             if e < prev || !buf.is_char_boundary(e as usize) {
                 return None;
             }
@@ -72,9 +89,6 @@ impl Strings {
         if prev as usize != buf.len() {
             return None;
         }
-        let mut offsets = Vec::with_capacity(ends.len() + 1);
-        offsets.push(0);
-        offsets.extend_from_slice(&ends);
         Some(Strings { buf, offsets })
     }
 

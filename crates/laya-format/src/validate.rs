@@ -72,7 +72,7 @@ fn range_u32(k: &Keys<'_, '_>, key: &str, lo: u32, hi: u32) -> Result<u32, Forma
 }
 
 /// Reads and checks every key; returns the metadata and the alignment.
-fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatError> {
+fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Option<Vec<u32>>), FormatError> {
     let k = Keys { file };
 
     let alignment = k.u32(keys::ALIGNMENT)?;
@@ -149,7 +149,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
     let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
 
     let words = k.strings(keys::LEXICON_WORDS)?;
-    let word_order = checked_lexicon_order(words)?;
+    let word_order = checked_order(words)?;
     let frequencies = k.u32s(keys::LEXICON_FREQUENCIES)?;
     if frequencies.len() != words.len() {
         return Err(invalid(
@@ -167,7 +167,8 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
                     format!("has {} entries but the lexicon has {} words", f.len(), words.len()),
                 ));
             }
-            Some(f.to_vec())
+            // Moved out of the container by the caller, as the words are.
+            Some(Vec::new())
         }
     };
     let word_class = match k.file.get(keys::LEXICON_WORD_CLASS) {
@@ -175,7 +176,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
         Some(_) => {
             let c = k.u32s(keys::LEXICON_WORD_CLASS)?;
             check_word_class(c, words.len()).map_err(|r| invalid(keys::LEXICON_WORD_CLASS, r))?;
-            Some(c.to_vec())
+            Some(Vec::new())
         }
     };
     let normalization = k
@@ -213,9 +214,10 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Vec<u32>), FormatE
     let meta = ModelMeta {
         name,
         hparams,
-        // Filled by the caller, which moves the (possibly large) lexicon out of the container.
+        // Filled by the caller, which moves the (possibly large) lexicon and its per-word
+        // arrays out of the container rather than copying them.
         words: Strings::new(),
-        frequencies: frequencies.to_vec(),
+        frequencies: Vec::new(),
         dict_frequencies,
         word_class,
         normalization,
@@ -229,6 +231,15 @@ fn take_strings(file: &mut GgufFile<'_>, key: &str) -> Strings {
     match file.kv.iter_mut().find(|(k, _)| k == key) {
         Some((_, Value::Array(Array::String(v)))) => std::mem::take(v),
         _ => Strings::new(),
+    }
+}
+
+/// Moves a `u32` array out of the container (already validated by `parse_meta`); empty when
+/// the key is absent.
+fn take_u32s(file: &mut GgufFile<'_>, key: &str) -> Vec<u32> {
+    match file.kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, Value::Array(Array::U32(v)))) => std::mem::take(v),
+        _ => Vec::new(),
     }
 }
 
@@ -262,6 +273,12 @@ pub fn check_lexicon(words: &Strings) -> Result<(), FormatError> {
 /// A lexicon already in byte order (what Laya's tools write, docs/format.md §4) is checked in
 /// one pass: strictly increasing neighbours are sorted and free of duplicates at once.
 pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
+    checked_order(words).map(|order| order.unwrap_or_else(|| (0..words.len() as u32).collect()))
+}
+
+/// [`checked_lexicon_order`] with `None` for a lexicon already in byte order, so that a load
+/// of such a file (all of Laya's) builds no identity list.
+fn checked_order(words: &Strings) -> Result<Option<Vec<u32>>, FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {
         return Err(invalid(keys::LEXICON_WORDS, format!("has {} words; 1..={MAX_WORDS} allowed", words.len())));
     }
@@ -288,7 +305,7 @@ pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
         ordered
     });
     let (order, duplicate) = if sorted {
-        ((0..words.len() as u32).collect(), None)
+        (None, None)
     } else {
         let order = lexicon_order(words);
         // Equal words are adjacent and in id order, so the first pair of each run is
@@ -301,7 +318,7 @@ pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
                 duplicate = Some((b, a));
             }
         }
-        (order, duplicate)
+        (Some(order), duplicate)
     };
     let scan_to = duplicate.map_or(words.len(), |(second, _)| second);
     for index in words_to_check(words).into_iter().take_while(|&i| i < scan_to) {
@@ -614,6 +631,13 @@ impl<'a> LayaFile<'a> {
         }
         let (mut meta, alignment, word_order) = parse_meta(&file)?;
         meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
+        meta.frequencies = take_u32s(&mut file, keys::LEXICON_FREQUENCIES);
+        if let Some(d) = meta.dict_frequencies.as_mut() {
+            *d = take_u32s(&mut file, keys::LEXICON_DICT_FREQUENCIES);
+        }
+        if let Some(c) = meta.word_class.as_mut() {
+            *c = take_u32s(&mut file, keys::LEXICON_WORD_CLASS);
+        }
 
         let specs = tensor_specs(&meta.hparams, meta.words.len() as u64, meta.word_classes() as u64);
         let by_name: HashMap<&str, &TensorSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();

@@ -337,7 +337,7 @@ pub fn patch_checksum(bytes: &mut [u8]) -> Result<u64, FormatError> {
 /// assert!(meta.words.iter().zip(meta.words.iter().skip(1)).all(|(a, b)| a < b));
 /// assert!(!sort_lexicon(&mut meta, &mut tensors)?);
 /// let bytes = write_model(&meta, &tensors)?;
-/// assert_eq!(LayaFile::parse(&bytes)?.word_order, (0..meta.words.len() as u32).collect::<Vec<_>>());
+/// assert_eq!(LayaFile::parse(&bytes)?.word_order, None); // already in byte order
 /// # Ok::<(), laya_format::FormatError>(())
 /// ```
 pub fn sort_lexicon(meta: &mut ModelMeta, tensors: &mut [TensorData]) -> Result<bool, FormatError> {

@@ -411,18 +411,19 @@ pub(crate) struct HeadIn<'a> {
 pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, tmp: &'a mut [f32]) -> &'a mut [f32] {
     let HeadIn { z, zq, int8 } = input;
     let rows = &wc.rows[c];
+    let bias = &wc.bias[wc.start[c]..wc.start[c + 1]];
     let y = &mut tmp[..rows.mat.rows];
     let packed = if int8 { m.class_packed(c) } else { None };
     if rows.data.is_empty() && packed.is_none() {
         // f32 activations on a packed class: its rows one by one from the file's word head.
         let out = m.matrix(&m.output);
         let ids = &wc.ids[wc.start[c]..wc.start[c + 1]];
-        for ((y, &id), b) in y.iter_mut().zip(ids).zip(&rows.bias) {
+        for ((y, &id), b) in y.iter_mut().zip(ids).zip(bias) {
             let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
             m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
         }
     } else {
-        linear(m.kernels, &rows.matrix(), packed.map_or(PackedRef::No, PackedRef::Ready), z, &zq[..z.len() / QK], 1, &rows.bias, y, int8);
+        linear(m.kernels, &rows.matrix(), packed.map_or(PackedRef::No, PackedRef::Ready), z, &zq[..z.len() / QK], 1, bias, y, int8);
     }
     y
 }

@@ -47,47 +47,75 @@ pub(crate) struct Lexicon {
     stretched: Vec<u8>,
 }
 
+/// Per word, in one pass (it runs for every word at load): the length in scalar values (clamped
+/// to `u16`), whether the word
+/// is punctuation only ([`laya_format::is_punctuation_word`]) and whether its first character
+/// glues ([`laya_format::punct::glues`]). A word led by a character of U+4000–U+9FFF (lead byte
+/// 0xE4–0xE9: Han ideographs and the Yijing hexagram symbols) is neither, which settles most
+/// of a Chinese lexicon without a Unicode table.
+fn word_flags(words: &Strings) -> (Vec<u16>, Vec<bool>, Vec<bool>) {
+    let n = words.len();
+    let (mut char_lens, mut punct, mut glues) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (text, bytes) = (words.buffer(), words.buffer().as_bytes());
+    for span in words.offsets().windows(2) {
+        let (start, end) = (span[0] as usize, span[1] as usize);
+        // Valid UTF-8: a character's first byte gives its width.
+        let (mut at, mut chars) = (start, 0usize);
+        while at < end {
+            at += match bytes[at] {
+                0..=0x7F => 1,
+                0x80..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                _ => 4,
+            };
+            chars += 1;
+        }
+        char_lens.push(chars.min(u16::MAX as usize) as u16);
+        let (p, g) = match bytes.get(start) {
+            Some(0xE4..=0xE9) => (false, false),
+            _ => {
+                let w = &text[start..end];
+                (laya_format::is_punctuation_word(w), w.chars().next().is_some_and(laya_format::punct::glues))
+            }
+        };
+        punct.push(p);
+        glues.push(g);
+    }
+    (char_lens, punct, glues)
+}
+
 impl Lexicon {
     #[cfg(test)]
     pub(crate) fn new(words: &[&str]) -> Lexicon {
         let words: Strings = words.iter().collect();
         let order = laya_format::lexicon_order(&words);
-        Self::with_order(words, order, None)
+        Self::with_order(words, Some(order), None)
     }
 
     #[cfg(test)]
     pub(crate) fn new_folded(words: &[&str], freqs: &[u32]) -> Lexicon {
         let words: Strings = words.iter().collect();
         let order = laya_format::lexicon_order(&words);
-        Self::with_order(words, order, Some(freqs))
+        Self::with_order(words, Some(order), Some(freqs))
     }
 
     /// `order`: the ids in byte order, as validation computed them
-    /// ([`laya_format::LayaFile::word_order`]). Takes the validated word buffer as it is.
+    /// ([`laya_format::LayaFile::word_order`]; `None`: the ids are in byte order). Takes the
+    /// validated word buffer as it is.
     /// `fold`: when the model's language ignores case ([`laya_format::ignores_case`]), the
     /// words' frequencies: keys are then folded, and of the words that fold alike the most
     /// frequent is the one shown.
-    pub(crate) fn with_order(words: Strings, order: Vec<u32>, fold: Option<&[u32]>) -> Lexicon {
-        debug_assert_eq!(order.len(), words.len());
-        // Scalar values are the bytes that do not continue a UTF-8 sequence; counted over the
-        // buffer word by word, with no per-word call (this runs for every word at load).
-        let bytes = words.buffer().as_bytes();
-        let char_lens = words
-            .offsets()
-            .windows(2)
-            .map(|w| {
-                let word = &bytes[w[0] as usize..w[1] as usize];
-                word.iter().filter(|&&b| (b as i8) >= -0x40).count().min(u16::MAX as usize) as u16
-            })
-            .collect();
-        let punct = words.iter().map(laya_format::is_punctuation_word).collect();
-        let glues = words.iter().map(|w| w.chars().next().is_some_and(laya_format::punct::glues)).collect();
+    pub(crate) fn with_order(words: Strings, order: Option<Vec<u32>>, fold: Option<&[u32]>) -> Lexicon {
+        debug_assert!(order.as_ref().is_none_or(|o| o.len() == words.len()));
+        let (char_lens, punct, glues) = word_flags(&words);
         let (folded, order) = match fold {
-            Some(freqs) => fold_keys(&words, freqs, order),
+            Some(freqs) => {
+                let (folded, order) = fold_keys(&words, freqs, order.unwrap_or_else(|| (0..words.len() as u32).collect()));
+                (folded, Some(order))
+            }
             None => (None, order),
         };
-        let sorted = order.iter().enumerate().all(|(i, &id)| id as usize == i);
-        let order = (!sorted).then_some(order);
+        let order = order.filter(|order| !order.iter().enumerate().all(|(i, &id)| id as usize == i));
         let (bytes, offsets) = words.into_parts();
         let mut lex = Lexicon {
             first_chars: Vec::new(),
@@ -134,6 +162,12 @@ impl Lexicon {
 
     pub(crate) fn len(&self) -> usize {
         self.char_lens.len()
+    }
+
+    /// Per word: its length in scalar values, whether it is punctuation only, whether it glues.
+    #[cfg(test)]
+    pub(crate) fn flags(&self, id: usize) -> (u16, bool, bool) {
+        (self.char_lens[id], self.punct[id], self.glues[id])
     }
 
     #[inline]
@@ -386,6 +420,31 @@ mod tests {
 
     fn words_in(l: &Lexicon, prefix: &str) -> Vec<String> {
         l.prefix_range(prefix.as_bytes()).map(|p| l.word(l.id_at(p)).to_string()).collect()
+    }
+
+    /// The one-pass flags against their definitions, on words led by every kind of character
+    /// the fast path could misjudge: the edges of its lead bytes (U+3FFF, U+4000, the hexagram
+    /// symbols at U+4DC0, U+9FFF, U+A000), punctuation, Latin, digits, kana and emoji.
+    #[test]
+    fn word_flags_match_their_definitions() {
+        let leads = [
+            '\u{3FFF}', '\u{4000}', '䷀', '\u{4DFF}', '一', '\u{9FFF}', '\u{A000}', '，', '《', '(', ',', 'a', 'É', '7', 'の', '😀', '…',
+            '¥',
+        ];
+        let tails = ["", "a", "，", "天", "😀", "…"];
+        let mut words: Vec<String> = Vec::new();
+        for c in leads {
+            for t in tails {
+                words.push(format!("{c}{t}"));
+            }
+        }
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        let l = lex(&refs);
+        for (id, w) in words.iter().enumerate() {
+            let expected =
+                (w.chars().count() as u16, laya_format::is_punctuation_word(w), w.chars().next().is_some_and(laya_format::punct::glues));
+            assert_eq!(l.flags(id), expected, "{w:?}");
+        }
     }
 
     #[test]

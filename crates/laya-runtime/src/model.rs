@@ -217,6 +217,7 @@ pub struct Model {
     pub(crate) out_norm_w: Vec<f32>,
     pub(crate) out_norm_b: Vec<f32>,
     pub(crate) output: Mat,
+    /// `output.bias` of a flat word head; empty for a factorised one ([`WordClasses::bias`]).
     pub(crate) output_b: Vec<f32>,
     pub(crate) replace: Mat,
     pub(crate) replace_b: Vec<f32>,
@@ -257,10 +258,12 @@ pub(crate) struct WordClasses {
     /// The word ids of class `c` are `ids[start[c]..start[c + 1]]`, increasing.
     pub start: Vec<usize>,
     pub ids: Vec<u32>,
+    /// `output.bias` in `ids` order: class `c`'s biases are `bias[start[c]..start[c + 1]]`.
+    pub bias: Vec<f32>,
     /// The class of each word.
     pub class_of: Vec<u32>,
     /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
-    /// the CPU packs the word head's type, and their biases.
+    /// the CPU packs the word head's type.
     pub rows: Vec<ClassRows>,
     /// Whether this CPU's kernels pack the word head's type: the class rows are then read from
     /// their packed copies ([`Model::class_packed`]), made on first use.
@@ -275,7 +278,6 @@ pub(crate) struct ClassRows {
     /// The gathered rows where this CPU does not pack their type; otherwise empty, and a class
     /// of one word (whose row is never computed) has none either.
     pub data: Vec<u8>,
-    pub bias: Vec<f32>,
     /// The packed copy, made once: packing 50,000 rows at load was most of a cold start, so a
     /// class is packed when a prediction first needs it, or by [`Model::pack`]
     /// (`Session::warm_up`, an engine swap).
@@ -289,13 +291,29 @@ impl ClassRows {
 }
 
 impl WordClasses {
-    fn new(file: &LayaFile, out_w: &Matrix, out_b: &[f32], head: Mat, kernels: Kernels) -> Result<WordClasses, LoadError> {
-        let (Some(class_of), Some((_, b))) = (file.meta.word_class.as_ref(), file.output_class.as_ref()) else {
+    /// `class_of` is the file's `laya.lexicon.word_class`, moved out of it; `out_b` the bytes of
+    /// `output.bias`.
+    fn new(
+        file: &LayaFile,
+        class_of: Vec<u32>,
+        out_w: &Matrix,
+        out_b: &[u8],
+        head: Mat,
+        kernels: Kernels,
+    ) -> Result<WordClasses, LoadError> {
+        let Some((_, b)) = file.output_class.as_ref() else {
             return Err(LoadError::Kernel("output_class: a factorised head without its class map".into()));
         };
         let k = b.ne[0] as usize;
-        // Validation checked that every class is below K.
-        let (start, ids) = laya_format::class_members(class_of, k);
+        // Validation checked that every class is below K, and the bias's shape.
+        let (start, ids) = laya_format::class_members(&class_of, k);
+        let bias = ids
+            .iter()
+            .map(|&id| {
+                let i = 4 * id as usize;
+                f32::from_le_bytes([out_b[i], out_b[i + 1], out_b[i + 2], out_b[i + 3]])
+            })
+            .collect();
         let rb = out_w.row_bytes();
         let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("output.weight (one class's rows): {e}"));
         let packs = match out_w.ty {
@@ -306,7 +324,6 @@ impl WordClasses {
         let mut rows = Vec::with_capacity(k);
         for c in 0..k {
             let members = &ids[start[c]..start[c + 1]];
-            let bias = members.iter().map(|&id| out_b[id as usize]).collect();
             let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packs: false, packed: OnceLock::new() };
             // A word alone in its class has its class's probability: its row is never computed
             // (`rank::expand_class`, `forward::word_log_probs`), so it is neither packed nor copied.
@@ -320,9 +337,9 @@ impl WordClasses {
                 }
                 Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
             }
-            rows.push(ClassRows { mat, bias, data, packed: OnceLock::new() });
+            rows.push(ClassRows { mat, data, packed: OnceLock::new() });
         }
-        Ok(WordClasses { head_b: f32s(b), head, start, ids, class_of: class_of.clone(), rows, packs, row_type: out_w.ty })
+        Ok(WordClasses { head_b: f32s(b), head, start, ids, bias, class_of, rows, packs, row_type: out_w.ty })
     }
 
     /// `K`.
@@ -490,7 +507,8 @@ impl Model {
             Some((w, _)) => {
                 let out = mat(&file.output_w)?;
                 let out_w = Matrix { ty: out.ty, rows: out.rows, cols: out.cols, data: file.output_w.data };
-                Some(WordClasses::new(&file, &out_w, &f32s(&file.output_b), lin(w)?, kernels)?)
+                let class_of = file.meta.word_class.take().unwrap_or_default();
+                Some(WordClasses::new(&file, class_of, &out_w, file.output_b.data, lin(w)?, kernels)?)
             }
             None => None,
         };
@@ -518,7 +536,8 @@ impl Model {
             // A factorised head reads its words' rows class by class from `classes`, packed
             // there; a second packed copy of the whole head would never be read.
             output: if file.output_class.is_some() { mat(&file.output_w)? } else { lin(&file.output_w)? },
-            output_b: f32s(&file.output_b),
+            // A factorised head keeps its biases in `classes`, in member order.
+            output_b: if file.output_class.is_some() { Vec::new() } else { f32s(&file.output_b) },
             prior_shift: OnceLock::new(),
             prior_source: match &file.meta.dict_frequencies {
                 None => PriorSource::None,
