@@ -11,7 +11,7 @@ use std::time::Instant;
 use laya_runtime::{Model, Session, Stage};
 use serde::Serialize;
 
-use crate::CliError;
+use crate::{CliError, ALLOCATOR};
 
 /// Assumed fp32 peak of one core where the kernels have no probe (scalar, NEON): a Zen 3 core
 /// (2 FMA units x 8 lanes x 2 flops x ~3.6 GHz). Elsewhere the peak is measured.
@@ -224,23 +224,25 @@ pub fn run(args: Args) -> Result<(), CliError> {
         sink += p.get(0).map_or(0.0, |c| c.p);
         lat.push(t.elapsed().as_nanos() as f64 / 1e3);
     };
-    let info = allocation_counter::measure(|| {
-        for i in 0..args.iterations {
-            let ctx = &contexts[i % contexts.len()];
-            match plain.as_mut() {
-                None => time(&mut session, ctx, &mut lat),
-                // Whichever goes second finds the caches as the other left them: take turns.
-                Some(s) if i % 2 == 0 => {
-                    time(&mut session, ctx, &mut lat);
-                    time(s, ctx, &mut lat_plain);
-                }
-                Some(s) => {
-                    time(s, ctx, &mut lat_plain);
-                    time(&mut session, ctx, &mut lat);
-                }
+    // Every allocation of the process while the loop runs: after warm-up nothing else runs.
+    let allocations = stats_alloc::Region::new(ALLOCATOR);
+    for i in 0..args.iterations {
+        let ctx = &contexts[i % contexts.len()];
+        match plain.as_mut() {
+            None => time(&mut session, ctx, &mut lat),
+            // Whichever goes second finds the caches as the other left them: take turns.
+            Some(s) if i % 2 == 0 => {
+                time(&mut session, ctx, &mut lat);
+                time(s, ctx, &mut lat_plain);
+            }
+            Some(s) => {
+                time(s, ctx, &mut lat_plain);
+                time(&mut session, ctx, &mut lat);
             }
         }
-    });
+    }
+    let change = allocations.change();
+    let allocations = change.allocations + change.reallocations;
     std::hint::black_box(sink);
     let (p50_without_user, p99_without_user) = if lat_plain.is_empty() {
         (None, None)
@@ -306,7 +308,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         cold_phases: cold.3,
         spawn_floor_ms: cold.4,
         load_ms,
-        allocations_per_prediction: info.count_total as f64 / args.iterations as f64,
+        allocations_per_prediction: allocations as f64 / args.iterations as f64,
         macs_per_prediction: model.macs_per_prediction(),
         macs_per_keystroke: model.macs_per_keystroke(),
         macs_at_p50: macs,
@@ -571,4 +573,21 @@ fn peak_rss_kb() -> u64 {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figure `laya bench` reports counts what the process allocates (a counter that never
+    /// moved would make "0 allocations per prediction" meaningless).
+    #[test]
+    fn the_allocator_counts_allocations_and_reallocations() {
+        let region = stats_alloc::Region::new(ALLOCATOR);
+        let mut v: Vec<u64> = Vec::with_capacity(1);
+        v.extend(0..1000);
+        std::hint::black_box(&v);
+        let change = region.change();
+        assert!(change.allocations >= 1 && change.reallocations >= 1, "{change:?}");
+    }
 }

@@ -7,6 +7,10 @@
 #[cfg(feature = "train")]
 extern crate mimalloc;
 
+/// The system allocator (mimalloc in a training build), counted for `laya bench`.
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
 /// `println!` that returns from the enclosing function with a [`CliError`] when stdout fails
 /// instead of panicking, so `laya inspect --words m.laya | head` ends quietly.
 macro_rules! outln {
