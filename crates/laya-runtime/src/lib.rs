@@ -36,6 +36,7 @@ mod session;
 mod settings;
 mod stages;
 mod storage;
+mod unigram;
 mod user;
 
 pub use engine::{Engine, EngineSession, SwapReport};

@@ -13,6 +13,7 @@ use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8};
 use crate::error::LoadError;
 use crate::lexicon::Lexicon;
 use crate::storage::Storage;
+use crate::unigram::WordLogp;
 
 /// Hyper-parameters of a loaded model, as the forward pass uses them.
 #[derive(Debug, Clone)]
@@ -226,27 +227,14 @@ pub struct Model {
     /// computed when a session first sets a completion prior, not at load (the default λ is 0).
     prior_shift: OnceLock<Vec<f32>>,
     /// What the prior shift is computed from: the corpus counts when the file has dictionary
-    /// frequencies (`word_freq` then holds those).
+    /// frequencies (`unigram` then counts those).
     prior_source: PriorSource,
     /// A factorised word head (docs/format.md §3 step 5), or `None` for a flat one.
     pub(crate) classes: Option<WordClasses>,
-    /// Per word, the frequency that cuts learned text into words: the dictionary's where the
-    /// file has one, else the corpus count.
-    word_freq: Vec<u32>,
-    /// The unigram model of `word_freq`, computed at the first learned text.
-    word_logp: std::sync::OnceLock<WordLogp>,
+    /// The unigram model that cuts text into words: the n-gram's histories and learned text.
+    unigram: WordLogp,
     /// The word trigram beside the network (docs/format.md §8), when the file has one.
     pub(crate) ngram: Option<Ngram>,
-}
-
-/// The unigram model that cuts learned text into words (`Session::learn`).
-pub(crate) struct WordLogp {
-    /// Per lexicon word, `ln` of its share of the frequencies (a word without one counts 1).
-    pub logp: Vec<f32>,
-    /// A single character outside the lexicon: half the rarest word's share.
-    pub unknown: f32,
-    /// A learned word outside the lexicon: the median word's share.
-    pub learned: f32,
 }
 
 /// The class head of a factorised word head and, per class, its words' rows of `output.weight`
@@ -544,11 +532,10 @@ impl Model {
                 Some(d) if d.iter().any(|&f| f > 0) => PriorSource::Corpus(std::mem::take(&mut file.meta.frequencies)),
                 Some(d) => PriorSource::Zero(d.len()),
             },
-            word_freq: match file.meta.dict_frequencies.take() {
+            unigram: WordLogp::new(match file.meta.dict_frequencies.take() {
                 Some(d) if d.iter().any(|&f| f > 0) => d,
                 _ => std::mem::take(&mut file.meta.frequencies),
-            },
-            word_logp: std::sync::OnceLock::new(),
+            }),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
             lexicon: Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order), fold_freqs.as_deref()),
@@ -562,12 +549,6 @@ impl Model {
         parts.info.load_time.prepare = start.elapsed() - validate;
         // The parts hold byte ranges, not references, so the storage can move in now.
         let model = Model { storage, ..parts };
-        // The unigram model that cuts the n-gram's histories, computed now, so that no session
-        // (nor a hot swap to this model) allocates it in `predict`; what the n-gram derives from
-        // its tables is the packer thread's (`Model::pack`).
-        if model.ngram.is_some() {
-            model.word_logp();
-        }
         Ok(model)
     }
 
@@ -577,22 +558,13 @@ impl Model {
         self.prior_shift.get_or_init(|| match &self.prior_source {
             PriorSource::None => Vec::new(),
             PriorSource::Zero(n) => vec![0.0; *n],
-            PriorSource::Corpus(corpus) => prior_shift(corpus, &self.word_freq),
+            PriorSource::Corpus(corpus) => prior_shift(corpus, self.unigram.freq()),
         })
     }
 
-    /// The unigram model that cuts learned text. Computed once, at the first call.
+    /// The unigram model that cuts text into words.
     pub(crate) fn word_logp(&self) -> &WordLogp {
-        self.word_logp.get_or_init(|| {
-            let total: f64 = self.word_freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
-            let logp: Vec<f32> = self.word_freq.iter().map(|&f| (f.max(1) as f64 / total).ln() as f32).collect();
-            let mut sorted = logp.clone();
-            let learned = match sorted.is_empty() {
-                true => 0.0,
-                false => *sorted.select_nth_unstable_by(logp.len() / 2, f32::total_cmp).1,
-            };
-            WordLogp { logp, unknown: (0.5 / total).ln() as f32, learned }
-        })
+        &self.unigram
     }
 
     /// Whether the file carries a word trigram that sessions mix into the network's candidates
@@ -626,7 +598,7 @@ impl Model {
     /// frequency where the file has dictionary frequencies, else the corpus count. An n-gram
     /// trained for this model cuts its text with these (`laya ngram --model M --cut lexicon`).
     pub fn cut_count(&self, id: usize) -> Option<u32> {
-        self.word_freq.get(id).copied()
+        self.unigram.freq().get(id).copied()
     }
 
     /// The position of word `id` in the lexicon's search order (byte order of the words, or
@@ -773,12 +745,13 @@ impl Model {
     /// Makes every packed copy not made yet: the linear layers and the word head (which the
     /// packer thread started by every constructor is making meanwhile; this call waits for, or
     /// takes over, what it has not done) and every class of a factorised head (packed when a
-    /// prediction first expands it). Predictions give the same results before and after; after
+    /// prediction first expands it); takes every word's log share the cutter has not looked up. Predictions give the same results before and after; after
     /// this call ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every
     /// engine swap make it) they run at full speed and none allocates.
     pub fn pack(&self) {
         self.pack_layers();
         self.prepare_ngram();
+        self.unigram.fill();
         for c in 0..self.classes.as_ref().map_or(0, WordClasses::len) {
             self.class_packed(c);
         }
@@ -846,7 +819,10 @@ impl Model {
             for i in 0.. {
                 match weak.upgrade() {
                     Some(m) if m.pack_matrix(i) => {}
-                    Some(m) => return m.prepare_ngram(),
+                    Some(m) => {
+                        m.prepare_ngram();
+                        return m.unigram.fill();
+                    }
                     None => return,
                 }
             }

@@ -13,8 +13,8 @@ use laya_format::{LayaFile, NormRule};
 
 use crate::learn::{cut_han_into, HanCut, Lookup, LONGEST};
 use crate::lexicon::Lexicon;
-use crate::model::WordLogp;
 use crate::scratch::Hit;
+use crate::unigram::WordLogp;
 
 /// The n-gram's weight `w` in the mix unless the session sets another
 /// ([`crate::Session::set_ngram_weight`]): chosen on the dev genres (docs/training.md).
@@ -462,7 +462,7 @@ fn cut(text: &str, input: &NgramInput<'_>, han: &mut HanCut, pieces: &mut Pieces
         let lookup = if r.is_empty() {
             Lookup::Absent
         } else if lex.key_at(r.start) == w {
-            Lookup::Word(input.logp.logp[lex.id_at(r.start)])
+            Lookup::Word(input.logp.logp(lex.id_at(r.start)))
         } else {
             Lookup::Prefix
         };
@@ -832,7 +832,7 @@ mod tests {
     use super::{cut, find, Cursor, NgramInput, Pieces};
     use crate::learn::{cut_han_into, HanCut, Lookup};
     use crate::lexicon::Lexicon;
-    use crate::model::WordLogp;
+    use crate::unigram::WordLogp;
 
     /// Cuts of overlapping spans of two lines sharing what the lexicon said of each piece (as
     /// the cuts of one prediction and of the next ones do) give the cuts of a plain lookup of
@@ -841,10 +841,11 @@ mod tests {
     fn cuts_sharing_their_lookups_cut_as_plain_lookups_do() {
         let words = ["今天", "天气", "今天天气", "很好", "我们", "一起", "去", "公园", "散步", "明天", "上午", "开会", "天", "好", "园"];
         let lexicon = Lexicon::new(&words);
-        let logp = WordLogp { logp: (0..words.len()).map(|i| -3.0 - (i % 5) as f32).collect(), unknown: -12.0, learned: -9.0 };
+        let shares: Vec<f32> = (0..words.len()).map(|i| -3.0 - (i % 5) as f32).collect();
+        let logp = WordLogp::with_logp(&shares, -12.0, -9.0);
         let input = NgramInput { bytes: &[], lexicon: &lexicon, normalization: &[], logp: &logp };
         let mut plain = |w: &str| match words.iter().position(|&x| x == w) {
-            Some(id) => Lookup::Word(logp.logp[id]),
+            Some(id) => Lookup::Word(logp.logp(id)),
             None if words.iter().any(|x| x.starts_with(w)) => Lookup::Prefix,
             None => Lookup::Absent,
         };

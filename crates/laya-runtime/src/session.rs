@@ -539,7 +539,7 @@ impl Session {
         let ranges = {
             let user = self.personal.user.read();
             let score = |w: &str| match lex.id_of(w) {
-                Some(id) => Some(u.logp[id]),
+                Some(id) => Some(u.logp(id)),
                 None => (user.count(w) > 0.0).then_some(u.learned),
             };
             crate::learn::cut(text, &score, u.unknown)
