@@ -51,7 +51,8 @@ pub(crate) struct Lexicon {
 /// to `u16`), whether the word is punctuation only ([`laya_format::is_punctuation_word`]) and
 /// whether its first character glues ([`laya_format::punct::glues`]). A word led by a character
 /// of U+4000–U+9FFF (lead byte 0xE4–0xE9: Han ideographs and the Yijing hexagram symbols) is
-/// neither, which settles most of a Chinese lexicon without a Unicode table.
+/// neither, and one led by an ASCII letter or digit is no punctuation and glues, which settles
+/// most of a Chinese or an English lexicon without a Unicode table.
 fn word_flags(words: &Strings) -> (Vec<u16>, Vec<bool>, Vec<bool>) {
     let n = words.len();
     let (text, offsets) = (words.buffer(), words.offsets());
@@ -61,6 +62,8 @@ fn word_flags(words: &Strings) -> (Vec<u16>, Vec<bool>, Vec<bool>) {
         char_lens.push(char_count(text.as_bytes(), start, end).min(u16::MAX as usize) as u16);
         let (p, g) = match text.as_bytes().get(start) {
             Some(0xE4..=0xE9) => (false, false),
+            // An ASCII letter or digit first: no punctuation word, and it glues.
+            Some(b) if b.is_ascii_alphanumeric() => (false, true),
             _ => {
                 let w = &text[start..end];
                 (laya_format::is_punctuation_word(w), w.chars().next().is_some_and(laya_format::punct::glues))
@@ -143,8 +146,10 @@ impl Lexicon {
             lex.stretched = (0..lex.len()).map(|id| stretch_len(lex.key(id)).min(u8::MAX as usize) as u8).collect();
             lex.shadowed = vec![false; lex.len()];
             for pos in 1..lex.len() {
-                // Equal keys are adjacent, the most frequent first.
-                if lex.key(lex.id_at(pos)) == lex.key(lex.id_at(pos - 1)) {
+                // Equal keys are adjacent, the most frequent first. Neighbours in sorted order
+                // share their start, so the last bytes decide most pairs without a call.
+                let (a, b) = (lex.key(lex.id_at(pos)).as_bytes(), lex.key(lex.id_at(pos - 1)).as_bytes());
+                if a.len() == b.len() && a.last() == b.last() && a == b {
                     let id = lex.id_at(pos);
                     lex.shadowed[id] = true;
                 }
@@ -350,9 +355,17 @@ impl Lexicon {
 /// completion of `so` or `hel`. No English word triples a letter.
 fn stretch_len(key: &str) -> usize {
     if key.is_ascii() {
-        // One byte per scalar value.
-        let b = key.as_bytes();
-        return b.windows(3).position(|w| w[0] == w[1] && w[1] == w[2] && w[0].is_ascii_alphabetic()).map_or(0, |i| i + 3);
+        // One byte per scalar value: the loop below, on bytes.
+        let (mut prev, mut run) = (0u8, 0);
+        for (i, &b) in key.as_bytes().iter().enumerate() {
+            // Without a branch on the letters, which no predictor guesses.
+            run = usize::from(b == prev) * run + 1;
+            prev = b;
+            if run == 3 && b.is_ascii_alphabetic() {
+                return i + 1;
+            }
+        }
+        return 0;
     }
     let (mut prev, mut run) = ('\0', 0);
     for (i, c) in key.chars().enumerate() {
@@ -373,14 +386,18 @@ fn fold_keys(words: &Strings, freqs: &[u32], mut order: Vec<u32>) -> (Option<(St
     let mut bytes = String::with_capacity(words.buffer().len());
     let mut offsets = Vec::with_capacity(words.len() + 1);
     offsets.push(0u32);
+    // Per word: folding left it as it was.
+    let mut kept_as_is = Vec::with_capacity(words.len());
     for w in words.iter() {
         let start = bytes.len();
         if w.is_ascii() {
             // ASCII folds byte by byte: what `fold_char` does to each.
             bytes.push_str(w);
             bytes[start..].make_ascii_lowercase();
+            kept_as_is.push(!w.bytes().any(|b| b.is_ascii_uppercase()));
         } else {
             laya_format::fold_into(w, &mut bytes);
+            kept_as_is.push(&bytes[start..] == w);
         }
         offsets.push(bytes.len() as u32);
     }
@@ -389,9 +406,7 @@ fn fold_keys(words: &Strings, freqs: &[u32], mut order: Vec<u32>) -> (Option<(St
     let cmp = |a: u32, b: u32| key(a).cmp(key(b)).then(freq(b).cmp(&freq(a))).then(a.cmp(&b));
     // The words folding leaves alone keep their byte order and are distinct keys: already
     // sorted. Only the words with capitals are sorted, then the two lists are merged.
-    let words_bytes = words.buffer().as_bytes();
-    let same = |id: u32| key(id) == &words_bytes[words.offsets()[id as usize] as usize..words.offsets()[id as usize + 1] as usize];
-    let (kept, mut moved): (Vec<u32>, Vec<u32>) = order.iter().partition(|&&id| same(id));
+    let (kept, mut moved): (Vec<u32>, Vec<u32>) = order.iter().partition(|&&id| kept_as_is[id as usize]);
     moved.sort_unstable_by(|&a, &b| cmp(a, b));
     let (mut i, mut j) = (0, 0);
     for slot in order.iter_mut() {
