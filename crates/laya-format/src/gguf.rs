@@ -624,12 +624,12 @@ impl<'a> Reader<'a> {
         Ok(raw)
     }
 
-    /// A string array into one buffer. [`Reader::short_string_array`] where it applies; else
+    /// A string array into one buffer. [`Reader::one_pass_string_array`] where it applies; else
     /// copied back to back and checked as UTF-8 in one pass (a whole buffer is valid and every
     /// boundary falls between characters exactly when every element is valid). Only on failure
     /// is the array walked again to name the element.
     fn string_array(&mut self, n: usize, what: &str) -> Result<Strings, FormatError> {
-        match self.short_string_array(n) {
+        match self.one_pass_string_array(n) {
             Some(list) => Ok(list),
             None => self.any_string_array(n, what),
         }
@@ -644,7 +644,7 @@ impl<'a> Reader<'a> {
     /// anything else (a truncated array, an element that is not UTF-8, a run that is not UTF-8
     /// because of a length's bytes): [`Reader::any_string_array`] then reads it and names what
     /// is wrong.
-    fn short_string_array(&mut self, n: usize) -> Option<Strings> {
+    fn one_pass_string_array(&mut self, n: usize) -> Option<Strings> {
         let (start, bytes) = (self.pos, self.bytes);
         let len_at = |pos: usize| -> Option<usize> {
             let b = bytes.get(pos..pos.checked_add(8)?)?;
@@ -678,7 +678,7 @@ impl<'a> Reader<'a> {
     }
 
     /// [`Reader::string_array`] for any array: the general path, and the naive twin of
-    /// [`Reader::short_string_array`].
+    /// [`Reader::one_pass_string_array`].
     fn any_string_array(&mut self, n: usize, what: &str) -> Result<Strings, FormatError> {
         let start = self.pos;
         let mut buf: Vec<u8> = Vec::with_capacity(n.saturating_mul(8).min(self.remaining()));
@@ -827,7 +827,7 @@ mod tests {
         /// elements shorter than 128 bytes, and leaves what it does not take (malformed arrays
         /// included) to the general path untouched.
         #[test]
-        fn short_string_arrays_read_as_any_string_array_does(
+        fn one_pass_string_arrays_read_as_any_string_array_does(
             elements in prop::collection::vec(element(), 0..20),
             cut in any::<prop::sample::Index>(),
             truncate in any::<bool>(),
@@ -843,7 +843,7 @@ mod tests {
             let n = elements.len();
             let mut fast = Reader { bytes: &bytes, pos: 0 };
             let mut general = Reader { bytes: &bytes, pos: 0 };
-            let (f, g) = (fast.short_string_array(n), general.any_string_array(n, "x"));
+            let (f, g) = (fast.one_pass_string_array(n), general.any_string_array(n, "x"));
             match (&f, &g) {
                 (Some(f), Ok(g)) => {
                     prop_assert_eq!(f, g);

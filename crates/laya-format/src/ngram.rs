@@ -322,6 +322,10 @@ fn bad(name: &str, reason: String) -> FormatError {
     FormatError::BadTensor { name: name.into(), reason }
 }
 
+/// Trigram entries from which the trigram table is checked on a thread of its own: below, a
+/// thread would cost more than it saves.
+const PARALLEL_CHECK_ENTRIES: usize = 1 << 16;
+
 /// Checks the n-gram tensors among `tensors` of a file whose lexicon holds `words` words: all
 /// or none, types and shapes, and every number a reader follows (starts increasing and in
 /// bounds, followers increasing and lexicon positions, counts positive).
@@ -396,18 +400,21 @@ pub(crate) fn check<'a>(tensors: Vec<TensorRef<'a>>, words: usize, contents: Con
                 return Err(bad(&t.name, format!("entry {i} is negative")));
             }
         }
-        // The trigram table (two thirds of the default's 2.4 million entries) on a second
+        // A large trigram table (two thirds of the default's 2.4 million entries) on a second
         // thread while this one checks the bigram table; the bigram table's error is reported
         // first, as one after the other would.
         let trigrams = || check_lists(trigram_start, b + 1, t_len, trigram_word, trigram_count, words);
         std::thread::scope(|scope| {
-            let beside = std::thread::Builder::new().name("laya-check".into()).spawn_scoped(scope, trigrams);
+            let beside = match t_len >= PARALLEL_CHECK_ENTRIES {
+                true => std::thread::Builder::new().name("laya-check".into()).spawn_scoped(scope, trigrams).ok(),
+                false => None,
+            };
             let bigrams = check_lists(bigram_start, words + 2, b, bigram_word, bigram_count, words);
             let trigrams = match beside {
                 // A join error would mean a panic in a check that only reads; report it as the
                 // table's error rather than unwinding.
-                Ok(h) => h.join().unwrap_or_else(|_| Err(bad(&trigram_word.name, "could not be checked".to_string()))),
-                Err(_) => trigrams(),
+                Some(h) => h.join().unwrap_or_else(|_| Err(bad(&trigram_word.name, "could not be checked".to_string()))),
+                None => trigrams(),
             };
             bigrams.and(trigrams)
         })?;
@@ -558,6 +565,38 @@ mod tests {
             u.ty = GgmlType::F32;
         })
         .contains("unigram"));
+    }
+
+    /// A trigram table large enough to be checked on a thread of its own: its bad entry is
+    /// found, and where both tables are bad the bigram table is named, as checking one after
+    /// the other would.
+    #[test]
+    fn a_large_trigram_table_checked_beside_reports_as_in_turn() {
+        let cfg = TinyConfig { vocab: 400, ..TinyConfig::small() };
+        let (meta, model) = random_model(&cfg, 5, GgmlType::F32);
+        let ngram = random_ngram(cfg.vocab, 40_000, 5);
+        let entries = ngram.iter().find(|t| t.name == names::TRIGRAM_WORD).map_or(0, |t| t.data.len() / 2);
+        assert!(entries >= PARALLEL_CHECK_ENTRIES, "{entries} trigram entries");
+        let write = |edit: &dyn Fn(&mut Vec<TensorData>)| {
+            let mut tensors = model.clone();
+            let mut ngram = ngram.clone();
+            edit(&mut ngram);
+            tensors.extend(ngram);
+            write_model(&meta, &tensors).map(|_| ())
+        };
+        let bad_trigram = |t: &mut Vec<TensorData>| {
+            let w = tensor(t, names::TRIGRAM_WORD);
+            let last = w.data.len() - 2;
+            w.data[last..].copy_from_slice(&u16::MAX.to_le_bytes());
+        };
+        let bad_bigram = |t: &mut Vec<TensorData>| tensor(t, names::BIGRAM_COUNT).data[..2].copy_from_slice(&0u16.to_le_bytes());
+        assert!(write(&|_| {}).is_ok());
+        assert!(write(&bad_trigram).unwrap_err().to_string().contains("trigram.word"));
+        let both = write(&|t| {
+            bad_trigram(t);
+            bad_bigram(t);
+        });
+        assert!(both.unwrap_err().to_string().contains("bigram.count"));
     }
 
     /// `parse_verified` (bytes a full parse has vouched for) repeats every check whose cost does
