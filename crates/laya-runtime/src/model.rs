@@ -745,9 +745,10 @@ impl Model {
     /// Makes every packed copy not made yet: the linear layers and the word head (which the
     /// packer thread started by every constructor is making meanwhile; this call waits for, or
     /// takes over, what it has not done) and every class of a factorised head (packed when a
-    /// prediction first expands it); takes every word's log share the cutter has not looked up. Predictions give the same results before and after; after
-    /// this call ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every
-    /// engine swap make it) they run at full speed and none allocates.
+    /// prediction first expands it); takes every word's log share the cutter has not looked up.
+    /// Predictions give the same results before and after; after this call
+    /// ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every engine swap
+    /// make it) they run at full speed and none allocates.
     pub fn pack(&self) {
         self.pack_layers();
         self.prepare_ngram();

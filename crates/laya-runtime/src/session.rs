@@ -540,7 +540,7 @@ impl Session {
             let user = self.personal.user.read();
             let score = |w: &str| match lex.id_of(w) {
                 Some(id) => Some(u.logp(id)),
-                None => (user.count(w) > 0.0).then_some(u.learned),
+                None => (user.count(w) > 0.0).then(|| u.learned()),
             };
             crate::learn::cut(text, &score, u.unknown)
         };

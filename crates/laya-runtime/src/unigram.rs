@@ -7,6 +7,7 @@
 //! (`Model::pack`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 pub(crate) struct WordLogp {
     /// Per lexicon word, the count that cuts text into it (a word without one counts 1): the
@@ -20,32 +21,38 @@ pub(crate) struct WordLogp {
     logp: Vec<AtomicU32>,
     /// A single character outside the lexicon: half the rarest word's share.
     pub unknown: f32,
-    /// A learned word outside the lexicon: the median word's share.
-    pub learned: f32,
+    /// A learned word outside the lexicon: the median word's share, at the first such word.
+    learned: OnceLock<f32>,
 }
 
 impl WordLogp {
     /// The model of `freq`; no logarithm per word is taken yet.
     pub(crate) fn new(freq: Vec<u32>) -> WordLogp {
         let total: f64 = freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
-        // The median share is the share of the median count: the share grows with the count.
-        let mut counts: Vec<u32> = freq.iter().map(|&f| f.max(1)).collect();
-        let learned = match counts.is_empty() {
-            true => 0.0,
-            false => {
-                let mid = counts.len() / 2;
-                log_share(*counts.select_nth_unstable(mid).1, total)
-            }
-        };
         let logp = freq.iter().map(|_| AtomicU32::new(0)).collect();
-        WordLogp { freq, total, logp, unknown: (0.5 / total).ln() as f32, learned }
+        WordLogp { freq, total, logp, unknown: (0.5 / total).ln() as f32, learned: OnceLock::new() }
     }
 
     /// A model with the given log shares (and no counts), for tests of what reads them.
     #[cfg(test)]
     pub(crate) fn with_logp(logp: &[f32], unknown: f32, learned: f32) -> WordLogp {
         let logp = logp.iter().map(|l| AtomicU32::new(l.to_bits())).collect();
-        WordLogp { freq: Vec::new(), total: 1.0, logp, unknown, learned }
+        WordLogp { freq: Vec::new(), total: 1.0, logp, unknown, learned: OnceLock::from(learned) }
+    }
+
+    /// The share of a learned word outside the lexicon: the median word's. The median share is
+    /// the share of the median count (the share grows with the count); found once, allocating.
+    pub(crate) fn learned(&self) -> f32 {
+        *self.learned.get_or_init(|| {
+            let mut counts: Vec<u32> = self.freq.iter().map(|&f| f.max(1)).collect();
+            match counts.is_empty() {
+                true => 0.0,
+                false => {
+                    let mid = counts.len() / 2;
+                    log_share(*counts.select_nth_unstable(mid).1, self.total)
+                }
+            }
+        })
     }
 
     /// `ln` of word `id`'s share of the counts.
@@ -61,11 +68,12 @@ impl WordLogp {
         l
     }
 
-    /// Takes every word's logarithm not taken yet.
+    /// Takes every word's logarithm not taken yet, and the median share.
     pub(crate) fn fill(&self) {
         for id in 0..self.logp.len() {
             self.logp(id);
         }
+        self.learned();
     }
 
     /// The counts (see the field).
@@ -103,7 +111,7 @@ mod tests {
                 true => 0.0,
                 false => *sorted.select_nth_unstable_by(eager.len() / 2, f32::total_cmp).1,
             };
-            prop_assert_eq!(m.learned.to_bits(), learned.to_bits());
+            prop_assert_eq!(m.learned().to_bits(), learned.to_bits());
             prop_assert_eq!(m.unknown.to_bits(), ((0.5 / total).ln() as f32).to_bits());
         }
     }
