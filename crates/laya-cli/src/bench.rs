@@ -118,6 +118,9 @@ struct Report {
     /// Median over as many fresh processes of this binary that load nothing and report at
     /// once, started alternately with the cold ones: what starting the process costs here.
     spawn_floor_ms: f64,
+    /// Median over the cold processes, after their first prediction: `Session::warm_up`, which
+    /// touches every page and makes every packed copy (what `laya_session_new` waits for).
+    cold_warm_up_ms: f64,
     load_ms: f64,
     allocations_per_prediction: f64,
     /// Multiply-adds of a prediction computed whole.
@@ -156,6 +159,23 @@ struct Probe {
     /// The phases of `first_prediction_us`: validating the file, preparing the model
     /// ([`laya_runtime::LoadTime`]), making the session, the first prediction.
     phases_us: [f64; 4],
+}
+
+/// What a cold probe reports on a second line, once its first (the [`Probe`]) is out:
+/// `Session::warm_up` after the first prediction.
+#[derive(Serialize, serde::Deserialize)]
+struct WarmUp {
+    warm_up_us: f64,
+}
+
+/// What [`cold_start`] measures, medians over its processes (the peak RSS is their largest).
+struct Cold {
+    start_ms: f64,
+    inside_ms: f64,
+    peak_rss_kb: u64,
+    phases: ColdPhases,
+    spawn_floor_ms: f64,
+    warm_up_ms: f64,
 }
 
 /// Medians over the cold processes of [`Probe::phases_us`], in ms.
@@ -303,10 +323,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         p50_us: p50,
         p99_us: p99,
         mean_us: mean,
-        cold_start_ms: cold.0,
-        cold_first_prediction_ms: cold.1,
-        cold_phases: cold.3,
-        spawn_floor_ms: cold.4,
+        cold_start_ms: cold.start_ms,
+        cold_first_prediction_ms: cold.inside_ms,
+        cold_phases: cold.phases,
+        spawn_floor_ms: cold.spawn_floor_ms,
+        cold_warm_up_ms: cold.warm_up_ms,
         load_ms,
         allocations_per_prediction: allocations as f64 / args.iterations as f64,
         macs_per_prediction: model.macs_per_prediction(),
@@ -322,7 +343,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         peak_int8_gops: peak.int8_gops,
         // Only for a model whose layers run in the packed int8 kernels.
         peak_fraction_int8: peak.int8_gops.filter(|_| model.packed_bytes() > 0).map(|p| gflops / p),
-        peak_rss_kb: cold.2,
+        peak_rss_kb: cold.peak_rss_kb,
         predictions_per_second: pps,
         stages,
     };
@@ -362,6 +383,7 @@ fn print_report(r: &Report) -> Result<(), CliError> {
         c.session_ms,
         c.first_prediction_ms
     );
+    outln!("| … then warming its session up (what laya_session_new waits for) | {:.2} ms |", r.cold_warm_up_ms);
     outln!("| load in this process        | {:.2} ms |", r.load_ms);
     outln!("| peak RSS of a cold process  | {:.1} MB |", r.peak_rss_kb as f64 / 1e3);
     outln!("| allocations per prediction  | {} |", r.allocations_per_prediction);
@@ -491,31 +513,36 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
     }
 }
 
-/// The time from spawning `cmd` to reading the first line it writes (ms), and that line.
-fn spawn_and_read(cmd: &mut Command) -> Result<(f64, String, std::process::ExitStatus), CliError> {
+/// The time from spawning `cmd` to reading the first line it writes (ms), that line, and the
+/// second line it writes (empty if none).
+fn spawn_and_read(cmd: &mut Command) -> Result<(f64, String, String, std::process::ExitStatus), CliError> {
     let t0 = Instant::now();
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let mut line = String::new();
+    let (mut line, mut second) = (String::new(), String::new());
+    let mut elapsed = 0.0;
     if let Some(out) = child.stdout.take() {
-        BufReader::new(out).read_line(&mut line)?;
+        let mut out = BufReader::new(out);
+        out.read_line(&mut line)?;
+        elapsed = t0.elapsed().as_secs_f64() * 1e3;
+        out.read_line(&mut second)?;
     }
-    let elapsed = t0.elapsed().as_secs_f64() * 1e3;
-    Ok((elapsed, line, child.wait()?))
+    Ok((elapsed, line, second, child.wait()?))
 }
 
 /// Starts `--cold-runs` fresh processes that each load the model and predict once, each after
 /// one that loads nothing (the spawn floor). Returns the medians of spawn → first prediction
 /// and of load → first prediction (ms), the largest peak RSS (KB), the medians of the phases
 /// and the median spawn floor (ms).
-fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases, f64), CliError> {
+fn cold_start(args: &Args) -> Result<Cold, CliError> {
     let exe = std::env::current_exe()?;
     let mut times = Vec::new();
     let mut floors = Vec::new();
     let mut inside = Vec::new();
     let mut phases: [Vec<f64>; 4] = Default::default();
+    let mut warm_ups = Vec::new();
     let mut rss = 0;
     for _ in 0..args.cold_runs.max(1) {
-        let (floor, _, status) = spawn_and_read(Command::new(&exe).args(["bench", "--spawn-probe"]))?;
+        let (floor, _, _, status) = spawn_and_read(Command::new(&exe).args(["bench", "--spawn-probe"]))?;
         if !status.success() {
             return Err(CliError(format!("spawn-floor probe failed ({status})")));
         }
@@ -530,14 +557,17 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases, f64), CliError>
         if let Some(i) = args.int8 {
             cmd.arg("--int8").arg(i.to_string());
         }
-        let (elapsed, line, status) = spawn_and_read(&mut cmd)?;
-        let probe: Probe = serde_json::from_str(line.trim()).map_err(|_| CliError(format!("cold-start probe failed ({status})")))?;
+        let (elapsed, line, second, status) = spawn_and_read(&mut cmd)?;
+        let failed = || CliError(format!("cold-start probe failed ({status})"));
+        let probe: Probe = serde_json::from_str(line.trim()).map_err(|_| failed())?;
+        let warm_up: WarmUp = serde_json::from_str(second.trim()).map_err(|_| failed())?;
         times.push(elapsed);
         inside.push(probe.first_prediction_us / 1e3);
         for (all, us) in phases.iter_mut().zip(probe.phases_us) {
             all.push(us / 1e3);
         }
         rss = rss.max(probe.peak_rss_kb);
+        warm_ups.push(warm_up.warm_up_us / 1e3);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
@@ -545,7 +575,14 @@ fn cold_start(args: &Args) -> Result<(f64, f64, u64, ColdPhases, f64), CliError>
     };
     let [v, p, s, f] = &mut phases;
     let phases = ColdPhases { validate_ms: median(v), prepare_ms: median(p), session_ms: median(s), first_prediction_ms: median(f) };
-    Ok((median(&mut times), median(&mut inside), rss, phases, median(&mut floors)))
+    Ok(Cold {
+        start_ms: median(&mut times),
+        inside_ms: median(&mut inside),
+        peak_rss_kb: rss,
+        phases,
+        spawn_floor_ms: median(&mut floors),
+        warm_up_ms: median(&mut warm_ups),
+    })
 }
 
 fn probe(args: &Args) -> Result<(), CliError> {
@@ -564,6 +601,9 @@ fn probe(args: &Args) -> Result<(), CliError> {
     let prepare = us(t1 - t0) - us(load_time.validate);
     let phases_us = [us(load_time.validate), prepare, us(t2 - t1), us(t3 - t2)];
     outln!("{}", serde_json::to_string(&Probe { first_prediction_us: us(t3 - t0), peak_rss_kb: peak_rss_kb(), phases_us })?);
+    let t4 = Instant::now();
+    session.warm_up();
+    outln!("{}", serde_json::to_string(&WarmUp { warm_up_us: us(t4.elapsed()) })?);
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::ngram::Ngram;
@@ -750,10 +751,32 @@ impl Model {
     /// ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every engine swap
     /// make it) they run at full speed and none allocates.
     pub fn pack(&self) {
-        self.pack_layers();
-        self.prepare_ngram();
-        self.unigram.fill();
-        for c in 0..self.classes.as_ref().map_or(0, WordClasses::len) {
+        let classes = self.classes.as_ref().map_or(0, WordClasses::len);
+        // The classes (10 MB of copies for the default's 50,000-word head, most of this call)
+        // are packed by a second thread, and by this one once it has made sure of the rest;
+        // each takes the next class no one has taken.
+        let next = AtomicUsize::new(0);
+        let pack_classes = || loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= classes {
+                break;
+            }
+            self.class_packed(c);
+        };
+        std::thread::scope(|scope| {
+            let helper = match classes > 0 {
+                true => std::thread::Builder::new().name("laya-pack-classes".into()).spawn_scoped(scope, pack_classes).ok(),
+                false => None,
+            };
+            self.pack_layers();
+            self.prepare_ngram();
+            self.unigram.fill();
+            pack_classes();
+            // Packing only copies checked rows; were the helper to fail, the loop below packs
+            // what it left.
+            let _ = helper.map(|h| h.join());
+        });
+        for c in 0..classes {
             self.class_packed(c);
         }
     }
