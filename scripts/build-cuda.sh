@@ -8,16 +8,27 @@
 # throughput example), plus scripts/gpu-check.sh. Carry OUT_DIR and the repository to the GPU
 # machine (it needs no Rust toolchain) and run `bash scripts/gpu-check.sh OUT_DIR` there
 # (docs/training.md, "On a GPU"). Needs python3-venv and gcc; CUDA_COMPUTE_CAP (default 90,
-# H100/H200) picks the GPU generation.
+# H100/H200) picks the GPU generation. candle-core is built with
+# scripts/patches/candle-core-0.11.1-first-gradient.patch (scripts/candle-patched.sh says why);
+# LAYA_CANDLE_UNPATCHED=1 builds against the published crate instead, for comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.device/gpu}
 # shellcheck source=scripts/cuda-toolchain.sh
 source scripts/cuda-toolchain.sh
 export CARGO_TARGET_DIR=target/cuda
-cargo build --release -p laya-cli --features cuda
-cargo build --release -p laya-train --features cuda,mimalloc --example throughput
-test_bin=$(cargo test --release -p laya-train --features cuda --test cuda --no-run --message-format=json 2>/dev/null \
+patch_args=()
+if [ "${LAYA_CANDLE_UNPATCHED:-0}" != 1 ]; then
+    # shellcheck source=scripts/candle-patched.sh
+    source scripts/candle-patched.sh
+    patch_args=(--config "$CANDLE_PATCH")
+    # Cargo records the patched source in Cargo.lock; the repository's lock file stays as it was.
+    cp Cargo.lock target/patched/Cargo.lock.orig
+    trap 'cp target/patched/Cargo.lock.orig Cargo.lock' EXIT
+fi
+cargo build "${patch_args[@]}" --release -p laya-cli --features cuda
+cargo build "${patch_args[@]}" --release -p laya-train --features cuda,mimalloc --example throughput
+test_bin=$(cargo test "${patch_args[@]}" --release -p laya-train --features cuda --test cuda --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)

@@ -6,6 +6,9 @@
 # (benchmarks/train-peer/torch_causal.py, eager and torch.compile), alternating, ROUNDS times.
 #
 #   bash scripts/gpu-check.sh [DIR] [ROUNDS] [BATCHES]     (defaults: .device/gpu, 2, "512 2048")
+#
+# BASELINE=DIR2 adds DIR2's throughput example to each round, before DIR's (e.g. one packed by
+# `LAYA_CANDLE_UNPATCHED=1 scripts/build-cuda.sh DIR2`, to compare against the published candle-core).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.device/gpu}
@@ -15,6 +18,11 @@ for f in laya cuda-test throughput; do
     if [ -f "$DIR/$f.xz" ]; then xz -df "$DIR/$f.xz"; fi
     chmod +x "$DIR/$f"
 done
+BASELINE=${BASELINE:-}
+if [ -n "$BASELINE" ]; then
+    if [ -f "$BASELINE/throughput.xz" ]; then xz -df "$BASELINE/throughput.xz"; fi
+    chmod +x "$BASELINE/throughput"
+fi
 # NCCL (`laya train --gpus`): the library PyTorch brings; NVLink multicast stays off.
 nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))')
 export LD_LIBRARY_PATH="$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0
@@ -46,6 +54,9 @@ echo "## Throughput, samples/s (V 50,000)"
 export LAYA_LAYERS=3 LAYA_FFN=512 LAYA_D_MODEL=192 LAYA_HEADS=3 LAYA_POSITIONS=relative_causal LAYA_WORD_CLASSES=512 LAYA_OWN_CLASS_WORDS=1024
 for round in $(seq "$ROUNDS"); do
     for b in $BATCHES; do
+        if [ -n "$BASELINE" ]; then
+            LAYA_DEVICE=cuda LAYA_STEPS=60 "$BASELINE/throughput" --child 50000 table "$b" | sed 's/^/baseline: /'
+        fi
         LAYA_DEVICE=cuda LAYA_STEPS=60 "$DIR/throughput" --child 50000 table "$b"
         python3 benchmarks/train-peer/torch_causal.py 50000 "$b" cuda
         LAYA_TORCH_COMPILE=1 python3 benchmarks/train-peer/torch_causal.py 50000 "$b" cuda 2>&1 | tail -1

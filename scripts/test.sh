@@ -10,12 +10,13 @@ scripts/setup-python.sh
 # The C ABI test compiles a C program with the system compiler.
 command -v cc >/dev/null || { echo "test.sh: a C compiler (cc) is required" >&2; exit 1; }
 
-# The training scripts' test (crates/laya-cli/tests/scripts.rs) compresses with xz.
-if ! command -v xz >/dev/null; then
+# The training scripts' test (crates/laya-cli/tests/scripts.rs) compresses with xz; the CUDA
+# build's candle-core patch is applied with patch (below).
+if ! command -v xz >/dev/null || ! command -v patch >/dev/null; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq >/dev/null || true
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xz-utils >/dev/null \
-    || { echo "test.sh: could not install xz-utils (apt-get)" >&2; exit 1; }
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xz-utils patch >/dev/null \
+    || { echo "test.sh: could not install xz-utils and patch (apt-get)" >&2; exit 1; }
 fi
 
 # The typing page's test (crates/laya-cli/tests/browser.rs) drives Debian's chromium through
@@ -32,3 +33,14 @@ export LAYA_BROWSER_TESTS=required LAYA_CHROMEDRIVER="$(command -v chromedriver)
 [ -z "${CI:-}" ] || export CARGO_INCREMENTAL=0
 
 cargo test --workspace --locked "$@"
+
+# The CUDA build trains with candle-core patched (scripts/candle-patched.sh); the trainer's tests,
+# which pin every fused op's gradient to candle's own backward pass, run again against it (on
+# the whole suite only, not when arguments narrow it).
+if [ $# -eq 0 ]; then
+  # shellcheck source=scripts/candle-patched.sh
+  source scripts/candle-patched.sh
+  cp Cargo.lock target/patched/Cargo.lock.orig
+  trap 'cp target/patched/Cargo.lock.orig Cargo.lock' EXIT
+  cargo test --config "$CANDLE_PATCH" -p laya-train
+fi
