@@ -366,14 +366,16 @@ pub(crate) fn within_class_ce_grad(
     Ok((CudaStorage::wrap_cuda_slice(dx, dev.clone()), lx.shape().clone()))
 }
 
-/// Sums over the rows of a contiguous `[R, C]` tensor: `[C]`, in two passes: chunks of
-/// [`COLUMN_CHUNK`] rows side by side, then the chunks' partial sums in order.
+/// Sums over the rows of a contiguous `[R, C]` tensor: `[C]`, in passes of the same kernel:
+/// chunks of [`COLUMN_CHUNK`] rows side by side, then chunks of those partial sums, until one row
+/// is left. Every pass keeps the GPU busy (one block summing thousands of partial rows took up to
+/// 90 µs); the order of the additions is fixed, so a run repeats to the byte.
 pub(crate) fn column_sums(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
     let (rows, cols) = l.shape().dims2()?;
     let dev = &s.device;
     let x = f32_view(s, l, "input")?;
     let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
-    if chunks > 65_535 || cols > u32::MAX as usize {
+    if chunks > 65_535 || cols > u32::MAX as usize || rows > u32::MAX as usize {
         candle_core::bail!("column sums: {rows} × {cols} is past the grid's limits")
     }
     let func = dev.get_or_load_custom_func("laya_column_sums", MODULE, PTX)?;
@@ -382,25 +384,33 @@ pub(crate) fn column_sums(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, S
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
+    let (c32, k32) = (cols as u32, COLUMN_CHUNK as u32);
     let mut part = dev.alloc_zeros::<f32>((chunks * cols).max(1))?;
-    let mut out = dev.alloc_zeros::<f32>(cols.max(1))?;
     if cols > 0 && rows > 0 {
-        let (r32, c32, k32, one) = (rows as u32, cols as u32, COLUMN_CHUNK as u32, chunks as u32);
+        let r32 = rows as u32;
         let mut args = func.builder();
         args.arg(&x).arg(&mut part).arg(&r32).arg(&c32).arg(&k32);
         // SAFETY: thread (j < cols, chunk c) reads rows c·chunk .. of column j of the `[rows,
         // cols]` input and writes `part[c, j]` of the `[chunks, cols]` buffer.
         unsafe { args.launch(grid(chunks)) }.w()?;
-        let mut args = func.builder();
-        args.arg(&part).arg(&mut out).arg(&one).arg(&c32).arg(&one);
-        // SAFETY: the same kernel over the `[chunks, cols]` partial sums as one chunk: thread j
-        // reads column j of it and writes `out[j]`.
-        unsafe { args.launch(grid(1)) }.w()?;
+        let mut n = chunks;
+        while n > 1 {
+            let m = n.div_ceil(COLUMN_CHUNK);
+            let mut next = dev.alloc_zeros::<f32>(m * cols)?;
+            let n32 = n as u32;
+            let mut args = func.builder();
+            args.arg(&part).arg(&mut next).arg(&n32).arg(&c32).arg(&k32);
+            // SAFETY: the same kernel over the `[n, cols]` partial sums: thread (j, chunk c)
+            // reads rows c·chunk .. of column j of them and writes `next[c, j]` of `[m, cols]`.
+            unsafe { args.launch(grid(m)) }.w()?;
+            part = next;
+            n = m;
+        }
     }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(cols)))
+    Ok((CudaStorage::wrap_cuda_slice(part, dev.clone()), Shape::from(cols)))
 }
 
-/// Rows per chunk of [`column_sums`]'s first pass.
+/// Rows per chunk of each of [`column_sums`]'s passes.
 const COLUMN_CHUNK: usize = 64;
 
 /// A storage and its layout, as the custom ops receive them.
