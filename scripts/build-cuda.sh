@@ -22,9 +22,6 @@ if [ "${LAYA_CANDLE_UNPATCHED:-0}" != 1 ]; then
     # shellcheck source=scripts/candle-patched.sh
     source scripts/candle-patched.sh
     patch_args=(--config "$CANDLE_PATCH")
-    # Cargo records the patched source in Cargo.lock; the repository's lock file stays as it was.
-    cp Cargo.lock target/patched/Cargo.lock.orig
-    trap 'cp target/patched/Cargo.lock.orig Cargo.lock' EXIT
 fi
 cargo build "${patch_args[@]}" --release -p laya-cli --features cuda
 cargo build "${patch_args[@]}" --release -p laya-train --features cuda,mimalloc --example throughput

@@ -4,12 +4,15 @@
 #
 #   source scripts/candle-patched.sh && cargo build --config "$CANDLE_PATCH" ...
 #
+# From the repository root, in a shell of its own (a script): it sets that shell's EXIT trap.
+#
 # Why: candle's backward pass starts every node's gradient as a zero tensor and adds the first
 # gradient into it (a fill and an add of activation size per graph edge); the patch stores the
 # first gradient as it is and adds only from the second. Sums are unchanged (0 + g is g), so
-# the CPU's build and tests keep the crate as published; the CUDA build, where these adds were
-# the largest kernel cost of a step, uses the patch (docs/training.md, "On a GPU"). The
-# published source comes from cargo's own download of the pinned version (Cargo.lock).
+# the default build keeps the crate as published; the CUDA build (scripts/build-cuda.sh), where
+# these adds were the largest kernel cost of a step, and the CPU trainer of the training scripts
+# (scripts/build-trainer.sh) use the patch (docs/training.md, "On a GPU"). The published source
+# comes from cargo's own download of the pinned version (Cargo.lock).
 dir=target/patched/candle-core
 mkdir -p target/patched || return 1
 src=$(cargo metadata --format-version 1 --locked 2>/dev/null | python3 -c '
@@ -26,3 +29,7 @@ if [ ! -f "$dir/.patched-$stamp" ]; then
 fi
 CANDLE_PATCH="patch.crates-io.candle-core.path=\"$(cd "$dir" && pwd)\""
 export CANDLE_PATCH
+# Cargo records the patched source in Cargo.lock: the repository's lock file is put back when
+# the shell that sourced this exits (its EXIT trap).
+cp Cargo.lock target/patched/Cargo.lock.orig || return 1
+trap 'cp target/patched/Cargo.lock.orig Cargo.lock' EXIT

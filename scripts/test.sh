@@ -34,13 +34,12 @@ export LAYA_BROWSER_TESTS=required LAYA_CHROMEDRIVER="$(command -v chromedriver)
 
 cargo test --workspace --locked "$@"
 
-# The CUDA build trains with candle-core patched (scripts/candle-patched.sh); the trainer's tests,
-# which pin every fused op's gradient to candle's own backward pass, run again against it (on
-# the whole suite only, not when arguments narrow it).
+# The CUDA build and the training scripts' CPU trainer use candle-core patched
+# (scripts/candle-patched.sh); the trainer's tests, which pin every fused op's gradient to
+# candle's own backward pass, run again against it (on the whole suite only, not when arguments
+# narrow it).
 if [ $# -eq 0 ]; then
   # shellcheck source=scripts/candle-patched.sh
   source scripts/candle-patched.sh
-  cp Cargo.lock target/patched/Cargo.lock.orig
-  trap 'cp target/patched/Cargo.lock.orig Cargo.lock' EXIT
   cargo test --config "$CANDLE_PATCH" -p laya-train
 fi

