@@ -167,8 +167,9 @@ extern "C" __global__ void laya_within_class_ce_grad(const float* x, const float
 
 // part[c, j] = sum of x[row, j] over the rows of chunk c (rows c*chunk .. (c+1)*chunk), rows in
 // order: one thread per column, so a row's reads are coalesced across threads, and chunks of rows
-// on the grid's y axis so that a tall, narrow [rows, d] has work for the whole GPU. A second pass
-// of the same kernel (one chunk) sums the chunks in order: the result does not depend on timing.
+// on the grid's y axis so that a tall, narrow [rows, d] has work for the whole GPU. Further passes
+// of the same kernel sum the partial rows the same way until one is left: the result does not
+// depend on timing.
 extern "C" __global__ void laya_column_sums(const float* x, float* part, unsigned int rows, unsigned int cols,
                                             unsigned int chunk) {
     const unsigned int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -178,6 +179,29 @@ extern "C" __global__ void laya_column_sums(const float* x, float* part, unsigne
     float acc = 0.0f;
     for (size_t r = lo; r < hi; ++r) acc += x[r * cols + j];
     part[(size_t)blockIdx.y * cols + j] = acc;
+}
+
+// The backward of y = x*w + b (columns scaled and shifted): gx = g*w, and per chunk of rows the
+// partial sums of g*x (for dw) and of g (for db) as laya_column_sums's first pass would make them
+// from the products: the products are rounded before they are added (__fmul_rn, no fused
+// multiply-add), so dw and db are the same bits as summing a separate product. One read of g and x.
+extern "C" __global__ void laya_column_affine_grad(const float* g, const float* x, const float* w, float* gx,
+                                                   float* part_w, float* part_b, unsigned int rows,
+                                                   unsigned int cols, unsigned int chunk) {
+    const unsigned int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    const size_t lo = (size_t)blockIdx.y * chunk;
+    const size_t hi = min((size_t)rows, lo + chunk);
+    const float wj = w[j];
+    float aw = 0.0f, ab = 0.0f;
+    for (size_t r = lo; r < hi; ++r) {
+        const float gr = g[r * cols + j];
+        gx[r * cols + j] = __fmul_rn(gr, wj);
+        aw += __fmul_rn(gr, x[r * cols + j]);
+        ab += gr;
+    }
+    part_w[(size_t)blockIdx.y * cols + j] = aw;
+    part_b[(size_t)blockIdx.y * cols + j] = ab;
 }
 
 // Row kernels of the layers (the same arithmetic as src/ops/layers.rs): one warp per row, eight

@@ -379,11 +379,7 @@ pub(crate) fn column_sums(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, S
         candle_core::bail!("column sums: {rows} × {cols} is past the grid's limits")
     }
     let func = dev.get_or_load_custom_func("laya_column_sums", MODULE, PTX)?;
-    let grid = |chunks: usize| LaunchConfig {
-        grid_dim: (cols.div_ceil(THREADS as usize).max(1) as u32, chunks as u32, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let grid = |chunks: usize| column_grid(cols, chunks);
     let (c32, k32) = (cols as u32, COLUMN_CHUNK as u32);
     let mut part = dev.alloc_zeros::<f32>((chunks * cols).max(1))?;
     if cols > 0 && rows > 0 {
@@ -411,7 +407,49 @@ pub(crate) fn column_sums(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, S
 }
 
 /// Rows per chunk of each of [`column_sums`]'s passes.
-const COLUMN_CHUNK: usize = 64;
+pub(crate) const COLUMN_CHUNK: usize = 64;
+
+/// A thread per column, a chunk of rows per block row: the column kernels' grid.
+fn column_grid(cols: usize, chunks: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (cols.div_ceil(THREADS as usize).max(1) as u32, chunks as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The backward of `x·w + b` over the rows of `[R, F]` tensors, from the output's gradient `g`:
+/// `g·w` `[R, F]`, then per chunk of [`COLUMN_CHUNK`] rows the partial sums of `g·x` and of `g`
+/// (`[C, F]` each, `C` chunks), packed in that order into one `[R·F + 2·C·F]` buffer.
+/// [`column_sums`] of each partial block finishes `∂w` and `∂b` with the additions, in the
+/// order, of [`column_sums`] over the rows of `g·x` and `g`.
+pub(crate) fn column_affine_grad((sg, lg): Arg<'_>, (sx, lx): Arg<'_>, (sw, lw): Arg<'_>) -> Result<(CudaStorage, Shape)> {
+    let (rows, cols) = lg.shape().dims2()?;
+    if lx.shape() != lg.shape() || lw.shape().dims1()? != cols {
+        candle_core::bail!("column affine gradient: gradient {:?}, input {:?}, scale {:?}", lg.shape(), lx.shape(), lw.shape())
+    }
+    let chunks = rows.div_ceil(COLUMN_CHUNK).max(1);
+    if chunks > 65_535 || rows > u32::MAX as usize || cols > u32::MAX as usize {
+        candle_core::bail!("column affine gradient: {rows} × {cols} is past the grid's limits")
+    }
+    let dev = &sg.device;
+    let (g, x, w) = (f32_view(sg, lg, "gradient")?, f32_view(sx, lx, "input")?, f32_view(sw, lw, "scale")?);
+    let n = rows * cols + 2 * chunks * cols;
+    let mut out = dev.alloc_zeros::<f32>(n.max(1))?;
+    if rows > 0 && cols > 0 {
+        let (mut gx, mut rest) = out.split_at_mut(rows * cols);
+        let (mut part_w, mut part_b) = rest.split_at_mut(chunks * cols);
+        let func = dev.get_or_load_custom_func("laya_column_affine_grad", MODULE, PTX)?;
+        let (r32, c32, k32) = (rows as u32, cols as u32, COLUMN_CHUNK as u32);
+        let mut args = func.builder();
+        args.arg(&g).arg(&x).arg(&w).arg(&mut gx).arg(&mut part_w).arg(&mut part_b).arg(&r32).arg(&c32).arg(&k32);
+        // SAFETY: thread (j < cols, chunk c) reads rows c·chunk .. of column j of `g` and `x`
+        // (`[rows, cols]`, checked above) and `w[j]`, writes the same elements of `gx` and
+        // element `[c, j]` of the two `[chunks, cols]` blocks.
+        unsafe { args.launch(column_grid(cols, chunks)) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(n)))
+}
 
 /// A storage and its layout, as the custom ops receive them.
 pub(crate) type Arg<'a> = (&'a CudaStorage, &'a Layout);

@@ -202,10 +202,62 @@ impl candle_core::CustomOp3 for ColumnAffine {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let g = grad.contiguous()?;
+        #[cfg(feature = "cuda")]
+        if self.scaled && g.device().is_cuda() {
+            return column_affine_grad_on_gpu(&g, x, w);
+        }
         let gx = g.broadcast_mul(w)?;
         let gw = g.mul(x)?.apply_op1_no_bwd(&ColumnSum)?;
         let gb = g.apply_op1_no_bwd(&ColumnSum)?;
         Ok((Some(gx), Some(gw), Some(gb)))
+    }
+}
+
+/// [`ColumnAffine`]'s gradients on a GPU in one pass over `g` and `x`
+/// (`cuda::column_affine_grad`), where the composed form reads `g` three times: the same bits.
+#[cfg(feature = "cuda")]
+fn column_affine_grad_on_gpu(g: &Tensor, x: &Tensor, w: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let (rows, cols) = g.dims2()?;
+    let chunks = rows.div_ceil(crate::cuda::COLUMN_CHUNK).max(1);
+    let packed = g.apply_op3_no_bwd(&x.contiguous()?, &w.contiguous()?, &ColumnAffineGrad)?;
+    let gx = packed.narrow(0, 0, rows * cols)?.reshape((rows, cols))?;
+    let sums =
+        |k: usize| packed.narrow(0, rows * cols + k * chunks * cols, chunks * cols)?.reshape((chunks, cols))?.apply_op1_no_bwd(&ColumnSum);
+    Ok((Some(gx), Some(sums(0)?), Some(sums(1)?)))
+}
+
+/// The packed gradients of [`ColumnAffine`] with a scale: a GPU op (`cuda::column_affine_grad`).
+#[cfg(feature = "cuda")]
+struct ColumnAffineGrad;
+
+#[cfg(feature = "cuda")]
+impl candle_core::CustomOp3 for ColumnAffineGrad {
+    fn name(&self) -> &'static str {
+        "laya-column-affine-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("laya-column-affine-grad runs on a GPU only (the CPU composes it)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::column_affine_grad((s1, l1), (s2, l2), (s3, l3))
     }
 }
 
