@@ -245,7 +245,7 @@ impl candle_core::CustomOp3 for ColumnAffineGrad {
         _: &CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("laya-column-affine-grad runs on a GPU only (the CPU composes it)")
+        crate::cuda::refuse_cpu(self.name())
     }
 
     fn cuda_fwd(
