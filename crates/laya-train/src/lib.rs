@@ -41,6 +41,7 @@ pub use rng::Rng;
 mod data;
 mod export;
 mod prune;
+mod shards;
 mod train;
 
 pub use data::{encode_events, make_batch, word_index, word_target, Batch, EncodeStats, EncodedSet, Event, Shown, SparseRows};
@@ -53,6 +54,7 @@ pub use prune::{
     check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError,
     PruneReport, Saliency, PRUNE_GROUP, WIDTH_MULTIPLE,
 };
+pub use shards::sum_in_shard_order;
 pub use train::{
     configure_candle_threads, evaluate, fused_loss_tensors, loss_svg, loss_tensors, shard_count, summary_table, train, train_from,
     train_step, training_pool, training_threads, EpochReport, LossParts, NoHooks, Phases, PrintHooks, RunOptions, StepReport, StopReason,

@@ -152,29 +152,17 @@ fn batch_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossP
         let results: Vec<Result<(LossParts, ShardGrads)>> =
             ranges.par_iter().map(|r| shard_grads(net, &batch.shard(r.clone())?, cfg)).collect();
         let mut parts = LossParts::default();
-        let mut sum: Option<ShardGrads> = None;
+        let (mut dense, mut leaf) = (Vec::with_capacity(shards), Vec::new());
         // In shard order, so that a run is repeatable.
         for res in results {
             let (p, g) = res?;
             parts.total += p.total;
             parts.word += p.word;
             parts.replace += p.replace;
-            sum = Some(match sum {
-                None => g,
-                Some(mut acc) => {
-                    for (a, b) in acc.dense.iter_mut().zip(g.dense) {
-                        *a = match (a.take(), b) {
-                            (Some(x), Some(y)) => Some((x + y)?),
-                            (x, y) => x.or(y),
-                        };
-                    }
-                    acc.leaf.extend_from_slice(&g.leaf);
-                    acc.leaf_device = None; // CPU shards only
-                    acc
-                }
-            });
+            dense.push(g.dense);
+            leaf.extend_from_slice(&g.leaf);
         }
-        (parts, sum.expect("shard_count is at least 1"))
+        (parts, ShardGrads { dense: crate::shards::sum_in_shard_order(dense)?, leaf, leaf_device: None })
     };
     let mut out = Grads { dense: grads.dense, ..Grads::default() };
     // The shards' gathered rows, concatenated in order, are the batch's rows.
