@@ -48,7 +48,7 @@ pub use data::{encode_events, make_batch, word_index, word_target, Batch, Encode
 pub use export::{ExportInfo, Precision};
 pub use ops::{
     add_columns, biased_soft_cross_entropy, class_log_softmax, class_sums, gelu_tanh, normalize_rows, scale_shift_columns,
-    soft_cross_entropy, softmax_rows, within_class_soft_cross_entropy, WordClasses,
+    soft_cross_entropy, softmax_rows, within_class_head_loss, within_class_soft_cross_entropy, WordClasses,
 };
 pub use prune::{
     check_widths, float_precision, magnitude_scores, prune, prune_with_scores, taylor_scores, widths_for_keep, BlockPrune, PruneError,

@@ -48,9 +48,8 @@ pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32
 pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
     let ((ow, ob), (rw, rb)) = net.heads();
     let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
-    let logits = z.matmul(&ow.t()?)?;
     let word = match net.class_head() {
-        None => biased_soft_cross_entropy(&logits, ob, &batch.word_target)?,
+        None => biased_soft_cross_entropy(&z.matmul(&ow.t()?)?, ob, &batch.word_target)?,
         // −Σ_w t_w·log P(w) = CE(class logits, T) + Σ_w t_w·(lse_{κ(w)} − logit_w): the class
         // cross-entropy against the class-aggregated targets plus the within-class part.
         Some(((cw, cb), classes)) => {
@@ -61,14 +60,9 @@ pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32)
             } else {
                 crate::ops::listed::class_sums_listed(&batch.word_entries, classes, z.device())?
             };
+            // Only the target classes' logits: on the CPU the head's rows of those classes alone.
             (soft_cross_entropy(&class_logits, &class_target)?
-                + crate::ops::listed::within_class_soft_cross_entropy_listed(
-                    &logits,
-                    ob,
-                    &batch.word_target,
-                    &batch.word_entries,
-                    classes,
-                )?)?
+                + crate::ops::within_class_head_loss(z, ow, ob, &batch.word_target, &batch.word_entries, classes)?)?
         }
     };
     let word = (word.sum_all()? * (1.0 / wdiv))?;

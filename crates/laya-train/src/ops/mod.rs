@@ -3,7 +3,8 @@
 //! training step at V = 20,000):
 //!
 //! * [`losses`]: soft-target cross-entropies of the word and replace heads.
-//! * [`classes`]: the factorised word head (class sums, within-class softmax and loss).
+//! * [`classes`]: the factorised word head (class sums, within-class softmax and loss);
+//!   [`class_rows`]: its within-class loss from the hidden rows, on the target classes alone.
 //! * [`layers`]: gelu, per-column affine maps, row normalisation, softmax.
 //! * [`fastmath`]: the vectorisable `exp`/`tanh` and log-sum-exp they share.
 //!
@@ -15,6 +16,7 @@
 use candle_core::{CpuStorage, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+pub(crate) mod class_rows;
 pub(crate) mod classes;
 pub(crate) mod composed;
 pub(crate) mod fastmath;
@@ -22,6 +24,7 @@ pub(crate) mod layers;
 pub(crate) mod listed;
 pub(crate) mod losses;
 
+pub use class_rows::within_class_head_loss;
 pub use classes::{class_log_softmax, class_sums, within_class_soft_cross_entropy, WordClasses};
 pub use layers::{add_columns, gelu_tanh, normalize_rows, scale_shift_columns, softmax_rows};
 pub use losses::{biased_soft_cross_entropy, soft_cross_entropy};
