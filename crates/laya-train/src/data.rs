@@ -244,12 +244,18 @@ pub struct Batch {
     pub size: usize,
     /// Embedding rows, `B · t` values (row-major `[B, t]`, `t` = [`ModelConfig::seq_len`]).
     pub rows: Vec<u32>,
-    /// Dense soft word target `[B, V]`, each row scaled by the event weight (all-zero rows for
-    /// out-of-lexicon clicks).
-    pub word_target: Tensor,
-    /// The non-zero entries of `word_target`, row by row (what a GPU's loss reads instead of
-    /// scanning `[B, V]`).
+    /// The soft word targets, row by row: each row's words and their target weights, scaled by
+    /// the event weight (no entries for an out-of-lexicon click). [`Batch::word_target`] is the
+    /// same as a dense `[B, V]` tensor.
     pub word_entries: SparseRows,
+    /// `V`, the width of [`Batch::word_target`].
+    vocab: usize,
+    /// The device [`Batch::word_target`] is made on.
+    device: Device,
+    /// [`Batch::word_target`], made at its first use: a factorised head on the CPU reads the
+    /// entries alone, and the dense table (`B · V` floats, 100 MB at batch 512 and 50,000 words)
+    /// would be fresh memory every step.
+    word_target: std::sync::OnceLock<Tensor>,
     /// Samples with a word target.
     pub word_count: usize,
     /// Sum of the weights of the samples with a word target (the word loss divisor).
@@ -265,6 +271,28 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The soft word targets as a dense `[B, V]` tensor on the batch's device (all-zero rows for
+    /// out-of-lexicon clicks): [`Batch::word_entries`] scattered into zeros, made at the first
+    /// call and kept.
+    ///
+    /// ```
+    /// use laya_train::*;
+    /// let ev = Event { context: "今天".into(), shown: vec![Shown { word: "很好".into(), replace: 0 }], clicked: Some(0), weight: 2.0 };
+    /// let mut mc = ModelConfig::standard(vec!["天气".into(), "很好".into()], vec![1, 1], Mapping::Direct);
+    /// mc.ffn = vec![32];
+    /// let set = encode_events(&[ev], &mc, &TrainConfig::default());
+    /// let batch = make_batch(&set, &[0], 2, mc.replace_classes, &candle_core::Device::Cpu).unwrap();
+    /// assert_eq!(batch.word_target().unwrap().to_vec2::<f32>().unwrap(), [[0.0, 2.0]]);
+    /// assert_eq!(batch.word_entries.row(0), (&[1u32][..], &[2f32][..]));
+    /// ```
+    pub fn word_target(&self) -> Result<&Tensor> {
+        if let Some(t) = self.word_target.get() {
+            return Ok(t);
+        }
+        let t = dense_targets(&self.word_entries, self.vocab, &self.device)?;
+        Ok(self.word_target.get_or_init(|| t))
+    }
+
     /// The samples `range` of this batch as a batch of their own that keeps this batch's loss
     /// divisors (`word_weight`, `total_weight`), so that the shards' losses, and therefore their
     /// gradients, add up to this batch's. [`crate::train_step`] runs shards side by side.
@@ -289,8 +317,13 @@ impl Batch {
         Ok(Batch {
             size: n,
             rows: self.rows[range.start * t..range.end * t].to_vec(),
-            word_target: self.word_target.narrow(0, range.start, n)?,
             word_entries: self.word_entries.rows(range.clone()),
+            vocab: self.vocab,
+            device: self.device.clone(),
+            word_target: match self.word_target.get() {
+                Some(t) => std::sync::OnceLock::from(t.narrow(0, range.start, n)?),
+                None => std::sync::OnceLock::new(),
+            },
             // A sample has a word target exactly when its click is in the lexicon (`word_target`).
             word_count: self.clicked_word[range.clone()].iter().filter(|w| w.is_some()).count(),
             word_weight: self.word_weight,
@@ -307,10 +340,6 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
     let b = idx.len();
     let t = set.t;
     let mut rows = Vec::with_capacity(b * t);
-    // The word targets: a dense `[B, V]` table on the CPU; for another device only the few
-    // non-zero entries (flat index, value) travel, and the device scatters them into zeros.
-    let dense = dev.is_cpu();
-    let mut wt = if dense { vec![0f32; b * vocab] } else { Vec::new() };
     let mut entries = SparseRows { start: vec![0], ..SparseRows::default() };
     let mut rt = vec![0f32; b * classes];
     let (mut word_count, mut word_weight, mut total_weight) = (0, 0f32, 0f32);
@@ -322,9 +351,6 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
             word_weight += weight;
         }
         for &(w, p) in &set.word_target[i] {
-            if dense {
-                wt[k * vocab + w as usize] = p * weight;
-            }
             entries.cols.push(w);
             entries.values.push(p * weight);
         }
@@ -332,22 +358,13 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
         rt[k * classes + set.replace_class[i] as usize] = weight;
         total_weight += weight;
     }
-    let word_target = if dense {
-        Tensor::from_vec(wt, (b, vocab), dev)?
-    } else {
-        if b * vocab > u32::MAX as usize {
-            return Err(crate::TrainError::Config(format!(
-                "a batch of {b} × {vocab} word targets is past 2³² entries; use a smaller batch"
-            )));
-        }
-        let at: Vec<u32> = (0..b).flat_map(|r| entries.row(r).0.iter().map(move |&w| (r * vocab) as u32 + w)).collect();
-        crate::ops::scatter((b, vocab), &at, &entries.values, dev)?
-    };
     Ok(Batch {
         size: b,
         rows,
-        word_target,
         word_entries: entries,
+        vocab,
+        device: dev.clone(),
+        word_target: std::sync::OnceLock::new(),
         word_count,
         word_weight,
         total_weight,
@@ -355,4 +372,69 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
         clicked_word: idx.iter().map(|&i| set.clicked_word[i]).collect(),
         replace_class: idx.iter().map(|&i| set.replace_class[i]).collect(),
     })
+}
+
+/// The dense `[B, V]` word targets of `entries` on `dev`: a table filled on the CPU; for another
+/// device only the non-zero entries (flat index, value) travel, and the device scatters them
+/// into zeros.
+fn dense_targets(entries: &SparseRows, vocab: usize, dev: &Device) -> Result<Tensor> {
+    let b = entries.len();
+    if dev.is_cpu() {
+        let mut wt = vec![0f32; b * vocab];
+        for r in 0..b {
+            let (cols, values) = entries.row(r);
+            for (&w, &x) in cols.iter().zip(values) {
+                wt[r * vocab + w as usize] = x;
+            }
+        }
+        return Ok(Tensor::from_vec(wt, (b, vocab), dev)?);
+    }
+    if b * vocab > u32::MAX as usize {
+        return Err(crate::TrainError::Config(format!("a batch of {b} × {vocab} word targets is past 2³² entries; use a smaller batch")));
+    }
+    let at: Vec<u32> = (0..b).flat_map(|r| entries.row(r).0.iter().map(move |&w| (r * vocab) as u32 + w)).collect();
+    Ok(crate::ops::scatter((b, vocab), &at, &entries.values, dev)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ModelConfig, Shown, TrainConfig};
+    use laya_format::Mapping;
+
+    /// The dense targets made lazily, for a batch or for its shards, before or after the batch
+    /// made its own, are the entries scattered into zeros.
+    #[test]
+    fn dense_targets_of_a_batch_and_of_its_shards_agree() {
+        let words: Vec<String> = ["天气", "很好", "不错", "今天"].iter().map(|w| w.to_string()).collect();
+        let mut mc = ModelConfig::standard(words.clone(), vec![4, 3, 2, 1], Mapping::Direct);
+        mc.ffn = vec![32];
+        let ev = |shown: &[&str], clicked: Option<usize>, weight: f32| Event {
+            context: "今天".into(),
+            shown: shown.iter().map(|w| Shown { word: w.to_string(), replace: 0 }).collect(),
+            clicked,
+            weight,
+        };
+        let events = [ev(&["天气", "很好"], Some(0), 1.0), ev(&["不错"], None, 2.0), ev(&["今天", "不错", "很好"], Some(2), 0.5)];
+        let set = encode_events(&events, &mc, &TrainConfig::default());
+        let dev = Device::Cpu;
+        let idx: Vec<usize> = (0..set.len()).rev().collect();
+        assert!(idx.len() >= 2, "{} samples", idx.len());
+        let batch = make_batch(&set, &idx, words.len(), mc.replace_classes, &dev).unwrap();
+        let n = idx.len();
+        let lazy_shard = batch.shard(1..n).unwrap();
+        let whole: Vec<Vec<f32>> = batch.word_target().unwrap().to_vec2().unwrap();
+        assert!(whole.iter().flatten().any(|&x| x != 0.0));
+        for (r, row) in whole.iter().enumerate() {
+            let (cols, values) = batch.word_entries.row(r);
+            let mut want = vec![0f32; words.len()];
+            for (&c, &v) in cols.iter().zip(values) {
+                want[c as usize] = v;
+            }
+            assert_eq!(row, &want, "row {r}");
+        }
+        let narrowed = batch.shard(1..n).unwrap();
+        assert_eq!(lazy_shard.word_target().unwrap().to_vec2::<f32>().unwrap(), whole[1..]);
+        assert_eq!(narrowed.word_target().unwrap().to_vec2::<f32>().unwrap(), whole[1..]);
+    }
 }

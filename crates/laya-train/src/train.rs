@@ -6,7 +6,7 @@ use crate::config::{ModelConfig, TrainConfig};
 use crate::data::{encode_events, make_batch, Batch, EncodeStats, EncodedSet, Event};
 use crate::error::{io_err, Result, TrainError};
 use crate::model::{LayaNet, ParamKind};
-use crate::ops::{add_columns, biased_soft_cross_entropy, class_sums, soft_cross_entropy};
+use crate::ops::{add_columns, biased_soft_cross_entropy, soft_cross_entropy};
 use crate::optim::{lr_at_time, AdamW, Grads};
 use candle_core::{Tensor, Var};
 use rayon::prelude::*;
@@ -31,7 +31,7 @@ pub struct LossParts {
 pub fn loss_tensors(words: &Tensor, replace: &Tensor, batch: &Batch, lambda: f32) -> Result<(Tensor, Tensor, Tensor)> {
     // Weighted means: the targets already carry each event's weight.
     let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
-    let word = (soft_cross_entropy(words, &batch.word_target)?.sum_all()? * (1.0 / wdiv))?;
+    let word = (soft_cross_entropy(words, batch.word_target()?)?.sum_all()? * (1.0 / wdiv))?;
     let rdiv = if batch.total_weight > 0.0 { batch.total_weight as f64 } else { 1.0 };
     let rep = (soft_cross_entropy(replace, &batch.replace_target)?.sum_all()? * (1.0 / rdiv))?;
     let total = (&word + (&rep * lambda as f64)?)?;
@@ -49,20 +49,21 @@ pub fn fused_loss_tensors(net: &LayaNet, z: &Tensor, batch: &Batch, lambda: f32)
     let ((ow, ob), (rw, rb)) = net.heads();
     let wdiv = if batch.word_weight > 0.0 { batch.word_weight as f64 } else { 1.0 };
     let word = match net.class_head() {
-        None => biased_soft_cross_entropy(&z.matmul(&ow.t()?)?, ob, &batch.word_target)?,
+        None => biased_soft_cross_entropy(&z.matmul(&ow.t()?)?, ob, batch.word_target()?)?,
         // −Σ_w t_w·log P(w) = CE(class logits, T) + Σ_w t_w·(lse_{κ(w)} − logit_w): the class
         // cross-entropy against the class-aggregated targets plus the within-class part.
         Some(((cw, cb), classes)) => {
             let class_logits = add_columns(&z.matmul(&cw.t()?)?, cb)?;
-            // The CPU scans the dense targets; a GPU gets each row's target classes listed.
-            let class_target = if z.device().is_cpu() {
-                class_sums(&batch.word_target, classes)?
+            // Each row's target classes are listed: neither device scans dense `[B, V]` targets.
+            let class_target = crate::ops::listed::class_sums_listed(&batch.word_entries, classes, z.device())?;
+            // The CPU computes only the target classes' logits; a GPU takes the whole product.
+            let within = if z.device().is_cpu() {
+                crate::ops::within_class_head_loss(z, ow, ob, &batch.word_entries, classes)?
             } else {
-                crate::ops::listed::class_sums_listed(&batch.word_entries, classes, z.device())?
+                let logits = z.matmul(&ow.t()?)?;
+                crate::ops::listed::within_class_soft_cross_entropy_listed(&logits, ob, batch.word_target()?, &batch.word_entries, classes)?
             };
-            // Only the target classes' logits: on the CPU the head's rows of those classes alone.
-            (soft_cross_entropy(&class_logits, &class_target)?
-                + crate::ops::within_class_head_loss(z, ow, ob, &batch.word_target, &batch.word_entries, classes)?)?
+            (soft_cross_entropy(&class_logits, &class_target)? + within)?
         }
     };
     let word = (word.sum_all()? * (1.0 / wdiv))?;

@@ -21,23 +21,23 @@ use crate::data::SparseRows;
 type Active = Vec<(u32, f32, f32)>;
 
 /// [`super::within_class_soft_cross_entropy`]`(z·wᵀ, b, t)` per row, `[B]`, for hidden rows `z`
-/// `[B, d]`, the word head `w` `[V, d]` and its bias `b` `[V]`, against targets `t` `[B, V]`
-/// whose non-zero entries `entries` lists. Differentiable in `z`, `w` and `b`. On the CPU only
-/// the target classes' logits are computed (the value and gradients equal the dense form's up to
-/// float rounding); other devices take the dense form, listed as there.
+/// `[B, d]`, the word head `w` `[V, d]` and its bias `b` `[V]`, against the targets `t` that
+/// `entries` lists row by row, computing only the logits of each row's target classes: the
+/// value and gradients (in `z`, `w` and `b`) equal the dense form's up to float rounding. CPU
+/// tensors only (a GPU takes the dense form through its listed kernels).
 ///
 /// ```
 /// use std::sync::Arc;
 /// use candle_core::{Device, Tensor};
-/// use laya_train::{within_class_head_loss, within_class_soft_cross_entropy, WordClasses};
+/// use laya_train::{within_class_head_loss, within_class_soft_cross_entropy, SparseRows, WordClasses};
 /// let dev = Device::Cpu;
 /// let classes = Arc::new(WordClasses::new(&[0, 1, 0]));
 /// let z = Tensor::new(&[[0.5f32, -1.0]], &dev).unwrap();
 /// let w = Tensor::new(&[[1f32, 0.0], [0.0, 1.0], [2.0, 1.0]], &dev).unwrap();
 /// let b = Tensor::new(&[0f32, 0.1, -0.2], &dev).unwrap();
+/// let entries = SparseRows { start: vec![0, 2], cols: vec![0, 2], values: vec![0.5, 0.5] };
+/// let rows: Vec<f32> = within_class_head_loss(&z, &w, &b, &entries, &classes).unwrap().to_vec1().unwrap();
 /// let t = Tensor::new(&[[0.5f32, 0.0, 0.5]], &dev).unwrap();
-/// let entries = laya_train::SparseRows { start: vec![0, 2], cols: vec![0, 2], values: vec![0.5, 0.5] };
-/// let rows: Vec<f32> = within_class_head_loss(&z, &w, &b, &t, &entries, &classes).unwrap().to_vec1().unwrap();
 /// let dense: Vec<f32> =
 ///     within_class_soft_cross_entropy(&z.matmul(&w.t().unwrap()).unwrap(), &b, &t, &classes).unwrap().to_vec1().unwrap();
 /// assert!((rows[0] - dense[0]).abs() < 1e-6);
@@ -46,12 +46,11 @@ pub fn within_class_head_loss(
     z: &Tensor,
     w: &Tensor,
     b: &Tensor,
-    t: &Tensor,
     entries: &SparseRows,
     classes: &Arc<WordClasses>,
 ) -> candle_core::Result<Tensor> {
     if !z.device().is_cpu() {
-        return super::listed::within_class_soft_cross_entropy_listed(&z.matmul(&w.t()?)?, b, t, entries, classes);
+        candle_core::bail!("within-class head loss: CPU tensors only (a GPU takes the listed dense form)");
     }
     let op = HeadRowsCe { classes: classes.clone(), targets: Arc::new(row_targets(entries)), saved: Mutex::default() };
     z.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, op)
@@ -311,7 +310,7 @@ mod tests {
         let weights = Tensor::from_vec((0..rows).map(|r| 1.0 + r as f32 / 4.0).collect::<Vec<f32>>(), rows, &dev).unwrap();
         let run = |sparse: bool| {
             let loss = match sparse {
-                true => within_class_head_loss(z.as_tensor(), w.as_tensor(), b.as_tensor(), &t, &entries, &classes).unwrap(),
+                true => within_class_head_loss(z.as_tensor(), w.as_tensor(), b.as_tensor(), &entries, &classes).unwrap(),
                 false => super::super::within_class_soft_cross_entropy(
                     &z.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap(),
                     b.as_tensor(),
@@ -347,10 +346,9 @@ mod tests {
         let z = Tensor::zeros((1, 4), candle_core::DType::F32, &dev).unwrap();
         let w = Tensor::zeros((3, 4), candle_core::DType::F32, &dev).unwrap();
         let b = Tensor::zeros(3, candle_core::DType::F32, &dev).unwrap();
-        let t = Tensor::zeros((1, 3), candle_core::DType::F32, &dev).unwrap();
         let entries = SparseRows { start: vec![0, 1], cols: vec![7], values: vec![1.0] };
-        assert!(within_class_head_loss(&z, &w, &b, &t, &entries, &classes).is_err());
+        assert!(within_class_head_loss(&z, &w, &b, &entries, &classes).is_err());
         let two_rows = SparseRows { start: vec![0, 0, 0], cols: vec![], values: vec![] };
-        assert!(within_class_head_loss(&z, &w, &b, &t, &two_rows, &classes).is_err());
+        assert!(within_class_head_loss(&z, &w, &b, &two_rows, &classes).is_err());
     }
 }
