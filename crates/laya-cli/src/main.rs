@@ -18,7 +18,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Keeps the memory a training step frees mapped for the next step, unless the user set
 /// `MIMALLOC_PURGE_DELAY`: mimalloc hands freed memory back to the kernel after a delay, and each
-/// step then page-faults its tens of MB of tensors in again, zeroed (12–17% of `laya train`'s
+/// step then page-faults its tens of MB of tensors in again, zeroed (11–16% of `laya train`'s
 /// step time on two cores, docs/training.md "Throughput").
 #[cfg(feature = "train")]
 fn keep_freed_memory() {
