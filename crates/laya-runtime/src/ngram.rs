@@ -805,31 +805,42 @@ pub(crate) fn mix(
     for h in hits.iter_mut() {
         h.score *= 1.0 - w;
     }
+    // The n-gram's pairs are distinct (one hypothesis per replace count, its candidates
+    // deduplicated), so a pair can only be one of the network's, never one pushed here.
+    let network = hits.len();
     for ((&(_, pos, i), &net), &add) in s.scored[..n_cands].iter().zip(&s.net).zip(&s.add) {
         let id = lexicon.id_at(pos as usize);
         if add <= 0.0 || !admit(id, i as usize) {
             continue;
         }
-        if let Some(h) = hits.iter_mut().find(|h| h.id == id as u32 && h.replace == i) {
+        if let Some(h) = hits[..network].iter_mut().find(|h| h.id == id as u32 && h.replace == i) {
             h.score += add;
         } else if hits.len() < hits.capacity() {
             hits.push(Hit { id: id as u32, replace: i, score: (1.0 - w) * net + add });
         }
     }
-    // Insertion sort: stable (ties keep the network's order, then the n-gram's) and in place.
-    for j in 1..hits.len() {
-        let mut at = j;
-        while at > 0 && hits[at - 1].score < hits[at].score {
-            hits.swap(at - 1, at);
-            at -= 1;
+    best_first(hits, k);
+}
+
+/// Leaves the `k` best of `hits` in it, best first, as a stable sort by descending score then
+/// a cut to `k` would (ties keep their order): the best of the rest is rotated into place `k`
+/// times, in place.
+fn best_first(hits: &mut Vec<Hit>, k: usize) {
+    for t in 0..k.min(hits.len()) {
+        let mut best = t;
+        for j in t + 1..hits.len() {
+            if hits[j].score > hits[best].score {
+                best = j;
+            }
         }
+        hits[t..=best].rotate_right(1);
     }
     hits.truncate(k);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{cut, find, Cursor, NgramInput, Pieces};
+    use super::{best_first, cut, find, Cursor, NgramInput, Pieces};
     use crate::learn::{cut_han_into, HanCut, Lookup};
     use crate::lexicon::Lexicon;
     use crate::unigram::WordLogp;
@@ -893,6 +904,34 @@ mod tests {
                     w += stride;
                 }
             }
+        }
+    }
+
+    /// The naive twin of [`best_first`]: a stable insertion sort by descending score, then the
+    /// first `k` (what the mix did before).
+    fn sorted_then_cut(hits: &mut Vec<crate::scratch::Hit>, k: usize) {
+        for j in 1..hits.len() {
+            let mut at = j;
+            while at > 0 && hits[at - 1].score < hits[at].score {
+                hits.swap(at - 1, at);
+                at -= 1;
+            }
+        }
+        hits.truncate(k);
+    }
+
+    proptest::proptest! {
+        /// The same hits in the same order as the stable sort, ties (scores drawn from a few
+        /// values) included.
+        #[test]
+        fn best_first_keeps_what_a_stable_sort_keeps(scores in proptest::collection::vec(0u8..6, 0..80), k in 0usize..12) {
+            let hits: Vec<crate::scratch::Hit> =
+                scores.iter().enumerate().map(|(j, &s)| crate::scratch::Hit { id: j as u32, replace: 0, score: f32::from(s) / 4.0 }).collect();
+            let (mut fast, mut naive) = (hits.clone(), hits);
+            best_first(&mut fast, k);
+            sorted_then_cut(&mut naive, k);
+            let key = |h: &[crate::scratch::Hit]| h.iter().map(|h| (h.id, h.score.to_bits())).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(key(&fast), key(&naive));
         }
     }
 }
