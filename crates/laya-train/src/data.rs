@@ -379,6 +379,9 @@ pub fn make_batch(set: &EncodedSet, idx: &[usize], vocab: usize, classes: usize,
 /// into zeros.
 fn dense_targets(entries: &SparseRows, vocab: usize, dev: &Device) -> Result<Tensor> {
     let b = entries.len();
+    if let Some(&w) = entries.cols.iter().find(|&&w| w as usize >= vocab) {
+        return Err(crate::TrainError::Config(format!("a word target {w} outside the {vocab} words of the head")));
+    }
     if dev.is_cpu() {
         let mut wt = vec![0f32; b * vocab];
         for r in 0..b {
@@ -436,5 +439,9 @@ mod tests {
         let narrowed = batch.shard(1..n).unwrap();
         assert_eq!(lazy_shard.word_target().unwrap().to_vec2::<f32>().unwrap(), whole[1..]);
         assert_eq!(narrowed.word_target().unwrap().to_vec2::<f32>().unwrap(), whole[1..]);
+        // A target outside the head is an error, not a write into the next row.
+        let mut bad = make_batch(&set, &idx, words.len(), mc.replace_classes, &dev).unwrap();
+        bad.word_entries.cols[0] = words.len() as u32;
+        assert!(bad.word_target().is_err());
     }
 }
