@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, Layout, Shape, Storage, Tensor};
+use laya_kernels::Kernels;
 use rayon::prelude::*;
 
 use super::fastmath::fast_exp;
@@ -52,7 +53,12 @@ pub fn within_class_head_loss(
     if !z.device().is_cpu() {
         candle_core::bail!("within-class head loss: CPU tensors only (a GPU takes the listed dense form)");
     }
-    let op = HeadRowsCe { classes: classes.clone(), targets: Arc::new(row_targets(entries)), saved: Mutex::default() };
+    let op = HeadRowsCe {
+        classes: classes.clone(),
+        targets: Arc::new(row_targets(entries)),
+        kernels: Kernels::detect(),
+        saved: Mutex::default(),
+    };
     z.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, op)
 }
 
@@ -80,6 +86,8 @@ fn row_targets(entries: &SparseRows) -> Vec<Vec<(u32, f32)>> {
 struct HeadRowsCe {
     classes: Arc<WordClasses>,
     targets: Arc<Vec<Vec<(u32, f32)>>>,
+    /// The runtime's SIMD dot product and `y += a·x`, picked for this CPU.
+    kernels: Kernels,
     /// Per row, what the backward needs of the forward; taken by the first backward.
     saved: Mutex<Vec<Active>>,
 }
@@ -116,7 +124,7 @@ impl HeadRowsCe {
                 None => act.push((c, tw, 0.0)),
             }
         }
-        let logit = |word: u32| dot(zr, &w[word as usize * d..(word as usize + 1) * d]) + b[word as usize];
+        let logit = |word: u32| self.kernels.dot(zr, &w[word as usize * d..(word as usize + 1) * d]) + b[word as usize];
         for e in &mut act {
             let members = self.classes.members(e.0 as usize);
             let m = members.iter().map(|&x| logit(x)).fold(f32::NEG_INFINITY, f32::max);
@@ -204,8 +212,8 @@ impl HeadRowsCe {
                     for &word in self.classes.members(c as usize) {
                         let wr = &w[word as usize * d..(word as usize + 1) * d];
                         let tw = self.targets[r].iter().find(|e| e.0 == word).map_or(0.0, |e| e.1);
-                        let dl = (tc * fast_exp(dot(zr, wr) + b[word as usize] - lse) - tw) * g[r];
-                        axpy(dl, wr, gzr);
+                        let dl = (tc * fast_exp(self.kernels.dot(zr, wr) + b[word as usize] - lse) - tw) * g[r];
+                        self.kernels.axpy(dl, wr, gzr);
                         out.push(dl);
                     }
                 }
@@ -231,31 +239,11 @@ impl HeadRowsCe {
             let slot = self.classes.members(c).partition_point(|&x| (x as usize) < word) as u32;
             for &(r, at) in &visits[c] {
                 let dl = dlogits[r as usize][(at + slot) as usize];
-                axpy(dl, &z[r as usize * d..(r as usize + 1) * d], gwr);
+                self.kernels.axpy(dl, &z[r as usize * d..(r as usize + 1) * d], gwr);
                 *gbw += dl;
             }
         });
         (gz, gw, gb)
-    }
-}
-
-/// `Σ a_i·b_i` in eight running sums, so that the loop vectorises.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `y += a·x`.
-fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y += a * x;
     }
 }
 
