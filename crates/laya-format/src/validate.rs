@@ -72,7 +72,7 @@ fn range_u32(k: &Keys<'_, '_>, key: &str, lo: u32, hi: u32) -> Result<u32, Forma
 }
 
 /// Reads and checks every key; returns the metadata and the alignment.
-fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Option<Vec<u32>>), FormatError> {
+fn parse_meta(file: &GgufFile<'_>, contents: Contents) -> Result<(ModelMeta, u32, Option<Vec<u32>>), FormatError> {
     let k = Keys { file };
 
     let alignment = k.u32(keys::ALIGNMENT)?;
@@ -149,7 +149,7 @@ fn parse_meta(file: &GgufFile<'_>) -> Result<(ModelMeta, u32, Option<Vec<u32>>),
     let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
 
     let words = k.strings(keys::LEXICON_WORDS)?;
-    let word_order = checked_order(words)?;
+    let word_order = checked_order(words, contents)?;
     let frequencies = k.u32s(keys::LEXICON_FREQUENCIES)?;
     if frequencies.len() != words.len() {
         return Err(invalid(
@@ -273,12 +273,14 @@ pub fn check_lexicon(words: &Strings) -> Result<(), FormatError> {
 /// A lexicon already in byte order (what Laya's tools write, docs/format.md §4) is checked in
 /// one pass: strictly increasing neighbours are sorted and free of duplicates at once.
 pub fn checked_lexicon_order(words: &Strings) -> Result<Vec<u32>, FormatError> {
-    checked_order(words).map(|order| order.unwrap_or_else(|| (0..words.len() as u32).collect()))
+    checked_order(words, Contents::Check).map(|order| order.unwrap_or_else(|| (0..words.len() as u32).collect()))
 }
 
 /// [`checked_lexicon_order`] with `None` for a lexicon already in byte order, so that a load
-/// of such a file (all of Laya's) builds no identity list.
-fn checked_order(words: &Strings) -> Result<Option<Vec<u32>>, FormatError> {
+/// of such a file (all of Laya's) builds no identity list. With [`Contents::Vouched`] each
+/// word's own rules ([`check_word`]) are not read again, as other per-byte checks are not: the
+/// count, the order and the duplicates are, since the runtime relies on them.
+fn checked_order(words: &Strings, contents: Contents) -> Result<Option<Vec<u32>>, FormatError> {
     if words.is_empty() || words.len() > MAX_WORDS {
         return Err(invalid(keys::LEXICON_WORDS, format!("has {} words; 1..={MAX_WORDS} allowed", words.len())));
     }
@@ -321,7 +323,11 @@ fn checked_order(words: &Strings) -> Result<Option<Vec<u32>>, FormatError> {
         (Some(order), duplicate)
     };
     let scan_to = duplicate.map_or(words.len(), |(second, _)| second);
-    for index in words_to_check(words).into_iter().take_while(|&i| i < scan_to) {
+    let suspects = match contents {
+        Contents::Check => words_to_check(words),
+        Contents::Vouched => Vec::new(),
+    };
+    for index in suspects.into_iter().take_while(|&i| i < scan_to) {
         check_word(&words[index]).map_err(|reason| FormatError::Lexicon { index, reason })?;
     }
     if let Some((index, first)) = duplicate {
@@ -351,13 +357,20 @@ fn check_word(w: &str) -> Result<(), String> {
 /// [`MAX_WORD_CHARS`] bytes (no shorter word has more characters), and those whose bytes may
 /// encode whitespace or a control character. Every such character is at most U+3000, and its
 /// encoding holds a byte ≤ 0x20, 0x7F, or the lead byte 0xC2 (U+0080–U+00BF), 0xE1 (U+1680),
-/// 0xE2 (U+2000–U+205F) or 0xE3 (U+3000). The whole buffer is scanned for those bytes 64 at a
-/// time (a loop the compiler vectorises); most Chinese words hold none, so only a few words are
-/// read character by character.
+/// 0xE2 (U+2000–U+205F) or 0xE3 (U+3000). A contiguous buffer is scanned for those bytes 64 at
+/// a time (a loop the compiler vectorises); most Chinese words hold none, so only a few words
+/// are read character by character. Words kept between other bytes (a GGUF run, whose lengths
+/// are such bytes) are scanned one by one.
 fn words_to_check(words: &Strings) -> Vec<usize> {
     let suspect = |b: u8| b <= 0x20 || b == 0x7F || b == 0xC2 || (0xE1..=0xE3).contains(&b);
     let mut list: Vec<usize> = (0..words.len()).filter(|&i| words.span(i).is_empty() || words.span(i).len() > MAX_WORD_CHARS).collect();
     let buf = words.buffer().as_bytes();
+    if !words.is_contiguous() {
+        list.extend((0..words.len()).filter(|&i| buf[words.span(i)].iter().fold(false, |any, &b| any | suspect(b))));
+        list.sort_unstable();
+        list.dedup();
+        return list;
+    }
     for (c, chunk) in buf.chunks(64).enumerate() {
         if chunk.iter().fold(false, |any, &b| any | suspect(b)) {
             for (j, _) in chunk.iter().enumerate().filter(|&(_, &b)| suspect(b)) {
@@ -553,6 +566,29 @@ pub(crate) enum Contents {
     Vouched,
 }
 
+impl LayaFile<'static> {
+    /// [`LayaFile::parse`] (`verified: None`) or [`LayaFile::parse_verified`] of bytes that live
+    /// as long as the program, a model compiled into it: the same checks, and the lexicon's
+    /// words are read in place instead of copied ([`GgufFile::parse_static`]).
+    ///
+    /// ```
+    /// use laya_format::{testing, write_model, GgmlType, LayaFile};
+    /// let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 5, GgmlType::F16);
+    /// let bytes: &'static [u8] = write_model(&meta, &tensors)?.leak();
+    /// let checksum = LayaFile::parse_static(bytes, None)?.checksum;
+    /// assert_eq!(LayaFile::parse_static(bytes, Some(checksum))?.meta.words, meta.words);
+    /// assert!(LayaFile::parse_static(bytes, Some(checksum ^ 1)).is_err());
+    /// # Ok::<(), laya_format::FormatError>(())
+    /// ```
+    pub fn parse_static(bytes: &'static [u8], verified: Option<u64>) -> Result<LayaFile<'static>, FormatError> {
+        let file = GgufFile::parse_static(bytes)?;
+        match verified {
+            Some(checksum) => Self::vouched_container(file, checksum),
+            None => Self::parse_container(file),
+        }
+    }
+}
+
 impl<'a> LayaFile<'a> {
     /// Parses and validates a model file against every rule of docs/format.md: container, then
     /// architecture, checksum, format version, keys, lexicon and tensors.
@@ -562,7 +598,12 @@ impl<'a> LayaFile<'a> {
     /// verified before this returns, and a mismatch is the error reported, whatever else is
     /// wrong with the bytes.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        let file = GgufFile::parse(bytes)?;
+        Self::parse_container(GgufFile::parse(bytes)?)
+    }
+
+    /// [`LayaFile::parse`] of a parsed container.
+    fn parse_container(file: GgufFile<'a>) -> Result<Self, FormatError> {
+        let bytes = file.bytes();
         let (slot, stored) = laya_checksum_slot(&file)?;
         // Integrity before meaning: a damaged byte should read as damage, not as a strange value.
         let verify = |computed: u64| match computed == stored {
@@ -596,10 +637,11 @@ impl<'a> LayaFile<'a> {
     /// checksum it passed on as `verified`. The stored checksum must equal `verified` (so bytes
     /// other than the vouched-for ones are refused), and every check whose cost does not grow
     /// with the data is made again: the container, every count, offset, key, tensor type and
-    /// shape, and the lexicon (whose order the runtime needs anyway). What `parse` proved by
-    /// reading every byte is not proved again: the hash, the finiteness of every float tensor
-    /// and the n-gram tables' lists and counts (docs/format.md §8), ~10 ms for the 30 MB
-    /// default, most of an embedded model's cold start.
+    /// shape, and the lexicon's size, order and uniqueness (which the runtime relies on). What
+    /// `parse` proved by reading every byte is not proved again: the hash, the finiteness of
+    /// every float tensor, the n-gram tables' lists and counts (docs/format.md §8), ~10 ms for
+    /// the 30 MB default, most of an embedded model's cold start, and each word's own rules
+    /// (length, no whitespace or control character).
     ///
     /// ```
     /// use laya_format::{testing, write_model, GgmlType, LayaFile};
@@ -611,7 +653,11 @@ impl<'a> LayaFile<'a> {
     /// # Ok::<(), laya_format::FormatError>(())
     /// ```
     pub fn parse_verified(bytes: &'a [u8], verified: u64) -> Result<Self, FormatError> {
-        let file = GgufFile::parse(bytes)?;
+        Self::vouched_container(GgufFile::parse(bytes)?, verified)
+    }
+
+    /// [`LayaFile::parse_verified`] of a parsed container.
+    fn vouched_container(file: GgufFile<'a>, verified: u64) -> Result<Self, FormatError> {
         let (_, stored) = laya_checksum_slot(&file)?;
         if stored != verified {
             return Err(FormatError::ChecksumMismatch { stored, computed: verified });
@@ -629,7 +675,7 @@ impl<'a> LayaFile<'a> {
         if let Some((k, _)) = file.kv.iter().find(|(k, _)| k.starts_with("laya.") && !keys::LAYA_KEYS.contains(&k.as_str())) {
             return Err(FormatError::UnknownKey(k.clone()));
         }
-        let (mut meta, alignment, word_order) = parse_meta(&file)?;
+        let (mut meta, alignment, word_order) = parse_meta(&file, contents)?;
         meta.words = take_strings(&mut file, keys::LEXICON_WORDS);
         meta.frequencies = take_u32s(&mut file, keys::LEXICON_FREQUENCIES);
         if let Some(d) = meta.dict_frequencies.as_mut() {

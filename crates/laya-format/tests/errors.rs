@@ -311,8 +311,17 @@ fn lexicon_rules() {
         let mut words = meta.words.to_vec();
         words[index] = bad.to_string();
         let kv = keys_with(&meta, keys::LEXICON_WORDS, Some(Value::Array(Array::String(words.into()))));
-        let e = parse_err(&build(&kv, &tensors));
+        let bytes = build(&kv, &tensors);
+        let e = parse_err(&bytes);
         assert!(matches!(&e, FormatError::Lexicon { index: i, .. } if *i == index), "{bad:?}: {e:?}");
+        // Read in place, as a program's own data: the same refusal.
+        let leaked: &'static [u8] = bytes.clone().leak();
+        assert_eq!(LayaFile::parse_static(leaked, None).unwrap_err(), e, "{bad:?}");
+        // Bytes a full parse vouched for: a duplicate is still refused (the runtime's search
+        // relies on there being none), each word's own rules are not read again.
+        let sum = laya_format::patch_checksum(&mut bytes.clone()).unwrap();
+        let vouched = [LayaFile::parse_verified(&bytes, sum), LayaFile::parse_static(leaked, Some(sum))];
+        assert!(vouched.iter().all(|v| v.is_err() == (bad == "hello")), "{bad:?}");
     }
     // "hello" is word 2 of the test lexicon: the duplicate message names both positions.
     let mut words = meta.words.to_vec();

@@ -20,9 +20,8 @@ pub(crate) struct Lexicon {
     /// n-gram's cutter looks up dozens of pieces a keystroke); other first characters are
     /// searched in `first_chars`.
     bmp_first: Vec<u16>,
-    bytes: String,
-    /// `offsets[i]..offsets[i + 1]` is word `i` in `bytes`.
-    offsets: Vec<u32>,
+    /// The words, as validation read them (from a model compiled into the program, in place).
+    words: Strings,
     /// Length of each word in Unicode scalar values (`replace` is counted in these).
     char_lens: Vec<u16>,
     /// Word ids in byte order of their keys. `None` when the keys are the words and the file
@@ -55,10 +54,10 @@ pub(crate) struct Lexicon {
 /// most of a Chinese or an English lexicon without a Unicode table.
 fn word_flags(words: &Strings) -> (Vec<u16>, Vec<bool>, Vec<bool>) {
     let n = words.len();
-    let (text, offsets) = (words.buffer(), words.offsets());
+    let text = words.buffer();
     let (mut char_lens, mut punct, mut glues) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    for span in offsets.windows(2) {
-        let (start, end) = (span[0] as usize, span[1] as usize);
+    for i in 0..n {
+        let Range { start, end } = words.span(i);
         char_lens.push(char_count(text.as_bytes(), start, end).min(u16::MAX as usize) as u16);
         let (p, g) = match text.as_bytes().get(start) {
             Some(0xE4..=0xE9) => (false, false),
@@ -128,12 +127,10 @@ impl Lexicon {
             None => (None, order),
         };
         let order = order.filter(|order| !order.iter().enumerate().all(|(i, &id)| id as usize == i));
-        let (bytes, offsets) = words.into_parts();
         let mut lex = Lexicon {
             first_chars: Vec::new(),
             bmp_first: Vec::new(),
-            bytes,
-            offsets,
+            words,
             char_lens,
             order,
             folded,
@@ -200,7 +197,7 @@ impl Lexicon {
 
     #[inline]
     pub(crate) fn word(&self, id: usize) -> &str {
-        &self.bytes[self.offsets[id] as usize..self.offsets[id + 1] as usize]
+        &self.words[id]
     }
 
     /// What prefixes are searched in: the word, folded when the lexicon ignores case.

@@ -412,9 +412,11 @@ impl Model {
     fn from_storage(storage: Storage, kernels: Kernels, verified: Option<u64>) -> Result<Model, LoadError> {
         let start = std::time::Instant::now();
         let bytes = storage.bytes();
-        let mut file = match verified {
-            Some(checksum) => LayaFile::parse_verified(bytes, checksum)?,
-            None => LayaFile::parse(bytes)?,
+        let mut file = match (&storage, verified) {
+            // The program's own bytes: the lexicon is read in place.
+            (Storage::Static(s), _) => LayaFile::parse_static(s, verified)?,
+            (_, Some(checksum)) => LayaFile::parse_verified(bytes, checksum)?,
+            (_, None) => LayaFile::parse(bytes)?,
         };
         let validate = start.elapsed();
         let base = bytes.as_ptr() as usize;

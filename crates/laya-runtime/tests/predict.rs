@@ -314,6 +314,39 @@ fn a_sorted_lexicon_predicts_exactly_as_the_original() {
     }
 }
 
+/// A model compiled into the program (64-byte aligned static bytes: its lexicon read in place,
+/// not copied) predicts exactly what the same bytes on the heap predict, checksum verified at
+/// build time or not, and with a sorted or an unsorted lexicon.
+#[test]
+fn a_model_read_in_place_predicts_as_a_copy_does() {
+    let cfg = TinyConfig { word_classes: 6, ..TinyConfig::default() };
+    let (meta, tensors) = laya_format::testing::random_model(&cfg, 13, GgmlType::Q8_0);
+    let (mut smeta, mut stensors) = (meta.clone(), tensors.clone());
+    laya_format::sort_lexicon(&mut smeta, &mut stensors).unwrap();
+    for bytes in [laya_format::write_model(&meta, &tensors).unwrap(), laya_format::write_model(&smeta, &stensors).unwrap()] {
+        // Leaked with room to start on a 64-byte boundary, as `include_bytes!` in an aligned
+        // static is.
+        let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
+        let skip = room.as_ptr().align_offset(64);
+        let aligned = &mut room[skip..skip + bytes.len()];
+        aligned.copy_from_slice(&bytes);
+        let aligned: &'static [u8] = aligned;
+        let checksum = laya_format::LayaFile::parse(&bytes).unwrap().checksum;
+        let heap = Model::from_bytes(bytes).unwrap();
+        for in_place in [Model::from_static(aligned).unwrap(), Model::from_static_verified(aligned, checksum).unwrap()] {
+            assert_eq!(in_place.info().storage, "embedded");
+            let n = heap.lexicon_len();
+            assert!((0..n).all(|id| in_place.word(id) == heap.word(id)));
+            let (mut a, mut b) = (Session::with_max_k(heap.clone(), n), Session::with_max_k(in_place, n));
+            for ctx in CONTEXTS {
+                let pa: Vec<_> = a.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                let pb: Vec<_> = b.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+                assert_eq!(pa, pb, "{ctx:?}");
+            }
+        }
+    }
+}
+
 /// λ = 0, or a file without dictionary frequencies, ranks exactly as before the prior existed;
 /// a positive λ changes completions only: next-word candidates keep their probabilities.
 #[test]
