@@ -5,7 +5,8 @@
 use laya_format::{Activation, PositionScheme};
 use laya_kernels::{ActBlock, GgmlType, Kernels, Matrix, QK};
 
-use crate::model::{Layer, Mat, Model, Packed, PackedRef, WordClasses};
+use crate::classes::WordClasses;
+use crate::model::{Layer, Mat, Model, Packed, PackedRef};
 use crate::scratch::{ClassState, Scratch};
 use crate::settings::{ActPrecision, MAX_INCREMENTAL_CHARS};
 use crate::stages::{Clock, Stage};

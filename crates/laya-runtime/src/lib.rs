@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod classes;
 mod display;
 mod engine;
 mod error;

@@ -11,6 +11,7 @@ use crate::ngram::Ngram;
 use laya_format::{Activation, GgmlType, LayaFile, Mapping, NormRule, PositionScheme, TensorRef};
 use laya_kernels::{Kernels, Level, Matrix, PackedQ4, PackedQ8};
 
+use crate::classes::WordClasses;
 use crate::error::LoadError;
 use crate::lexicon::Lexicon;
 use crate::storage::Storage;
@@ -236,110 +237,6 @@ pub struct Model {
     unigram: WordLogp,
     /// The word trigram beside the network (docs/format.md §8), when the file has one.
     pub(crate) ngram: Option<Ngram>,
-}
-
-/// The class head of a factorised word head and, per class, its words' rows of `output.weight`
-/// gathered into one matrix, so that a session can compute one class's logits with one call.
-pub(crate) struct WordClasses {
-    /// `output_class.weight`, `[K, d]`.
-    pub head: Mat,
-    pub head_b: Vec<f32>,
-    /// The word ids of class `c` are `ids[start[c]..start[c + 1]]`, increasing.
-    pub start: Vec<usize>,
-    pub ids: Vec<u32>,
-    /// `output.bias` in `ids` order: class `c`'s biases are `bias[start[c]..start[c + 1]]`.
-    pub bias: Vec<f32>,
-    /// The class of each word.
-    pub class_of: Vec<u32>,
-    /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
-    /// the CPU packs the word head's type.
-    pub rows: Vec<ClassRows>,
-    /// Whether this CPU's kernels pack the word head's type: the class rows are then read from
-    /// their packed copies ([`Model::class_packed`]), made on first use.
-    pub packs: bool,
-    /// The word head's type, which every class's rows share.
-    pub row_type: GgmlType,
-}
-
-pub(crate) struct ClassRows {
-    /// Type and shape (`range` and `packed` are unused: the rows live in `data` or `packed`).
-    pub mat: Mat,
-    /// The gathered rows where this CPU does not pack their type; otherwise empty, and a class
-    /// of one word (whose row is never computed) has none either.
-    pub data: Vec<u8>,
-    /// The packed copy, made once: packing 50,000 rows at load was most of a cold start, so a
-    /// class is packed when a prediction first needs it, or by [`Model::pack`]
-    /// (`Session::warm_up`, an engine swap).
-    packed: OnceLock<Option<Packed>>,
-}
-
-impl ClassRows {
-    pub fn matrix(&self) -> Matrix<'_> {
-        Matrix { ty: self.mat.ty, rows: self.mat.rows, cols: self.mat.cols, data: &self.data }
-    }
-}
-
-impl WordClasses {
-    /// `class_of` is the file's `laya.lexicon.word_class`, moved out of it; `out_b` the bytes of
-    /// `output.bias`.
-    fn new(
-        file: &LayaFile,
-        class_of: Vec<u32>,
-        out_w: &Matrix,
-        out_b: &[u8],
-        head: Mat,
-        kernels: Kernels,
-    ) -> Result<WordClasses, LoadError> {
-        let Some((_, b)) = file.output_class.as_ref() else {
-            return Err(LoadError::Kernel("output_class: a factorised head without its class map".into()));
-        };
-        let k = b.ne[0] as usize;
-        // Validation checked that every class is below K, and the bias's shape.
-        let (start, ids) = laya_format::class_members(&class_of, k);
-        let bias = ids
-            .iter()
-            .map(|&id| {
-                let i = 4 * id as usize;
-                f32::from_le_bytes([out_b[i], out_b[i + 1], out_b[i + 2], out_b[i + 3]])
-            })
-            .collect();
-        let rb = out_w.row_bytes();
-        let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("output.weight (one class's rows): {e}"));
-        let packs = match out_w.ty {
-            GgmlType::Q8_0 => kernels.packs_q8(),
-            GgmlType::Q4_0 | GgmlType::Q4_1 => kernels.packs_q4(),
-            _ => false,
-        };
-        let mut rows = Vec::with_capacity(k);
-        for c in 0..k {
-            let members = &ids[start[c]..start[c + 1]];
-            let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packs: false, packed: OnceLock::new() };
-            // A word alone in its class has its class's probability: its row is never computed
-            // (`rank::expand_class`, `forward::word_log_probs`), so it is neither packed nor copied.
-            // Where the CPU packs the type, the int8 path reads the packed copy and the rare
-            // f32-activation path the file's word head, so no gathered copy is kept either.
-            let mut data = Vec::new();
-            if members.len() > 1 && !packs {
-                data.reserve_exact(members.len() * rb);
-                for &id in members {
-                    data.extend_from_slice(out_w.row(id as usize));
-                }
-                Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
-            }
-            rows.push(ClassRows { mat, data, packed: OnceLock::new() });
-        }
-        Ok(WordClasses { head_b: f32s(b), head, start, ids, bias, class_of, rows, packs, row_type: out_w.ty })
-    }
-
-    /// `K`.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// The largest class's word count.
-    pub fn max_class(&self) -> usize {
-        self.start.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
-    }
 }
 
 impl Model {
@@ -872,7 +769,7 @@ impl Model {
 
 /// Norms and biases are small F32 vectors (format.md §7); copying them once at load keeps the
 /// runtime free of unaligned-cast `unsafe` and costs a few kilobytes.
-fn f32s(t: &TensorRef) -> Vec<f32> {
+pub(crate) fn f32s(t: &TensorRef) -> Vec<f32> {
     t.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 

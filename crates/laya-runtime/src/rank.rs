@@ -4,9 +4,10 @@
 //! `Scratch::candidates`. A factorised word head's classes are expanded here, only as far as
 //! the bar needs. Allocates nothing.
 
+use crate::classes::WordClasses;
 use crate::forward::{class_logits, HeadIn};
 use crate::lexicon::Lexicon;
-use crate::model::{Model, WordClasses};
+use crate::model::Model;
 use crate::scratch::{ClassState, Hit, Scratch};
 use crate::settings::CompletionRule;
 use crate::stages::{Clock, Stage};
