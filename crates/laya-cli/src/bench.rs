@@ -507,8 +507,7 @@ fn load(args: &Args) -> Result<Arc<Model>, CliError> {
         Some(p) => Ok(Model::load_with(p, kernels)?),
         None => {
             let m = crate::embedded(args.model.lang)?;
-            Ok(Model::from_static_verified_with(m.bytes, m.checksum, kernels)
-                .map_err(|e| CliError(format!("the embedded model is invalid: {e}")))?)
+            Ok(m.load(kernels).map_err(|e| CliError(format!("the embedded model is invalid: {e}")))?)
         }
     }
 }

@@ -32,11 +32,29 @@ static DEFAULT: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LAYA_DEFAULT_MOD
 #[cfg(laya_english_model)]
 static ENGLISH: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LAYA_ENGLISH_MODEL")));
 
-/// An embedded model: its bytes and the checksum build.rs verified over them.
+#[cfg(laya_default_index)]
+static DEFAULT_INDEX: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LAYA_DEFAULT_MODEL_INDEX")));
+
+#[cfg(laya_english_index)]
+static ENGLISH_INDEX: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LAYA_ENGLISH_MODEL_INDEX")));
+
+/// An embedded model: its bytes, the checksum build.rs verified over them and the lexicon index
+/// it prepared for them (none where the lexicon ignores case).
 #[derive(Clone, Copy)]
 pub struct Embedded {
     pub bytes: &'static [u8],
     pub checksum: u64,
+    pub index: Option<&'static [u8]>,
+}
+
+impl Embedded {
+    /// The model, its lexicon index read in place where build.rs prepared one.
+    pub fn load(self, kernels: laya_kernels::Kernels) -> Result<std::sync::Arc<laya_runtime::Model>, laya_runtime::LoadError> {
+        match self.index {
+            Some(index) => laya_runtime::Model::from_static_prepared_with(self.bytes, self.checksum, index, kernels),
+            None => laya_runtime::Model::from_static_verified_with(self.bytes, self.checksum, kernels),
+        }
+    }
 }
 
 /// The checksum build.rs computed, passed as a decimal string.
@@ -52,9 +70,23 @@ const fn parse_checksum(s: &str) -> u64 {
 pub fn get(lang: Lang) -> Option<Embedded> {
     match lang {
         #[cfg(laya_default_model)]
-        Lang::Zh => Some(Embedded { bytes: &DEFAULT.0, checksum: const { parse_checksum(env!("LAYA_DEFAULT_MODEL_CHECKSUM")) } }),
+        Lang::Zh => Some(Embedded {
+            bytes: &DEFAULT.0,
+            checksum: const { parse_checksum(env!("LAYA_DEFAULT_MODEL_CHECKSUM")) },
+            #[cfg(laya_default_index)]
+            index: Some(&DEFAULT_INDEX.0),
+            #[cfg(not(laya_default_index))]
+            index: None,
+        }),
         #[cfg(laya_english_model)]
-        Lang::En => Some(Embedded { bytes: &ENGLISH.0, checksum: const { parse_checksum(env!("LAYA_ENGLISH_MODEL_CHECKSUM")) } }),
+        Lang::En => Some(Embedded {
+            bytes: &ENGLISH.0,
+            checksum: const { parse_checksum(env!("LAYA_ENGLISH_MODEL_CHECKSUM")) },
+            #[cfg(laya_english_index)]
+            index: Some(&ENGLISH_INDEX.0),
+            #[cfg(not(laya_english_index))]
+            index: None,
+        }),
         #[allow(unreachable_patterns)]
         _ => None,
     }

@@ -160,7 +160,7 @@ pub fn load_model_for(path: Option<&std::path::Path>, lang: default_model::Lang)
         Some(p) => Ok(Model::load(p)?),
         None => {
             let m = embedded(lang)?;
-            Ok(Model::from_static_verified(m.bytes, m.checksum)
+            Ok(m.load(laya_kernels::Kernels::detect())
                 .map_err(|e| CliError(format!("the embedded {} model is invalid: {e}", lang.name())))?)
         }
     }

@@ -155,7 +155,7 @@ fn null(what: &str) -> Failure {
 fn load_failure(e: LoadError) -> Failure {
     let status = match e {
         LoadError::Io { .. } | LoadError::IsDirectory { .. } => LAYA_ERR_IO,
-        LoadError::Format(_) => LAYA_ERR_INVALID_MODEL,
+        LoadError::Format(_) | LoadError::Prepared(_) => LAYA_ERR_INVALID_MODEL,
         LoadError::Kernel(_) => LAYA_ERR_UNSUPPORTED_MODEL,
     };
     (status, e.to_string())

@@ -22,6 +22,9 @@ pub enum LoadError {
     Format(laya_format::FormatError),
     /// The file is valid but describes tensors the kernels cannot run.
     Kernel(String),
+    /// The prepared index given with a model compiled into the program
+    /// ([`crate::Model::from_static_prepared`]) does not belong to it or is damaged.
+    Prepared(String),
 }
 
 impl fmt::Display for LoadError {
@@ -33,6 +36,9 @@ impl fmt::Display for LoadError {
             }
             LoadError::Format(e) => write!(f, "invalid model file: {e}"),
             LoadError::Kernel(e) => write!(f, "model cannot run on this runtime: {e}"),
+            LoadError::Prepared(e) => {
+                write!(f, "the prepared lexicon index compiled in beside the model does not fit it ({e}); rebuild the program")
+            }
         }
     }
 }
@@ -42,7 +48,7 @@ impl std::error::Error for LoadError {
         match self {
             LoadError::Io { source, .. } => Some(source),
             LoadError::Format(e) => Some(e),
-            LoadError::IsDirectory { .. } | LoadError::Kernel(_) => None,
+            LoadError::IsDirectory { .. } | LoadError::Kernel(_) | LoadError::Prepared(_) => None,
         }
     }
 }

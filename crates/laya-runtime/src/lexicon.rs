@@ -4,6 +4,7 @@
 //! ([`laya_format::ignores_case`]) the order and the search are over the folded words, so a
 //! typed prefix finds its words whatever their case.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::ops::Range;
 
@@ -14,29 +15,29 @@ pub(crate) struct Lexicon {
     /// order): that value and where its words start in the sorted order; they end where the
     /// next entry's start. Lets a prefix search begin inside its first character's range with
     /// integer comparisons instead of bisecting the whole lexicon with string comparisons.
-    first_chars: Vec<(u32, u32)>,
+    first_chars: Cow<'static, [[u32; 2]]>,
     /// Per scalar value below the largest first character in the Basic Multilingual Plane:
     /// its entry in `first_chars` plus one, 0 for none. One load instead of a search (the
     /// n-gram's cutter looks up dozens of pieces a keystroke); other first characters are
     /// searched in `first_chars`.
-    bmp_first: Vec<u16>,
+    bmp_first: Cow<'static, [u16]>,
     /// The words, as validation read them (from a model compiled into the program, in place).
     words: Strings,
     /// Length of each word in Unicode scalar values (`replace` is counted in these).
-    char_lens: Vec<u16>,
+    char_lens: Cow<'static, [u16]>,
     /// Word ids in byte order of their keys. `None` when the keys are the words and the file
     /// stores them sorted.
-    order: Option<Vec<u32>>,
+    order: Option<Cow<'static, [u32]>>,
     /// The words folded ([`laya_format::fold_char`]) and where each is, when the lexicon ignores
     /// case: the keys that the order sorts and prefixes are searched in. `None`: the keys are
     /// the words.
     folded: Option<(String, Vec<u32>)>,
-    /// Per word: punctuation or symbols only ([`laya_format::is_punctuation_word`]), never a
-    /// candidate unless the session allows a punctuation slot.
-    punct: Vec<bool>,
-    /// Per word: it starts with a letter or digit of a spaced script
-    /// ([`laya_format::punct::glues`]), so in Chinese it is no next word right after one.
-    glues: Vec<bool>,
+    /// Per word, 1 if it is punctuation or symbols only ([`laya_format::is_punctuation_word`]):
+    /// never a candidate unless the session allows a punctuation slot.
+    punct: Cow<'static, [u8]>,
+    /// Per word, 1 if it starts with a letter or digit of a spaced script
+    /// ([`laya_format::punct::glues`]): in Chinese no next word right after one.
+    glues: Cow<'static, [u8]>,
     /// Per word, when the lexicon ignores case: a more frequent word folds to the same key, so
     /// this one is never a candidate (it would show as the same word). Empty otherwise.
     shadowed: Vec<bool>,
@@ -52,7 +53,7 @@ pub(crate) struct Lexicon {
 /// of U+4000–U+9FFF (lead byte 0xE4–0xE9: Han ideographs and the Yijing hexagram symbols) is
 /// neither, and one led by an ASCII letter or digit is no punctuation and glues, which settles
 /// most of a Chinese or an English lexicon without a Unicode table.
-fn word_flags(words: &Strings) -> (Vec<u16>, Vec<bool>, Vec<bool>) {
+fn word_flags(words: &Strings) -> (Vec<u16>, Vec<u8>, Vec<u8>) {
     let n = words.len();
     let text = words.buffer();
     let (mut char_lens, mut punct, mut glues) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
@@ -68,8 +69,8 @@ fn word_flags(words: &Strings) -> (Vec<u16>, Vec<bool>, Vec<bool>) {
                 (laya_format::is_punctuation_word(w), w.chars().next().is_some_and(laya_format::punct::glues))
             }
         };
-        punct.push(p);
-        glues.push(g);
+        punct.push(u8::from(p));
+        glues.push(u8::from(g));
     }
     (char_lens, punct, glues)
 }
@@ -93,6 +94,24 @@ fn char_count(bytes: &[u8], start: usize, end: usize) -> usize {
         at += take;
     }
     (end - start) - continuations
+}
+
+/// The arrays a [`Lexicon`] derives from its words (for one that does not fold case), as
+/// [`Lexicon::index`] lends them and [`Lexicon::with_index`] takes them back.
+pub(crate) struct LexiconIndex<'a> {
+    /// Per word, its length in scalar values.
+    pub(crate) char_lens: &'a [u16],
+    /// Per word, 1 if punctuation only.
+    pub(crate) punct: &'a [u8],
+    /// Per word, 1 if it glues.
+    pub(crate) glues: &'a [u8],
+    /// Word ids in byte order, `None` when the ids are.
+    pub(crate) order: Option<&'a [u32]>,
+    /// Per distinct first character: its scalar value and its first position in byte order.
+    pub(crate) first_chars: &'a [[u32; 2]],
+    /// Per scalar value up to the largest BMP first character: its entry in `first_chars`
+    /// plus one, 0 for none.
+    pub(crate) bmp_first: &'a [u16],
 }
 
 impl Lexicon {
@@ -128,14 +147,14 @@ impl Lexicon {
         };
         let order = order.filter(|order| !order.iter().enumerate().all(|(i, &id)| id as usize == i));
         let mut lex = Lexicon {
-            first_chars: Vec::new(),
-            bmp_first: Vec::new(),
+            first_chars: Cow::Borrowed(&[]),
+            bmp_first: Cow::Borrowed(&[]),
             words,
-            char_lens,
-            order,
+            char_lens: Cow::Owned(char_lens),
+            order: order.map(Cow::Owned),
             folded,
-            punct,
-            glues,
+            punct: Cow::Owned(punct),
+            glues: Cow::Owned(glues),
             shadowed: Vec::new(),
             stretched: Vec::new(),
         };
@@ -155,7 +174,7 @@ impl Lexicon {
         // Neighbours mostly share their first character (about 5,000 distinct among the
         // default's 50,000 words): a key starting with the bytes of the last one found is passed
         // over without decoding.
-        let mut first_chars: Vec<(u32, u32)> = Vec::new();
+        let mut first_chars: Vec<[u32; 2]> = Vec::new();
         // A key's first `n` bytes (n ≤ 4) as an integer, for a comparison without a call. A key
         // of fewer bytes cannot match: its value is below any multi-byte character's lead byte
         // shifted into place, and an ASCII first character is one byte.
@@ -169,19 +188,20 @@ impl Lexicon {
             if let Some(c) = key.chars().next() {
                 last_len = c.len_utf8();
                 last = head(key.as_bytes(), last_len);
-                first_chars.push((c as u32, pos as u32));
+                first_chars.push([c as u32, pos as u32]);
             }
         }
-        lex.first_chars = first_chars;
-        if lex.first_chars.len() < u16::MAX as usize {
-            let bmp: Vec<(usize, u32)> = lex.first_chars.iter().enumerate().filter(|e| e.1 .0 <= 0xFFFF).map(|(at, e)| (at, e.0)).collect();
+        if first_chars.len() < u16::MAX as usize {
+            let bmp: Vec<(usize, u32)> = first_chars.iter().enumerate().filter(|e| e.1[0] <= 0xFFFF).map(|(at, e)| (at, e[0])).collect();
             if let Some(&(_, top)) = bmp.last() {
-                lex.bmp_first = vec![0; top as usize + 1];
+                let mut bmp_first = vec![0; top as usize + 1];
                 for (at, c) in bmp {
-                    lex.bmp_first[c as usize] = at as u16 + 1;
+                    bmp_first[c as usize] = at as u16 + 1;
                 }
+                lex.bmp_first = Cow::Owned(bmp_first);
             }
         }
+        lex.first_chars = Cow::Owned(first_chars);
         lex
     }
 
@@ -189,10 +209,57 @@ impl Lexicon {
         self.char_lens.len()
     }
 
+    /// What [`Lexicon::with_order`] derived from the words, for a prepared image
+    /// ([`crate::prepared`]); `None` where the lexicon folds case (its keys are built at load).
+    pub(crate) fn index(&self) -> Option<LexiconIndex<'_>> {
+        self.folded.is_none().then(|| LexiconIndex {
+            char_lens: &self.char_lens,
+            punct: &self.punct,
+            glues: &self.glues,
+            order: self.order.as_deref(),
+            first_chars: &self.first_chars,
+            bmp_first: &self.bmp_first,
+        })
+    }
+
+    /// The lexicon of `words` with the arrays [`Lexicon::index`] gave for the same words,
+    /// prepared earlier and read in place. What the searches index by is checked (lengths, ids
+    /// and positions in range, first characters in order), so arrays that do not belong to
+    /// these words are an error, never a panic.
+    pub(crate) fn with_index(words: Strings, ix: LexiconIndex<'static>) -> Result<Lexicon, String> {
+        let n = words.len();
+        let lens = [ix.char_lens.len(), ix.punct.len(), ix.glues.len()];
+        if lens.iter().any(|&l| l != n) {
+            return Err(format!("per-word arrays of {lens:?} entries for {n} words"));
+        }
+        if ix.order.is_some_and(|o| o.len() != n || o.iter().any(|&id| id as usize >= n)) {
+            return Err(format!("the order is not one of {n} word ids"));
+        }
+        let ordered = ix.first_chars.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] <= w[1][1]);
+        if !ordered || ix.first_chars.last().is_some_and(|f| f[1] as usize > n) {
+            return Err("the first characters are out of order or past the lexicon".into());
+        }
+        if ix.bmp_first.iter().any(|&at| at as usize > ix.first_chars.len()) {
+            return Err("the first-character table points past its list".into());
+        }
+        Ok(Lexicon {
+            first_chars: Cow::Borrowed(ix.first_chars),
+            bmp_first: Cow::Borrowed(ix.bmp_first),
+            words,
+            char_lens: Cow::Borrowed(ix.char_lens),
+            order: ix.order.map(Cow::Borrowed),
+            folded: None,
+            punct: Cow::Borrowed(ix.punct),
+            glues: Cow::Borrowed(ix.glues),
+            shadowed: Vec::new(),
+            stretched: Vec::new(),
+        })
+    }
+
     /// Per word: its length in scalar values, whether it is punctuation only, whether it glues.
     #[cfg(test)]
     pub(crate) fn flags(&self, id: usize) -> (u16, bool, bool) {
-        (self.char_lens[id], self.punct[id], self.glues[id])
+        (self.char_lens[id], self.punct[id] != 0, self.glues[id] != 0)
     }
 
     #[inline]
@@ -218,7 +285,7 @@ impl Lexicon {
     /// True when word `id` starts with a letter or digit of a spaced script.
     #[inline]
     pub(crate) fn glues(&self, id: usize) -> bool {
-        self.glues[id]
+        self.glues[id] != 0
     }
 
     /// True when a more frequent word folds to the same key as word `id`: never a candidate
@@ -248,7 +315,7 @@ impl Lexicon {
     /// True when word `id` is punctuation ([`laya_format::is_punctuation_word`]).
     #[inline]
     pub(crate) fn is_punct(&self, id: usize) -> bool {
-        self.punct[id]
+        self.punct[id] != 0
     }
 
     /// The word id at position `pos` of the byte-sorted order.
@@ -299,11 +366,11 @@ impl Lexicon {
         let at = match self.bmp_first.get(c as usize) {
             Some(&0) => return 0..0,
             Some(&at) => at as usize - 1,
-            None => self.first_chars.partition_point(|&(f, _)| f < c),
+            None => self.first_chars.partition_point(|&[f, _]| f < c),
         };
         match self.first_chars.get(at) {
-            Some(&(f, s)) if f == c => {
-                let end = self.first_chars.get(at + 1).map_or(self.len(), |&(_, e)| e as usize);
+            Some(&[f, s]) if f == c => {
+                let end = self.first_chars.get(at + 1).map_or(self.len(), |&[_, e]| e as usize);
                 let width = char::from_u32(c).map_or(0, char::len_utf8);
                 self.search(s as usize..end, prefix, width)
             }

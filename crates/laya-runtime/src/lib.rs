@@ -31,6 +31,7 @@ mod lexicon;
 mod model;
 mod ngram;
 mod personal;
+mod prepared;
 mod rank;
 mod scratch;
 mod session;

@@ -315,25 +315,35 @@ fn a_sorted_lexicon_predicts_exactly_as_the_original() {
 }
 
 /// A model compiled into the program (64-byte aligned static bytes: its lexicon read in place,
-/// not copied) predicts exactly what the same bytes on the heap predict, checksum verified at
-/// build time or not, and with a sorted or an unsorted lexicon.
+/// not copied) predicts exactly what the same bytes on the heap predict: checksum verified at
+/// build time or not, with its lexicon index prepared at build time or built at load, with a
+/// sorted or an unsorted lexicon. An index prepared for the other model is refused.
 #[test]
 fn a_model_read_in_place_predicts_as_a_copy_does() {
+    // Leaked with room to start on a 64-byte boundary, as `include_bytes!` in an aligned static is.
+    fn aligned(bytes: &[u8]) -> &'static [u8] {
+        let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
+        let at = room.as_ptr().align_offset(64);
+        room[at..at + bytes.len()].copy_from_slice(bytes);
+        &room[at..at + bytes.len()]
+    }
     let cfg = TinyConfig { word_classes: 6, ..TinyConfig::default() };
     let (meta, tensors) = laya_format::testing::random_model(&cfg, 13, GgmlType::Q8_0);
     let (mut smeta, mut stensors) = (meta.clone(), tensors.clone());
     laya_format::sort_lexicon(&mut smeta, &mut stensors).unwrap();
-    for bytes in [laya_format::write_model(&meta, &tensors).unwrap(), laya_format::write_model(&smeta, &stensors).unwrap()] {
-        // Leaked with room to start on a 64-byte boundary, as `include_bytes!` in an aligned
-        // static is.
-        let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
-        let skip = room.as_ptr().align_offset(64);
-        let aligned = &mut room[skip..skip + bytes.len()];
-        aligned.copy_from_slice(&bytes);
-        let aligned: &'static [u8] = aligned;
-        let checksum = laya_format::LayaFile::parse(&bytes).unwrap().checksum;
-        let heap = Model::from_bytes(bytes).unwrap();
-        for in_place in [Model::from_static(aligned).unwrap(), Model::from_static_verified(aligned, checksum).unwrap()] {
+    let files = [laya_format::write_model(&meta, &tensors).unwrap(), laya_format::write_model(&smeta, &stensors).unwrap()];
+    let heaps: Vec<_> = files.iter().map(|b| Model::from_bytes(b.clone()).unwrap()).collect();
+    let indexes: Vec<_> = heaps.iter().map(|m| aligned(&m.prepared_index().unwrap())).collect();
+    for (i, (bytes, heap)) in files.iter().zip(&heaps).enumerate() {
+        let (bytes, checksum) = (aligned(bytes), heap.info().checksum);
+        let wrong = Model::from_static_prepared(bytes, checksum, indexes[1 - i]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(wrong.contains("prepared lexicon index"), "{wrong}");
+        let loads = [
+            Model::from_static(bytes).unwrap(),
+            Model::from_static_verified(bytes, checksum).unwrap(),
+            Model::from_static_prepared(bytes, checksum, indexes[i]).unwrap(),
+        ];
+        for in_place in loads {
             assert_eq!(in_place.info().storage, "embedded");
             let n = heap.lexicon_len();
             assert!((0..n).all(|id| in_place.word(id) == heap.word(id)));
