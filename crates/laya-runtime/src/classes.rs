@@ -1,6 +1,8 @@
 //! A factorised word head at run time (docs/format.md §3 step 5): the class head, and per class
 //! its words, their biases and their rows of `output.weight`, gathered or packed.
 
+use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use laya_format::{GgmlType, LayaFile};
@@ -15,11 +17,12 @@ pub(crate) struct WordClasses {
     /// `output_class.weight`, `[K, d]`.
     pub head: Mat,
     pub head_b: Vec<f32>,
-    /// The word ids of class `c` are `ids[start[c]..start[c + 1]]`, increasing.
-    pub start: Vec<usize>,
-    pub ids: Vec<u32>,
-    /// `output.bias` in `ids` order: class `c`'s biases are `bias[start[c]..start[c + 1]]`.
-    pub bias: Vec<f32>,
+    /// The word ids of class `c` are `ids[start[c]..start[c + 1]]` ([`WordClasses::members`]),
+    /// increasing.
+    start: Cow<'static, [u32]>,
+    pub ids: Cow<'static, [u32]>,
+    /// `output.bias` in `ids` order: class `c`'s biases are `bias[members(c)]`.
+    pub bias: Cow<'static, [f32]>,
     /// The class of each word.
     pub class_of: Vec<u32>,
     /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
@@ -50,9 +53,23 @@ impl ClassRows {
     }
 }
 
+/// What [`WordClasses::new`] derives from the class of each word and `output.bias` (the
+/// members of each class and their biases in member order), as [`WordClasses::index`] lends it
+/// and a prepared index ([`crate::prepared`]) gives it back.
+pub(crate) struct ClassIndex<'a> {
+    /// `K + 1` offsets into `ids`, from 0 to `V`.
+    pub(crate) start: &'a [u32],
+    /// The word ids, class by class.
+    pub(crate) ids: &'a [u32],
+    /// `output.bias` in `ids` order.
+    pub(crate) bias: &'a [f32],
+}
+
 impl WordClasses {
     /// `class_of` is the file's `laya.lexicon.word_class`, moved out of it; `out_b` the bytes of
-    /// `output.bias`.
+    /// `output.bias`; `prepared`, the members and biases [`WordClasses::index`] gave for the same
+    /// model earlier (a prepared index), else they are derived here. Prepared arrays are checked
+    /// for what indexing relies on (shapes, offsets in order, ids in range), never trusted to.
     pub(crate) fn new(
         file: &LayaFile,
         class_of: Vec<u32>,
@@ -60,20 +77,39 @@ impl WordClasses {
         out_b: &[u8],
         head: Mat,
         kernels: Kernels,
+        prepared: Option<ClassIndex<'static>>,
     ) -> Result<WordClasses, LoadError> {
         let Some((_, b)) = file.output_class.as_ref() else {
             return Err(LoadError::Kernel("output_class: a factorised head without its class map".into()));
         };
         let k = b.ne[0] as usize;
-        // Validation checked that every class is below K, and the bias's shape.
-        let (start, ids) = laya_format::class_members(&class_of, k);
-        let bias = ids
-            .iter()
-            .map(|&id| {
-                let i = 4 * id as usize;
-                f32::from_le_bytes([out_b[i], out_b[i + 1], out_b[i + 2], out_b[i + 3]])
-            })
-            .collect();
+        let (start, ids, bias) = match prepared {
+            Some(ix) => {
+                let v = class_of.len();
+                let offsets_ok = ix.start.len() == k + 1 && ix.start.first() == Some(&0) && ix.start.windows(2).all(|w| w[0] <= w[1]);
+                if !offsets_ok
+                    || ix.start[k] as usize != v
+                    || ix.ids.len() != v
+                    || ix.bias.len() != v
+                    || ix.ids.iter().any(|&id| id as usize >= v)
+                {
+                    return Err(LoadError::Prepared(format!("its class members do not fit {k} classes of {v} words")));
+                }
+                (Cow::Borrowed(ix.start), Cow::Borrowed(ix.ids), Cow::Borrowed(ix.bias))
+            }
+            None => {
+                // Validation checked that every class is below K, and the bias's shape.
+                let (start, ids) = laya_format::class_members(&class_of, k);
+                let bias = ids
+                    .iter()
+                    .map(|&id| {
+                        let i = 4 * id as usize;
+                        f32::from_le_bytes([out_b[i], out_b[i + 1], out_b[i + 2], out_b[i + 3]])
+                    })
+                    .collect();
+                (Cow::Owned(start.iter().map(|&s| s as u32).collect()), Cow::Owned(ids), Cow::Owned(bias))
+            }
+        };
         let rb = out_w.row_bytes();
         let err = |e: laya_kernels::KernelError| LoadError::Kernel(format!("output.weight (one class's rows): {e}"));
         let packs = match out_w.ty {
@@ -83,7 +119,7 @@ impl WordClasses {
         };
         let mut rows = Vec::with_capacity(k);
         for c in 0..k {
-            let members = &ids[start[c]..start[c + 1]];
+            let members = &ids[start[c] as usize..start[c + 1] as usize];
             let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packs: false, packed: OnceLock::new() };
             // A word alone in its class has its class's probability: its row is never computed
             // (`rank::expand_class`, `forward::word_log_probs`), so it is neither packed nor copied.
@@ -102,6 +138,17 @@ impl WordClasses {
         Ok(WordClasses { head_b: f32s(b), head, start, ids, bias, class_of, rows, packs, row_type: out_w.ty })
     }
 
+    /// The members of class `c`, for a prepared index ([`crate::prepared`]).
+    pub(crate) fn index(&self) -> ClassIndex<'_> {
+        ClassIndex { start: &self.start, ids: &self.ids, bias: &self.bias }
+    }
+
+    /// Where class `c`'s words are in `ids` (and their biases in `bias`).
+    #[inline]
+    pub(crate) fn members(&self, c: usize) -> Range<usize> {
+        self.start[c] as usize..self.start[c + 1] as usize
+    }
+
     /// `K`.
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -109,6 +156,6 @@ impl WordClasses {
 
     /// The largest class's word count.
     pub fn max_class(&self) -> usize {
-        self.start.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
+        self.start.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0)
     }
 }

@@ -37,7 +37,7 @@ impl fmt::Display for LoadError {
             LoadError::Format(e) => write!(f, "invalid model file: {e}"),
             LoadError::Kernel(e) => write!(f, "model cannot run on this runtime: {e}"),
             LoadError::Prepared(e) => {
-                write!(f, "the prepared lexicon index compiled in beside the model does not fit it ({e}); rebuild the program")
+                write!(f, "the prepared index compiled in beside the model does not fit it ({e}); rebuild the program")
             }
         }
     }

@@ -412,13 +412,13 @@ pub(crate) struct HeadIn<'a> {
 pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, tmp: &'a mut [f32]) -> &'a mut [f32] {
     let HeadIn { z, zq, int8 } = input;
     let rows = &wc.rows[c];
-    let bias = &wc.bias[wc.start[c]..wc.start[c + 1]];
+    let bias = &wc.bias[wc.members(c)];
     let y = &mut tmp[..rows.mat.rows];
     let packed = if int8 { m.class_packed(c) } else { None };
     if rows.data.is_empty() && packed.is_none() {
         // f32 activations on a packed class: its rows one by one from the file's word head.
         let out = m.matrix(&m.output);
-        let ids = &wc.ids[wc.start[c]..wc.start[c + 1]];
+        let ids = &wc.ids[wc.members(c)];
         for ((y, &id), b) in y.iter_mut().zip(ids).zip(bias) {
             let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
             m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
@@ -443,13 +443,13 @@ pub(crate) fn word_log_probs(m: &Model, wc: &WordClasses, s: &mut Scratch) {
         let lc = s.class_probs[c] - clse;
         if wc.rows[c].mat.rows == 1 {
             // A word alone in its class: ln P(w | class) = 0, and its row is not kept.
-            s.word_probs[wc.ids[wc.start[c]] as usize] = lc;
+            s.word_probs[wc.ids[wc.members(c).start] as usize] = lc;
             continue;
         }
         let y = class_logits(m, wc, c, input, &mut s.class_word_logits);
         let mx = y.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let lse = mx + y.iter().map(|&v| (v - mx).exp()).sum::<f32>().ln();
-        for (&id, &v) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
+        for (&id, &v) in wc.ids[wc.members(c)].iter().zip(y.iter()) {
             s.word_probs[id as usize] = lc + v - lse;
         }
     }

@@ -305,10 +305,11 @@ impl Model {
         Self::from_storage(Storage::Owned(bytes), kernels, None, None).map(Self::start_packing)
     }
 
-    /// Like [`Model::from_static_verified`], and the lexicon's index (each word's length and
-    /// flags, the byte order, the first-character tables) is read in place from `index`, what
+    /// Like [`Model::from_static_verified`], and what a load derives from the lexicon (each
+    /// word's length and flags, the byte order, the first-character tables) and the factorised
+    /// head (each class's members and biases) is read in place from `index`, what
     /// [`Model::prepared_index`] gave for the same model when the program was built, instead of
-    /// being built (~0.7 ms of the 50,000-word default's cold start). `index` must be 8-byte
+    /// being built (~1.2 ms of the 50,000-word default's cold start). `index` must be 8-byte
     /// aligned; one made for another model, or damaged, is refused
     /// ([`LoadError::Prepared`]). Predictions are the same either way.
     ///
@@ -339,11 +340,11 @@ impl Model {
         Self::from_storage(Storage::of_static(bytes), kernels, Some(checksum), Some(index)).map(Self::start_packing)
     }
 
-    /// The prepared index of this model's lexicon, for [`Model::from_static_prepared`]: made
+    /// The prepared index of this model's lexicon and classes, for [`Model::from_static_prepared`]: made
     /// when a program that embeds the model is built, compiled in beside it. `None` for a
     /// lexicon that ignores case (its folded keys are built at load).
     pub fn prepared_index(&self) -> Option<Vec<u8>> {
-        prepared::write(&self.lexicon, self.info.checksum)
+        prepared::write(&self.lexicon, self.classes.as_ref(), self.info.checksum)
     }
 
     /// `verified`: the checksum already verified over these bytes (see
@@ -360,6 +361,14 @@ impl Model {
         };
         let validate = start.elapsed();
         let base = bytes.as_ptr() as usize;
+        let prepared = match index {
+            Some(image) => Some(prepared::read(image, file.checksum, file.meta.words.len()).map_err(LoadError::Prepared)?),
+            None => None,
+        };
+        let (lexicon_index, class_index) = match prepared {
+            Some(p) => (Some(p.lexicon), p.classes),
+            None => (None, None),
+        };
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
             let ty = t.ty;
             let start = t.data.as_ptr() as usize - base;
@@ -439,7 +448,7 @@ impl Model {
                 let out = mat(&file.output_w)?;
                 let out_w = Matrix { ty: out.ty, rows: out.rows, cols: out.cols, data: file.output_w.data };
                 let class_of = file.meta.word_class.take().unwrap_or_default();
-                Some(WordClasses::new(&file, class_of, &out_w, file.output_b.data, lin(w)?, kernels)?)
+                Some(WordClasses::new(&file, class_of, &out_w, file.output_b.data, lin(w)?, kernels, class_index)?)
             }
             None => None,
         };
@@ -481,8 +490,8 @@ impl Model {
             }),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
-            lexicon: match index {
-                Some(image) => prepared::read(std::mem::take(&mut file.meta.words), image, file.checksum).map_err(LoadError::Prepared)?,
+            lexicon: match lexicon_index {
+                Some(ix) => Lexicon::with_index(std::mem::take(&mut file.meta.words), ix).map_err(LoadError::Prepared)?,
                 None => {
                     Lexicon::with_order(std::mem::take(&mut file.meta.words), std::mem::take(&mut file.word_order), fold_freqs.as_deref())
                 }
@@ -684,7 +693,7 @@ impl Model {
         if !wc.packs || rows.mat.rows < 2 {
             return None;
         }
-        let members = &wc.ids[wc.start[c]..wc.start[c + 1]];
+        let members = &wc.ids[wc.members(c)];
         // Shapes and ids were checked at load, so packing cannot fail; if it did, the class
         // would be computed from the file's rows in f32.
         rows.packed.get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten()).as_ref()

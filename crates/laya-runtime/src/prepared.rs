@@ -1,24 +1,34 @@
 //! A prepared index: what a load derives from a model's lexicon (each word's length in
-//! characters, its punctuation and glue flags, the byte order, the first-character tables),
-//! made once when a program that embeds the model is built and read in place at every start,
-//! where building it took ~0.7 ms of a 50,000-word model's cold start. Only for bytes compiled
+//! characters, its punctuation and glue flags, the byte order, the first-character tables) and
+//! from its factorised head (each class's members and their biases), made once when a program
+//! that embeds the model is built and read in place at every start, where building them took
+//! ~1.2 ms of the 50,000-word default's cold start. Only for bytes compiled
 //! into the program, beside the model they were made from ([`crate::Model::prepared_index`],
 //! [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX1`, the word count (`u64`), the model's checksum
-//! (`u64`), then six arrays in this order, each as its element count (`u64`) and its elements,
+//! Layout, little-endian: the magic `LAYAIDX2`, the word count (`u64`), the model's checksum
+//! (`u64`), then nine arrays in this order, each as its element count (`u64`) and its elements,
 //! zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`), glue flags
 //! (`u8`), the order (`u32`, none when the ids are in byte order), the first characters (pairs
-//! of `u32`: scalar value, first position), the BMP first-character table (`u16`).
+//! of `u32`: scalar value, first position), the BMP first-character table (`u16`); the classes'
+//! offsets into the members (`u32`, `K + 1`), the members (`u32`) and their biases (`f32`), all
+//! three empty for a flat head.
 
+use crate::classes::{ClassIndex, WordClasses};
 use crate::lexicon::{Lexicon, LexiconIndex};
-use laya_format::Strings;
 
-const MAGIC: &[u8; 8] = b"LAYAIDX1";
+const MAGIC: &[u8; 8] = b"LAYAIDX2";
 
-/// The prepared index of `lexicon` for the model whose checksum is `checksum`; `None` for a
-/// lexicon that folds case, whose keys are built at load.
-pub(crate) fn write(lexicon: &Lexicon, checksum: u64) -> Option<Vec<u8>> {
+/// A prepared index's arrays, where the image holds them.
+pub(crate) struct Index {
+    pub(crate) lexicon: LexiconIndex<'static>,
+    /// `None` for a flat word head.
+    pub(crate) classes: Option<ClassIndex<'static>>,
+}
+
+/// The prepared index of `lexicon` and `classes` for the model whose checksum is `checksum`;
+/// `None` for a lexicon that folds case, whose keys are built at load.
+pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, checksum: u64) -> Option<Vec<u8>> {
     let ix = lexicon.index()?;
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
@@ -36,27 +46,34 @@ pub(crate) fn write(lexicon: &Lexicon, checksum: u64) -> Option<Vec<u8>> {
     array(order.len(), bytemuck::cast_slice(order));
     array(ix.first_chars.len(), bytemuck::cast_slice(ix.first_chars));
     array(ix.bmp_first.len(), bytemuck::cast_slice(ix.bmp_first));
+    let c = classes.map(WordClasses::index);
+    let (start, ids, bias) = c.map_or((&[][..], &[][..], &[][..]), |c| (c.start, c.ids, c.bias));
+    array(start.len(), bytemuck::cast_slice(start));
+    array(ids.len(), bytemuck::cast_slice(ids));
+    array(bias.len(), bytemuck::cast_slice(bias));
     Some(out)
 }
 
-/// The lexicon of `words` from `image`, a prepared index of the model whose checksum is
-/// `checksum`, read in place. `image` must start 8-byte aligned (a static is, when the program
-/// aligns it as it does the model). Every malformation is an error, never a panic.
-pub(crate) fn read(words: Strings, image: &'static [u8], checksum: u64) -> Result<Lexicon, String> {
+/// The arrays of `image`, a prepared index of the model whose checksum is `checksum` and whose
+/// lexicon has `words` words, in place. `image` must start 8-byte aligned (a static is, when
+/// the program aligns it as it does the model). The arrays' contents are checked where they
+/// are taken ([`Lexicon::with_index`], [`WordClasses::new`]); a malformed image is an error
+/// here, never a panic.
+pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<Index, String> {
     if cfg!(target_endian = "big") {
         return Err("a prepared index is little-endian and this machine is not".into());
     }
     let mut r = Reader { image, at: 0 };
     if r.take(8)? != MAGIC {
-        return Err("not a prepared lexicon index (bad magic)".into());
+        return Err("not a prepared index of this version (bad magic)".into());
     }
     let n = r.u64()?;
     let made_for = r.u64()?;
     if made_for != checksum {
         return Err(format!("made for the model with checksum {made_for:016x}, not {checksum:016x}"));
     }
-    if n != words.len() as u64 {
-        return Err(format!("made for {n} words, the model has {}", words.len()));
+    if n != words as u64 {
+        return Err(format!("made for {n} words, the model has {words}"));
     }
     let char_lens: &'static [u16] = r.array()?;
     let punct: &'static [u8] = r.array()?;
@@ -64,11 +81,17 @@ pub(crate) fn read(words: Strings, image: &'static [u8], checksum: u64) -> Resul
     let order: &'static [u32] = r.array()?;
     let first_chars: &'static [[u32; 2]] = r.array()?;
     let bmp_first: &'static [u16] = r.array()?;
+    let start: &'static [u32] = r.array()?;
+    let ids: &'static [u32] = r.array()?;
+    let bias: &'static [f32] = r.array()?;
     if r.at != image.len() {
         return Err(format!("{} bytes after the last array", image.len() - r.at));
     }
     let order = (!order.is_empty()).then_some(order);
-    Lexicon::with_index(words, LexiconIndex { char_lens, punct, glues, order, first_chars, bmp_first })
+    Ok(Index {
+        lexicon: LexiconIndex { char_lens, punct, glues, order, first_chars, bmp_first },
+        classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias }),
+    })
 }
 
 /// A cursor over the image.
@@ -103,6 +126,7 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use laya_format::Strings;
 
     const WORDS: [&str; 7] = ["今天", "天气", "a", "。", "東京", "hello", "今"];
 
@@ -118,11 +142,25 @@ mod tests {
         WORDS.iter().collect()
     }
 
+    /// Where array `k` (its count) starts in an image.
+    fn array_at(image: &[u8], k: usize) -> usize {
+        (0..k).fold(24, |at, i| {
+            let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
+            let size = [2, 1, 1, 4, 8, 2, 4, 4, 4][i];
+            at + 8 + (count * size).next_multiple_of(8)
+        })
+    }
+
+    fn lexicon(image: &'static [u8], checksum: u64) -> Result<Lexicon, String> {
+        Lexicon::with_index(words(), read(image, checksum, WORDS.len())?.lexicon)
+    }
+
     #[test]
     fn an_index_read_in_place_is_the_index_built_at_load() {
         let built = Lexicon::new(&WORDS);
-        let image = aligned(&write(&built, 7).unwrap());
-        let read = read(words(), image, 7).unwrap();
+        let image = aligned(&write(&built, None, 7).unwrap());
+        assert!(read(image, 7, WORDS.len()).unwrap().classes.is_none());
+        let read = lexicon(image, 7).unwrap();
         let (a, b) = (built.index().unwrap(), read.index().unwrap());
         assert_eq!((a.char_lens, a.punct, a.glues, a.order), (b.char_lens, b.punct, b.glues, b.order));
         assert_eq!((a.first_chars, a.bmp_first), (b.first_chars, b.bmp_first));
@@ -131,15 +169,15 @@ mod tests {
         }
         assert!((0..WORDS.len()).all(|id| built.flags(id) == read.flags(id) && built.word(id) == read.word(id)));
         // A lexicon that folds case builds its keys at load: no index.
-        assert!(write(&Lexicon::new_folded(&["hello", "Hello"], &[1, 2]), 7).is_none());
+        assert!(write(&Lexicon::new_folded(&["hello", "Hello"], &[1, 2]), None, 7).is_none());
     }
 
     #[test]
     fn an_index_that_does_not_fit_is_refused() {
-        let good = write(&Lexicon::new(&WORDS), 7).unwrap();
-        let refused = |bytes: &[u8], checksum: u64| read(words(), aligned(bytes), checksum).err().unwrap_or_default();
+        let good = write(&Lexicon::new(&WORDS), None, 7).unwrap();
+        let refused = |bytes: &[u8], checksum: u64| lexicon(aligned(bytes), checksum).err().unwrap_or_default();
         assert!(refused(&good, 8).contains("checksum"));
-        assert!(read(WORDS[..6].iter().collect(), aligned(&good), 7).err().unwrap_or_default().contains("words"));
+        assert!(read(aligned(&good), 7, 6).err().unwrap_or_default().contains("words"));
         for len in [0, 7, 20, good.len() - 1] {
             assert!(!refused(&good[..len], 7).is_empty(), "cut at {len}");
         }
@@ -147,13 +185,18 @@ mod tests {
         longer.extend_from_slice(&[0; 8]);
         assert!(refused(&longer, 7).contains("after"));
         // The order (the fourth array) names a word past the lexicon.
-        let order_at = 24 + [2 * 7, 7, 7].iter().map(|len: &usize| 8 + len.next_multiple_of(8)).sum::<usize>();
+        let order_at = array_at(&good, 3);
         let mut bad = good.clone();
         assert_eq!(u64::from_le_bytes(bad[order_at..order_at + 8].try_into().unwrap()), 7, "the test lexicon is unsorted");
         bad[order_at + 8..order_at + 12].copy_from_slice(&99u32.to_le_bytes());
         assert!(refused(&bad, 7).contains("order"));
+        // The first characters out of order.
+        let first_at = array_at(&good, 4);
+        let mut bad = good.clone();
+        bad[first_at + 8..first_at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(refused(&bad, 7).contains("first characters"));
         // Misaligned bytes are refused, not read.
         let shifted = &aligned(&[&[0u8][..], &good].concat())[1..];
-        assert!(read(words(), shifted, 7).err().unwrap_or_default().contains("aligned"));
+        assert!(read(shifted, 7, WORDS.len()).err().unwrap_or_default().contains("aligned"));
     }
 }

@@ -185,7 +185,7 @@ pub(crate) fn rank(m: &Model, s: &mut Scratch, ranking: Ranking, blocked: &[bool
                 |c: usize, hits: &mut Vec<Hit>, threshold: &mut f32, class_state: &mut [ClassState], best_punct: &mut Hit| {
                     expand(c, pw, class_state);
                     class_state[c] = ClassState::Scored;
-                    for &id in &wc.ids[wc.start[c]..wc.start[c + 1]] {
+                    for &id in &wc.ids[wc.members(c)] {
                         let score = next_word_score(pw[id as usize], completion_share[id as usize], c0);
                         if score > *threshold && unglued(id as usize) {
                             offer(hits, k, Hit { id, replace: 0, score }, &m.lexicon, blocked, best_punct);
@@ -473,12 +473,12 @@ fn expand_cold(
 fn expand_class(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
     if wc.rows[c].mat.rows == 1 {
         // A word alone in its class has its class's probability: no row to compute.
-        pw[wc.ids[wc.start[c]] as usize] = pc;
+        pw[wc.ids[wc.members(c).start] as usize] = pc;
         return 0;
     }
     let y = class_logits(m, wc, c, input, tmp);
     m.kernels.softmax(y);
-    for (&id, &p) in wc.ids[wc.start[c]..wc.start[c + 1]].iter().zip(y.iter()) {
+    for (&id, &p) in wc.ids[wc.members(c)].iter().zip(y.iter()) {
         pw[id as usize] = p * pc;
     }
     y.len()

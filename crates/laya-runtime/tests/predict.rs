@@ -336,8 +336,19 @@ fn a_model_read_in_place_predicts_as_a_copy_does() {
     let indexes: Vec<_> = heaps.iter().map(|m| aligned(&m.prepared_index().unwrap())).collect();
     for (i, (bytes, heap)) in files.iter().zip(&heaps).enumerate() {
         let (bytes, checksum) = (aligned(bytes), heap.info().checksum);
-        let wrong = Model::from_static_prepared(bytes, checksum, indexes[1 - i]).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(wrong.contains("prepared lexicon index"), "{wrong}");
+        let refusal =
+            |index: &'static [u8]| Model::from_static_prepared(bytes, checksum, index).err().map(|e| e.to_string()).unwrap_or_default();
+        let wrong = refusal(indexes[1 - i]);
+        assert!(wrong.contains("prepared index") && wrong.contains("checksum"), "{wrong}");
+        // A class member past the lexicon (the eighth array of prepared.rs's layout: the count
+        // of each array, then its elements padded to 8 bytes).
+        let mut damaged = indexes[i].to_vec();
+        let sizes = [2, 1, 1, 4, 8, 2, 4];
+        let at = sizes.iter().fold(24, |at, size| {
+            at + 8 + (u64::from_le_bytes(damaged[at..at + 8].try_into().unwrap()) as usize * size).next_multiple_of(8)
+        });
+        damaged[at + 8..at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(refusal(aligned(&damaged)).contains("class members"), "{}", refusal(aligned(&damaged)));
         let loads = [
             Model::from_static(bytes).unwrap(),
             Model::from_static_verified(bytes, checksum).unwrap(),
