@@ -344,7 +344,8 @@ impl Model {
     /// when a program that embeds the model is built, compiled in beside it. `None` for a
     /// lexicon that ignores case (its folded keys are built at load).
     pub fn prepared_index(&self) -> Option<Vec<u8>> {
-        prepared::write(&self.lexicon, self.classes.as_ref(), self.info.checksum)
+        self.prepare_ngram();
+        prepared::write(&self.lexicon, self.classes.as_ref(), self.ngram.as_ref(), self.info.checksum)
     }
 
     /// `verified`: the checksum already verified over these bytes (see
@@ -365,9 +366,9 @@ impl Model {
             Some(image) => Some(prepared::read(image, file.checksum, file.meta.words.len()).map_err(LoadError::Prepared)?),
             None => None,
         };
-        let (lexicon_index, class_index) = match prepared {
-            Some(p) => (Some(p.lexicon), p.classes),
-            None => (None, None),
+        let (lexicon_index, class_index, ngram_index) = match prepared {
+            Some(p) => (Some(p.lexicon), p.classes, p.ngram),
+            None => (None, None, None),
         };
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
             let ty = t.ty;
@@ -460,6 +461,9 @@ impl Model {
         // Which of the words that fold alike is shown, where the language ignores case.
         let fold_freqs = laya_format::ignores_case(&file.meta.provenance.language).then(|| file.meta.frequencies.clone());
         let ngram = Ngram::from_file(&file, base);
+        if let (Some(n), Some(ix)) = (&ngram, ngram_index) {
+            n.adopt(ix).map_err(LoadError::Prepared)?;
+        }
         let parts = Model {
             ngram,
             classes,

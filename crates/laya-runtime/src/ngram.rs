@@ -5,6 +5,7 @@
 //! Its naive twin is `laya_text::NgramPredictor`, whose rules this follows step for step. Every
 //! buffer is sized when the session is made: a prediction allocates nothing.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -62,7 +63,7 @@ pub(crate) struct Ngram {
     /// The [`TOP_FOLLOW`] positions of largest unigram count: the unigram candidates of an
     /// empty prefix. Built by [`Ngram::prepare`], on the model's packer thread; until then a
     /// prediction picks them from the counts itself (the same positions, more slowly).
-    top_c1: OnceLock<Vec<u32>>,
+    top_c1: OnceLock<Cow<'static, [u32]>>,
     /// The most counted followers of every list longer than [`SCAN_ALL`], taken whole when
     /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
     /// `top_c1`, and likewise picked from the list by a prediction that comes first.
@@ -71,22 +72,33 @@ pub(crate) struct Ngram {
 
 /// Per follower list longer than [`SCAN_ALL`]: its [`TOP_FOLLOW`] most counted followers, as
 /// [`best_of`] picks them.
-#[derive(Default)]
 struct LongLists {
-    /// `(first entry of the list, where its followers are in tops)`, by first entry (bigram
+    /// `[first entry of the list, where its followers are in tops]`, by first entry (bigram
     /// and trigram lists apart: the tables' entry numbers are their own).
-    bigram: Vec<(u32, u32)>,
-    trigram: Vec<(u32, u32)>,
-    tops: Vec<u16>,
+    bigram: Cow<'static, [[u32; 2]]>,
+    trigram: Cow<'static, [[u32; 2]]>,
+    tops: Cow<'static, [u16]>,
 }
 
 impl LongLists {
     fn top(&self, trigram: bool, list_start: usize) -> Option<&[u16]> {
         let index = if trigram { &self.trigram } else { &self.bigram };
-        let at = index.binary_search_by_key(&(list_start as u32), |e| e.0).ok()?;
-        let from = index[at].1 as usize;
+        let at = index.binary_search_by_key(&(list_start as u32), |e| e[0]).ok()?;
+        let from = index[at][1] as usize;
         self.tops.get(from..from + TOP_FOLLOW)
     }
+}
+
+/// What [`Ngram::prepare`] derives from the tables, as [`Ngram::index`] lends it and a prepared
+/// index ([`crate::prepared`]) gives it back ([`Ngram::adopt`]).
+pub(crate) struct NgramIndex<'a> {
+    /// The unigram candidates of an empty prefix.
+    pub(crate) top_c1: &'a [u32],
+    /// The long lists' `[first entry, offset into tops]`, bigram and trigram lists apart.
+    pub(crate) bigram: &'a [[u32; 2]],
+    pub(crate) trigram: &'a [[u32; 2]],
+    /// Their best followers, [`TOP_FOLLOW`] per list.
+    pub(crate) tops: &'a [u16],
 }
 
 /// The tables of one prediction, as slices of the model's bytes.
@@ -175,7 +187,7 @@ impl Ngram {
             let unigram = self.tables(bytes).unigram;
             let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
             best_of((0..self.words).map(|p| (i32_at(unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), &mut top);
-            top.into_iter().map(|e| e.1).collect()
+            Cow::Owned(top.into_iter().map(|e| e.1).collect())
         })
     }
 
@@ -183,7 +195,7 @@ impl Ngram {
     fn long_lists(&self, bytes: &[u8]) -> &LongLists {
         self.long_lists.get_or_init(|| {
             let t = self.tables(bytes);
-            let mut out = LongLists::default();
+            let (mut bigram_index, mut trigram_index, mut tops) = (Vec::new(), Vec::new(), Vec::new());
             let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
             let (bigram_lists, trigram_lists) = (self.words + 2, self.bigrams + 1);
             for (trigram, lists) in [(false, bigram_lists), (true, trigram_lists)] {
@@ -201,14 +213,35 @@ impl Ngram {
                     let b = lower_bound(words, a..end, self.words as u32);
                     if b - a > SCAN_ALL {
                         best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), &mut top);
-                        let index = if trigram { &mut out.trigram } else { &mut out.bigram };
-                        index.push((a as u32, out.tops.len() as u32));
-                        out.tops.extend(top.iter().map(|e| e.1 as u16));
+                        let index = if trigram { &mut trigram_index } else { &mut bigram_index };
+                        index.push([a as u32, tops.len() as u32]);
+                        tops.extend(top.iter().map(|e| e.1 as u16));
                     }
                 }
             }
-            out
+            LongLists { bigram: Cow::Owned(bigram_index), trigram: Cow::Owned(trigram_index), tops: Cow::Owned(tops) }
         })
+    }
+
+    /// What [`Ngram::prepare`] derived, for a prepared index; `None` before it has run.
+    pub(crate) fn index(&self) -> Option<NgramIndex<'_>> {
+        let (top_c1, long) = (self.top_c1.get()?, self.long_lists.get()?);
+        Some(NgramIndex { top_c1, bigram: &long.bigram, trigram: &long.trigram, tops: &long.tops })
+    }
+
+    /// Takes what [`Ngram::index`] gave for the same tables earlier (a prepared index), in
+    /// place, so that no prediction and no packer thread picks the lists from the counts. The
+    /// candidates in it must be lexicon positions and few enough for a prediction's buffers.
+    pub(crate) fn adopt(&self, ix: NgramIndex<'static>) -> Result<(), String> {
+        let in_lexicon = ix.top_c1.iter().all(|&p| (p as usize) < self.words) && ix.tops.iter().all(|&p| usize::from(p) < self.words);
+        if ix.top_c1.len() > TOP_FOLLOW || !in_lexicon {
+            return Err("its n-gram candidates are not lexicon positions".into());
+        }
+        let lists = LongLists { bigram: Cow::Borrowed(ix.bigram), trigram: Cow::Borrowed(ix.trigram), tops: Cow::Borrowed(ix.tops) };
+        // A fresh model's locks are empty: nothing can have filled them yet.
+        let _ = self.top_c1.set(Cow::Borrowed(ix.top_c1));
+        let _ = self.long_lists.set(lists);
+        Ok(())
     }
 
     /// Computes what a prediction would otherwise pick from the counts at every keystroke: a

@@ -1,34 +1,42 @@
 //! A prepared index: what a load derives from a model's lexicon (each word's length in
-//! characters, its punctuation and glue flags, the byte order, the first-character tables) and
-//! from its factorised head (each class's members and their biases), made once when a program
+//! characters, its punctuation and glue flags, the byte order, the first-character tables),
+//! from its factorised head (each class's members and their biases) and from its n-gram (the
+//! best unigram candidates, the long follower lists' best followers), made once when a program
 //! that embeds the model is built and read in place at every start, where building them took
-//! ~1.2 ms of the 50,000-word default's cold start. Only for bytes compiled
+//! ~1.2 ms of the 50,000-word default's cold start and the n-gram's lists a scan at its first
+//! predictions. Only for bytes compiled
 //! into the program, beside the model they were made from ([`crate::Model::prepared_index`],
 //! [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX2`, the word count (`u64`), the model's checksum
-//! (`u64`), then nine arrays in this order, each as its element count (`u64`) and its elements,
+//! Layout, little-endian: the magic `LAYAIDX3`, the word count (`u64`), the model's checksum
+//! (`u64`), then thirteen arrays in this order, each as its element count (`u64`) and its elements,
 //! zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`), glue flags
 //! (`u8`), the order (`u32`, none when the ids are in byte order), the first characters (pairs
 //! of `u32`: scalar value, first position), the BMP first-character table (`u16`); the classes'
 //! offsets into the members (`u32`, `K + 1`), the members (`u32`) and their biases (`f32`), all
-//! three empty for a flat head.
+//! three empty for a flat head; the n-gram's best unigram positions (`u32`), its long bigram and
+//! trigram lists (pairs of `u32`: first entry, offset into the followers) and their best
+//! followers (`u16`), all four empty without an n-gram.
 
 use crate::classes::{ClassIndex, WordClasses};
 use crate::lexicon::{Lexicon, LexiconIndex};
+use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX2";
+const MAGIC: &[u8; 8] = b"LAYAIDX3";
 
 /// A prepared index's arrays, where the image holds them.
 pub(crate) struct Index {
     pub(crate) lexicon: LexiconIndex<'static>,
     /// `None` for a flat word head.
     pub(crate) classes: Option<ClassIndex<'static>>,
+    /// `None` for a model without an n-gram.
+    pub(crate) ngram: Option<NgramIndex<'static>>,
 }
 
-/// The prepared index of `lexicon` and `classes` for the model whose checksum is `checksum`;
-/// `None` for a lexicon that folds case, whose keys are built at load.
-pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, checksum: u64) -> Option<Vec<u8>> {
+/// The prepared index of `lexicon`, `classes` and `ngram` (prepared: [`Ngram::prepare`]) for the
+/// model whose checksum is `checksum`; `None` for a lexicon that folds case, whose keys are
+/// built at load.
+pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Option<&Ngram>, checksum: u64) -> Option<Vec<u8>> {
     let ix = lexicon.index()?;
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
@@ -51,6 +59,12 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, checksum: 
     array(start.len(), bytemuck::cast_slice(start));
     array(ids.len(), bytemuck::cast_slice(ids));
     array(bias.len(), bytemuck::cast_slice(bias));
+    let n = ngram.and_then(Ngram::index);
+    let (top_c1, bigram, trigram, tops) = n.map_or((&[][..], &[][..], &[][..], &[][..]), |n| (n.top_c1, n.bigram, n.trigram, n.tops));
+    array(top_c1.len(), bytemuck::cast_slice(top_c1));
+    array(bigram.len(), bytemuck::cast_slice(bigram));
+    array(trigram.len(), bytemuck::cast_slice(trigram));
+    array(tops.len(), bytemuck::cast_slice(tops));
     Some(out)
 }
 
@@ -84,6 +98,10 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     let start: &'static [u32] = r.array()?;
     let ids: &'static [u32] = r.array()?;
     let bias: &'static [f32] = r.array()?;
+    let top_c1: &'static [u32] = r.array()?;
+    let bigram: &'static [[u32; 2]] = r.array()?;
+    let trigram: &'static [[u32; 2]] = r.array()?;
+    let tops: &'static [u16] = r.array()?;
     if r.at != image.len() {
         return Err(format!("{} bytes after the last array", image.len() - r.at));
     }
@@ -91,6 +109,7 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     Ok(Index {
         lexicon: LexiconIndex { char_lens, punct, glues, order, first_chars, bmp_first },
         classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias }),
+        ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops }),
     })
 }
 
@@ -146,7 +165,7 @@ mod tests {
     fn array_at(image: &[u8], k: usize) -> usize {
         (0..k).fold(24, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
-            let size = [2, 1, 1, 4, 8, 2, 4, 4, 4][i];
+            let size = [2, 1, 1, 4, 8, 2, 4, 4, 4, 4, 8, 8, 2][i];
             at + 8 + (count * size).next_multiple_of(8)
         })
     }
@@ -158,7 +177,7 @@ mod tests {
     #[test]
     fn an_index_read_in_place_is_the_index_built_at_load() {
         let built = Lexicon::new(&WORDS);
-        let image = aligned(&write(&built, None, 7).unwrap());
+        let image = aligned(&write(&built, None, None, 7).unwrap());
         assert!(read(image, 7, WORDS.len()).unwrap().classes.is_none());
         let read = lexicon(image, 7).unwrap();
         let (a, b) = (built.index().unwrap(), read.index().unwrap());
@@ -169,12 +188,12 @@ mod tests {
         }
         assert!((0..WORDS.len()).all(|id| built.flags(id) == read.flags(id) && built.word(id) == read.word(id)));
         // A lexicon that folds case builds its keys at load: no index.
-        assert!(write(&Lexicon::new_folded(&["hello", "Hello"], &[1, 2]), None, 7).is_none());
+        assert!(write(&Lexicon::new_folded(&["hello", "Hello"], &[1, 2]), None, None, 7).is_none());
     }
 
     #[test]
     fn an_index_that_does_not_fit_is_refused() {
-        let good = write(&Lexicon::new(&WORDS), None, 7).unwrap();
+        let good = write(&Lexicon::new(&WORDS), None, None, 7).unwrap();
         let refused = |bytes: &[u8], checksum: u64| lexicon(aligned(bytes), checksum).err().unwrap_or_default();
         assert!(refused(&good, 8).contains("checksum"));
         assert!(read(aligned(&good), 7, 6).err().unwrap_or_default().contains("words"));

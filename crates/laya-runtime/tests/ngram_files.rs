@@ -54,3 +54,43 @@ fn damaged_tables_are_refused_or_predict_well_formed_bars() {
     println!("damaged n-gram tables: {refused} refused, {loaded} loaded and predicted");
     assert!(refused > 0 && loaded > 0, "{refused} refused, {loaded} loaded: both paths must be taken");
 }
+
+/// A model with an n-gram compiled into the program with its prepared index (which carries the
+/// n-gram's best unigram candidates and long lists) predicts bit for bit what the same bytes on
+/// the heap predict, where the lists are picked from the counts; candidates past the lexicon in
+/// the index are refused.
+#[test]
+fn prepared_ngram_lists_predict_as_lists_picked_from_the_counts() {
+    fn aligned(bytes: &[u8]) -> &'static [u8] {
+        let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
+        let at = room.as_ptr().align_offset(64);
+        room[at..at + bytes.len()].copy_from_slice(bytes);
+        &room[at..at + bytes.len()]
+    }
+    let cfg = TinyConfig { word_classes: 6, ..TinyConfig::small() };
+    let (meta, mut tensors) = random_model(&cfg, 4, GgmlType::F32);
+    tensors.extend(random_ngram(cfg.vocab, 300, 4));
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let heap = Model::from_bytes(bytes.clone()).unwrap();
+    let index = heap.prepared_index().unwrap();
+    // The n-gram's four arrays close the index, after nine others of these element sizes
+    // (crates/laya-runtime/src/prepared.rs).
+    let sizes = [2, 1, 1, 4, 8, 2, 4, 4, 4];
+    let count = |at: usize| u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) as usize;
+    let (bytes, checksum) = (aligned(&bytes), heap.info().checksum);
+    let prepared = Model::from_static_prepared(bytes, checksum, aligned(&index)).unwrap();
+    let n = heap.lexicon_len();
+    let (mut a, mut b) = (Session::with_max_k(heap, n), Session::with_max_k(prepared, n));
+    for ctx in CONTEXTS {
+        let pa: Vec<_> = a.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+        let pb: Vec<_> = b.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+        assert_eq!(pa, pb, "{ctx:?}");
+    }
+    // The first of the best unigram candidates (array 9) made a position past the lexicon.
+    let top_at = sizes.iter().fold(24, |at, size| at + 8 + (count(at) * size).next_multiple_of(8));
+    assert!(count(top_at) > 0);
+    let mut damaged = index.clone();
+    damaged[top_at + 8..top_at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+    let refused = Model::from_static_prepared(bytes, checksum, aligned(&damaged)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("n-gram candidates"), "{refused}");
+}
