@@ -7,6 +7,15 @@ use laya_format::testing::{random_model, TinyConfig};
 use laya_format::{write_model, GgmlType};
 use laya_runtime::{Kernels, Model};
 
+/// A copy of `bytes` for the life of the program, 64-byte aligned, as a program holds a model
+/// (and its prepared index) compiled in with `include_bytes!` in an aligned static.
+pub fn aligned(bytes: &[u8]) -> &'static [u8] {
+    let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
+    let at = room.as_ptr().align_offset(64);
+    room[at..at + bytes.len()].copy_from_slice(bytes);
+    &room[at..at + bytes.len()]
+}
+
 pub fn model_bytes(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> Vec<u8> {
     let (meta, tensors) = random_model(cfg, seed, ty);
     write_model(&meta, &tensors).expect("generator writes valid models")

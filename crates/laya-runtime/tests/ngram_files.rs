@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::CONTEXTS;
+use common::{aligned, CONTEXTS};
 use laya_format::ngram::names;
 use laya_format::testing::{random_model, random_ngram, SplitMix64, TinyConfig};
 use laya_format::{write_model, GgmlType, TensorData};
@@ -61,12 +61,6 @@ fn damaged_tables_are_refused_or_predict_well_formed_bars() {
 /// the index are refused.
 #[test]
 fn prepared_ngram_lists_predict_as_lists_picked_from_the_counts() {
-    fn aligned(bytes: &[u8]) -> &'static [u8] {
-        let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
-        let at = room.as_ptr().align_offset(64);
-        room[at..at + bytes.len()].copy_from_slice(bytes);
-        &room[at..at + bytes.len()]
-    }
     let cfg = TinyConfig { word_classes: 6, ..TinyConfig::small() };
     let (meta, mut tensors) = random_model(&cfg, 4, GgmlType::F32);
     tensors.extend(random_ngram(cfg.vocab, 300, 4));

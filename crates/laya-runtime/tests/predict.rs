@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{model, CONTEXTS};
+use common::{aligned, model, CONTEXTS};
 use laya_format::testing::TinyConfig;
 use laya_format::GgmlType;
 use laya_runtime::{Model, Session};
@@ -320,13 +320,6 @@ fn a_sorted_lexicon_predicts_exactly_as_the_original() {
 /// sorted or an unsorted lexicon. An index prepared for the other model is refused.
 #[test]
 fn a_model_read_in_place_predicts_as_a_copy_does() {
-    // Leaked with room to start on a 64-byte boundary, as `include_bytes!` in an aligned static is.
-    fn aligned(bytes: &[u8]) -> &'static [u8] {
-        let room: &'static mut [u8] = vec![0u8; bytes.len() + 64].leak();
-        let at = room.as_ptr().align_offset(64);
-        room[at..at + bytes.len()].copy_from_slice(bytes);
-        &room[at..at + bytes.len()]
-    }
     let cfg = TinyConfig { word_classes: 6, ..TinyConfig::default() };
     let (meta, tensors) = laya_format::testing::random_model(&cfg, 13, GgmlType::Q8_0);
     let (mut smeta, mut stensors) = (meta.clone(), tensors.clone());
