@@ -280,8 +280,8 @@ impl Model {
 
     /// Like [`Model::from_static`] for bytes that [`LayaFile::parse`] validated when the program
     /// was built: every check whose cost does not grow with the data, but not the ones that
-    /// read every byte (the hash, float finiteness, the n-gram lists' entries;
-    /// [`LayaFile::parse_verified`]; the stored checksum must equal `checksum`). For a model
+    /// read every byte (the hash, float finiteness, the n-gram lists' entries, each word's own
+    /// rules; [`LayaFile::parse_static`]; the stored checksum must equal `checksum`). For a model
     /// compiled in with `include_bytes!` whose build script validated it in full and passed on
     /// its checksum, as the `laya` binary does; it saves ~10 ms of a 30 MB model's start.
     ///
