@@ -28,7 +28,8 @@ fn main() {
             println!("cargo::rustc-cfg={cfg}_model");
             println!("cargo::rustc-env={env}={}", model.canonicalize().unwrap().display());
             println!("cargo::rustc-env={env}_CHECKSUM={}", loaded.info().checksum);
-            if let Some(index) = loaded.prepared_index().filter(|_| little) {
+            if little {
+                let index = loaded.prepared_index();
                 let path = Path::new(&out).join(format!("{file}.index"));
                 std::fs::write(&path, index).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
                 println!("cargo::rustc-cfg={cfg}_index");

@@ -31,7 +31,7 @@ pub(crate) struct Lexicon {
     /// The words folded ([`laya_format::fold_char`]) and where each is, when the lexicon ignores
     /// case: the keys that the order sorts and prefixes are searched in. `None`: the keys are
     /// the words.
-    folded: Option<(String, Vec<u32>)>,
+    folded: Option<FoldedKeys>,
     /// Per word, 1 if it is punctuation or symbols only ([`laya_format::is_punctuation_word`]):
     /// never a candidate unless the session allows a punctuation slot.
     punct: Cow<'static, [u8]>,
@@ -40,11 +40,11 @@ pub(crate) struct Lexicon {
     glues: Cow<'static, [u8]>,
     /// Per word, when the lexicon ignores case: a more frequent word folds to the same key, so
     /// this one is never a candidate (it would show as the same word). Empty otherwise.
-    shadowed: Vec<bool>,
+    shadowed: Cow<'static, [u8]>,
     /// Per word, when the lexicon ignores case: how many of its characters must be typed before
     /// it may be a candidate, because it stretches a letter (`sooo`, `helllo`; see
     /// [`stretch_len`]); 0 for every other word. Empty otherwise.
-    stretched: Vec<u8>,
+    stretched: Cow<'static, [u8]>,
 }
 
 /// Per word, in one pass (it runs for every word at load): the length in scalar values (clamped
@@ -96,7 +96,11 @@ fn char_count(bytes: &[u8], start: usize, end: usize) -> usize {
     (end - start) - continuations
 }
 
-/// The arrays a [`Lexicon`] derives from its words (for one that does not fold case), as
+/// The folded keys back to back and the `V + 1` offsets of each (key `i` is
+/// `text[offsets[i]..offsets[i + 1]]`).
+type FoldedKeys = (Cow<'static, str>, Cow<'static, [u32]>);
+
+/// The arrays a [`Lexicon`] derives from its words, as
 /// [`Lexicon::index`] lends them and [`Lexicon::with_index`] takes them back.
 pub(crate) struct LexiconIndex<'a> {
     /// Per word, its length in scalar values.
@@ -112,6 +116,13 @@ pub(crate) struct LexiconIndex<'a> {
     /// Per scalar value up to the largest BMP first character: its entry in `first_chars`
     /// plus one, 0 for none.
     pub(crate) bmp_first: &'a [u16],
+    /// Where the lexicon ignores case: the folded keys back to back and the `V + 1` offsets
+    /// of each.
+    pub(crate) folded: Option<(&'a [u8], &'a [u32])>,
+    /// Where it ignores case, per word: 1 if a more frequent word folds alike; else empty.
+    pub(crate) shadowed: &'a [u8],
+    /// Where it ignores case, per word: characters to type before it may show; else empty.
+    pub(crate) stretched: &'a [u8],
 }
 
 impl Lexicon {
@@ -155,21 +166,21 @@ impl Lexicon {
             folded,
             punct: Cow::Owned(punct),
             glues: Cow::Owned(glues),
-            shadowed: Vec::new(),
-            stretched: Vec::new(),
+            shadowed: Cow::Borrowed(&[]),
+            stretched: Cow::Borrowed(&[]),
         };
         if lex.folded.is_some() {
             lex.stretched = (0..lex.len()).map(|id| stretch_len(lex.key(id)).min(u8::MAX as usize) as u8).collect();
-            lex.shadowed = vec![false; lex.len()];
+            let mut shadowed = vec![0u8; lex.len()];
             for pos in 1..lex.len() {
                 // Equal keys are adjacent, the most frequent first. Neighbours in sorted order
                 // share their start, so the last bytes decide most pairs without a call.
                 let (a, b) = (lex.key(lex.id_at(pos)).as_bytes(), lex.key(lex.id_at(pos - 1)).as_bytes());
                 if a.len() == b.len() && a.last() == b.last() && a == b {
-                    let id = lex.id_at(pos);
-                    lex.shadowed[id] = true;
+                    shadowed[lex.id_at(pos)] = 1;
                 }
             }
+            lex.shadowed = Cow::Owned(shadowed);
         }
         // Neighbours mostly share their first character (about 5,000 distinct among the
         // default's 50,000 words): a key starting with the bytes of the last one found is passed
@@ -210,16 +221,19 @@ impl Lexicon {
     }
 
     /// What [`Lexicon::with_order`] derived from the words, for a prepared image
-    /// ([`crate::prepared`]); `None` where the lexicon folds case (its keys are built at load).
-    pub(crate) fn index(&self) -> Option<LexiconIndex<'_>> {
-        self.folded.is_none().then(|| LexiconIndex {
+    /// ([`crate::prepared`]).
+    pub(crate) fn index(&self) -> LexiconIndex<'_> {
+        LexiconIndex {
             char_lens: &self.char_lens,
             punct: &self.punct,
             glues: &self.glues,
             order: self.order.as_deref(),
             first_chars: &self.first_chars,
             bmp_first: &self.bmp_first,
-        })
+            folded: self.folded.as_ref().map(|(text, offsets)| (text.as_bytes(), &offsets[..])),
+            shadowed: &self.shadowed,
+            stretched: &self.stretched,
+        }
     }
 
     /// The lexicon of `words` with the arrays [`Lexicon::index`] gave for the same words,
@@ -242,17 +256,32 @@ impl Lexicon {
         if ix.bmp_first.iter().any(|&at| at as usize > ix.first_chars.len()) {
             return Err("the first-character table points past its list".into());
         }
+        let folded = match ix.folded {
+            None => None,
+            Some((text, offsets)) => {
+                let text = std::str::from_utf8(text).map_err(|_| "the folded keys are not UTF-8")?;
+                let spans_ok = offsets.len() == n + 1
+                    && offsets.first() == Some(&0)
+                    && offsets.last() == Some(&(text.len() as u32))
+                    && offsets.windows(2).all(|w| w[0] <= w[1])
+                    && offsets.iter().all(|&o| text.is_char_boundary(o as usize));
+                if !spans_ok || ix.shadowed.len() != n || ix.stretched.len() != n {
+                    return Err(format!("the folded keys do not fit {n} words"));
+                }
+                Some((Cow::Borrowed(text), Cow::Borrowed(offsets)))
+            }
+        };
         Ok(Lexicon {
             first_chars: Cow::Borrowed(ix.first_chars),
             bmp_first: Cow::Borrowed(ix.bmp_first),
             words,
             char_lens: Cow::Borrowed(ix.char_lens),
             order: ix.order.map(Cow::Borrowed),
-            folded: None,
+            folded,
             punct: Cow::Borrowed(ix.punct),
             glues: Cow::Borrowed(ix.glues),
-            shadowed: Vec::new(),
-            stretched: Vec::new(),
+            shadowed: Cow::Borrowed(ix.shadowed),
+            stretched: Cow::Borrowed(ix.stretched),
         })
     }
 
@@ -292,7 +321,7 @@ impl Lexicon {
     /// (see `shadowed`).
     #[inline]
     pub(crate) fn is_shadowed(&self, id: usize) -> bool {
-        self.shadowed.get(id) == Some(&true)
+        self.shadowed.get(id) == Some(&1)
     }
 
     /// True when word `id` may not be a candidate that replaces `typed` characters: it stretches
@@ -446,7 +475,7 @@ fn stretch_len(key: &str) -> usize {
 /// the most frequent (by `freqs`, missing counting 0) first, then by id. `order` is the words'
 /// own byte order. The comparison is a total order (ids differ), so the result is the one
 /// sort of all ids by it would give.
-fn fold_keys(words: &Strings, freqs: &[u32], mut order: Vec<u32>) -> (Option<(String, Vec<u32>)>, Vec<u32>) {
+fn fold_keys(words: &Strings, freqs: &[u32], mut order: Vec<u32>) -> (Option<FoldedKeys>, Vec<u32>) {
     let mut bytes = String::with_capacity(words.buffer().len());
     let mut offsets = Vec::with_capacity(words.len() + 1);
     offsets.push(0u32);
@@ -482,7 +511,7 @@ fn fold_keys(words: &Strings, freqs: &[u32], mut order: Vec<u32>) -> (Option<(St
             moved[j - 1]
         };
     }
-    (Some((bytes, offsets)), order)
+    (Some((Cow::Owned(bytes), Cow::Owned(offsets))), order)
 }
 
 /// The first scalar value of a UTF-8 `prefix`; `None` when it is empty (or does not start with

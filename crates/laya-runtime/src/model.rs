@@ -320,7 +320,7 @@ impl Model {
     /// // In a build script: validate the model in full, keep its checksum and its index.
     /// let bytes: &'static [u8] = aligned(write_model(&meta, &tensors)?);
     /// let checksum = LayaFile::parse(bytes)?.checksum;
-    /// let index = aligned(laya_runtime::Model::from_static(bytes)?.prepared_index().unwrap());
+    /// let index = aligned(laya_runtime::Model::from_static(bytes)?.prepared_index());
     /// // In the program: both compiled in beside the model.
     /// let model = laya_runtime::Model::from_static_prepared(bytes, checksum, index)?;
     /// assert_eq!(model.word(0), laya_runtime::Model::from_static(bytes)?.word(0));
@@ -340,10 +340,10 @@ impl Model {
         Self::from_storage(Storage::of_static(bytes), kernels, Some(checksum), Some(index)).map(Self::start_packing)
     }
 
-    /// The prepared index of this model's lexicon and classes, for [`Model::from_static_prepared`]: made
-    /// when a program that embeds the model is built, compiled in beside it. `None` for a
-    /// lexicon that ignores case (its folded keys are built at load).
-    pub fn prepared_index(&self) -> Option<Vec<u8>> {
+    /// The prepared index of this model's lexicon, classes and n-gram lists, for
+    /// [`Model::from_static_prepared`]: made when a program that embeds the model is built,
+    /// compiled in beside it.
+    pub fn prepared_index(&self) -> Vec<u8> {
         self.prepare_ngram();
         prepared::write(&self.lexicon, self.classes.as_ref(), self.ngram.as_ref(), self.info.checksum)
     }

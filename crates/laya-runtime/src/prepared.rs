@@ -1,18 +1,20 @@
 //! A prepared index: what a load derives from a model's lexicon (each word's length in
-//! characters, its punctuation and glue flags, the byte order, the first-character tables),
-//! from its factorised head (each class's members and their biases) and from its n-gram (the
-//! best unigram candidates, the long follower lists' best followers), made once when a program
-//! that embeds the model is built and read in place at every start, where building them took
-//! ~1.2 ms of the 50,000-word default's cold start and the n-gram's lists a scan at its first
-//! predictions. Only for bytes compiled
-//! into the program, beside the model they were made from ([`crate::Model::prepared_index`],
-//! [`crate::Model::from_static_prepared`]).
+//! characters, its punctuation and glue flags, the byte order, the first-character tables, and
+//! where the language ignores case the folded keys), from its factorised head (each class's
+//! members and their biases) and from its n-gram (the best unigram candidates, the long
+//! follower lists' best followers), made once when a program that embeds the model is built
+//! and read in place at every start, where building them took ~1.2 ms of the 50,000-word
+//! default's cold start (~2 ms of the English model's) and the n-gram's lists a scan at its
+//! first predictions. Only for bytes compiled into the program, beside the model they were made
+//! from ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX3`, the word count (`u64`), the model's checksum
-//! (`u64`), then thirteen arrays in this order, each as its element count (`u64`) and its elements,
-//! zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`), glue flags
-//! (`u8`), the order (`u32`, none when the ids are in byte order), the first characters (pairs
-//! of `u32`: scalar value, first position), the BMP first-character table (`u16`); the classes'
+//! Layout, little-endian: the magic `LAYAIDX4`, the word count (`u64`), the model's checksum
+//! (`u64`), then seventeen arrays in this order, each as its element count (`u64`) and its
+//! elements, zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`),
+//! glue flags (`u8`), the order (`u32`, none when the ids are in byte order), the first
+//! characters (pairs of `u32`: scalar value, first position), the BMP first-character table
+//! (`u16`); the folded keys (UTF-8 bytes) and their `V + 1` offsets (`u32`), the shadowed flags
+//! (`u8`) and the stretch lengths (`u8`), all four empty where case is not ignored; the classes'
 //! offsets into the members (`u32`, `K + 1`), the members (`u32`) and their biases (`f32`), all
 //! three empty for a flat head; the n-gram's best unigram positions (`u32`), its long bigram and
 //! trigram lists (pairs of `u32`: first entry, offset into the followers) and their best
@@ -22,7 +24,7 @@ use crate::classes::{ClassIndex, WordClasses};
 use crate::lexicon::{Lexicon, LexiconIndex};
 use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX3";
+const MAGIC: &[u8; 8] = b"LAYAIDX4";
 
 /// A prepared index's arrays, where the image holds them.
 pub(crate) struct Index {
@@ -34,10 +36,9 @@ pub(crate) struct Index {
 }
 
 /// The prepared index of `lexicon`, `classes` and `ngram` (prepared: [`Ngram::prepare`]) for the
-/// model whose checksum is `checksum`; `None` for a lexicon that folds case, whose keys are
-/// built at load.
-pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Option<&Ngram>, checksum: u64) -> Option<Vec<u8>> {
-    let ix = lexicon.index()?;
+/// model whose checksum is `checksum`.
+pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Option<&Ngram>, checksum: u64) -> Vec<u8> {
+    let ix = lexicon.index();
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(lexicon.len() as u64).to_le_bytes());
@@ -54,6 +55,11 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(order.len(), bytemuck::cast_slice(order));
     array(ix.first_chars.len(), bytemuck::cast_slice(ix.first_chars));
     array(ix.bmp_first.len(), bytemuck::cast_slice(ix.bmp_first));
+    let (text, offsets) = ix.folded.unwrap_or_default();
+    array(text.len(), text);
+    array(offsets.len(), bytemuck::cast_slice(offsets));
+    array(ix.shadowed.len(), ix.shadowed);
+    array(ix.stretched.len(), ix.stretched);
     let c = classes.map(WordClasses::index);
     let (start, ids, bias) = c.map_or((&[][..], &[][..], &[][..]), |c| (c.start, c.ids, c.bias));
     array(start.len(), bytemuck::cast_slice(start));
@@ -65,7 +71,7 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(bigram.len(), bytemuck::cast_slice(bigram));
     array(trigram.len(), bytemuck::cast_slice(trigram));
     array(tops.len(), bytemuck::cast_slice(tops));
-    Some(out)
+    out
 }
 
 /// The arrays of `image`, a prepared index of the model whose checksum is `checksum` and whose
@@ -95,6 +101,10 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     let order: &'static [u32] = r.array()?;
     let first_chars: &'static [[u32; 2]] = r.array()?;
     let bmp_first: &'static [u16] = r.array()?;
+    let folded_text: &'static [u8] = r.array()?;
+    let folded_offsets: &'static [u32] = r.array()?;
+    let shadowed: &'static [u8] = r.array()?;
+    let stretched: &'static [u8] = r.array()?;
     let start: &'static [u32] = r.array()?;
     let ids: &'static [u32] = r.array()?;
     let bias: &'static [f32] = r.array()?;
@@ -107,7 +117,17 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     }
     let order = (!order.is_empty()).then_some(order);
     Ok(Index {
-        lexicon: LexiconIndex { char_lens, punct, glues, order, first_chars, bmp_first },
+        lexicon: LexiconIndex {
+            char_lens,
+            punct,
+            glues,
+            order,
+            first_chars,
+            bmp_first,
+            folded: (!folded_offsets.is_empty()).then_some((folded_text, folded_offsets)),
+            shadowed,
+            stretched,
+        },
         classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias }),
         ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops }),
     })
@@ -165,7 +185,7 @@ mod tests {
     fn array_at(image: &[u8], k: usize) -> usize {
         (0..k).fold(24, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
-            let size = [2, 1, 1, 4, 8, 2, 4, 4, 4, 4, 8, 8, 2][i];
+            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2][i];
             at + 8 + (count * size).next_multiple_of(8)
         })
     }
@@ -177,23 +197,32 @@ mod tests {
     #[test]
     fn an_index_read_in_place_is_the_index_built_at_load() {
         let built = Lexicon::new(&WORDS);
-        let image = aligned(&write(&built, None, None, 7).unwrap());
+        let image = aligned(&write(&built, None, None, 7));
         assert!(read(image, 7, WORDS.len()).unwrap().classes.is_none());
         let read = lexicon(image, 7).unwrap();
-        let (a, b) = (built.index().unwrap(), read.index().unwrap());
+        let (a, b) = (built.index(), read.index());
         assert_eq!((a.char_lens, a.punct, a.glues, a.order), (b.char_lens, b.punct, b.glues, b.order));
         assert_eq!((a.first_chars, a.bmp_first), (b.first_chars, b.bmp_first));
         for prefix in ["", "今", "今天", "天", "h", "x", "。"] {
             assert_eq!(built.prefix_range(prefix.as_bytes()), read.prefix_range(prefix.as_bytes()), "{prefix:?}");
         }
         assert!((0..WORDS.len()).all(|id| built.flags(id) == read.flags(id) && built.word(id) == read.word(id)));
-        // A lexicon that folds case builds its keys at load: no index.
-        assert!(write(&Lexicon::new_folded(&["hello", "Hello"], &[1, 2]), None, None, 7).is_none());
+        // A lexicon that folds case: its folded keys, shadowed and stretched words too.
+        let folded = Lexicon::new_folded(&["hello", "Hello", "sooo", "Ärger"], &[1, 2, 3, 4]);
+        let image = aligned(&write(&folded, None, None, 7));
+        let words: Strings = ["hello", "Hello", "sooo", "Ärger"].iter().collect();
+        let read = Lexicon::with_index(words, super::read(image, 7, 4).unwrap().lexicon).unwrap();
+        assert!(read.ignores_case());
+        for prefix in ["h", "hel", "s", "ä", "x"] {
+            assert_eq!(folded.prefix_range(prefix.as_bytes()), read.prefix_range(prefix.as_bytes()), "{prefix:?}");
+        }
+        assert!((0..4).all(|id| folded.is_shadowed(id) == read.is_shadowed(id) && folded.hides_stretch(id, 2) == read.hides_stretch(id, 2)));
+        assert_eq!((0..4).filter(|&id| read.is_shadowed(id)).count(), 1);
     }
 
     #[test]
     fn an_index_that_does_not_fit_is_refused() {
-        let good = write(&Lexicon::new(&WORDS), None, None, 7).unwrap();
+        let good = write(&Lexicon::new(&WORDS), None, None, 7);
         let refused = |bytes: &[u8], checksum: u64| lexicon(aligned(bytes), checksum).err().unwrap_or_default();
         assert!(refused(&good, 8).contains("checksum"));
         assert!(read(aligned(&good), 7, 6).err().unwrap_or_default().contains("words"));

@@ -326,17 +326,17 @@ fn a_model_read_in_place_predicts_as_a_copy_does() {
     laya_format::sort_lexicon(&mut smeta, &mut stensors).unwrap();
     let files = [laya_format::write_model(&meta, &tensors).unwrap(), laya_format::write_model(&smeta, &stensors).unwrap()];
     let heaps: Vec<_> = files.iter().map(|b| Model::from_bytes(b.clone()).unwrap()).collect();
-    let indexes: Vec<_> = heaps.iter().map(|m| aligned(&m.prepared_index().unwrap())).collect();
+    let indexes: Vec<_> = heaps.iter().map(|m| aligned(&m.prepared_index())).collect();
     for (i, (bytes, heap)) in files.iter().zip(&heaps).enumerate() {
         let (bytes, checksum) = (aligned(bytes), heap.info().checksum);
         let refusal =
             |index: &'static [u8]| Model::from_static_prepared(bytes, checksum, index).err().map(|e| e.to_string()).unwrap_or_default();
         let wrong = refusal(indexes[1 - i]);
         assert!(wrong.contains("prepared index") && wrong.contains("checksum"), "{wrong}");
-        // A class member past the lexicon (the eighth array of prepared.rs's layout: the count
+        // A class member past the lexicon (the twelfth array of prepared.rs's layout: the count
         // of each array, then its elements padded to 8 bytes).
         let mut damaged = indexes[i].to_vec();
-        let sizes = [2, 1, 1, 4, 8, 2, 4];
+        let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4];
         let at = sizes.iter().fold(24, |at, size| {
             at + 8 + (u64::from_le_bytes(damaged[at..at + 8].try_into().unwrap()) as usize * size).next_multiple_of(8)
         });
