@@ -257,6 +257,11 @@ impl Lexicon {
             return Err("the first-character table points past its list".into());
         }
         let folded = match ix.folded {
+            // Without folded keys no word is shadowed or stretched: arrays saying otherwise
+            // belong to another lexicon.
+            None if !ix.shadowed.is_empty() || !ix.stretched.is_empty() => {
+                return Err("shadowed or stretched words in a lexicon that does not fold case".into());
+            }
             None => None,
             Some((text, offsets)) => {
                 let text = std::str::from_utf8(text).map_err(|_| "the folded keys are not UTF-8")?;

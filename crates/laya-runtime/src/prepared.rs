@@ -243,6 +243,13 @@ mod tests {
         let mut bad = good.clone();
         bad[first_at + 8..first_at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(refused(&bad, 7).contains("first characters"));
+        // Shadowed words (the ninth array) in a lexicon that does not fold case.
+        let shadowed_at = array_at(&good, 8);
+        let mut bad = good[..shadowed_at].to_vec();
+        bad.extend_from_slice(&7u64.to_le_bytes());
+        bad.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        bad.extend_from_slice(&good[shadowed_at + 8..]);
+        assert!(refused(&bad, 7).contains("shadowed"));
         // Misaligned bytes are refused, not read.
         let shifted = &aligned(&[&[0u8][..], &good].concat())[1..];
         assert!(read(shifted, 7, WORDS.len()).err().unwrap_or_default().contains("aligned"));
