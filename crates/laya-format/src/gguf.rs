@@ -311,6 +311,9 @@ pub struct GgufFile<'a> {
     pub data_offset: u64,
     /// Absolute offset of each value's first byte, parallel to `kv`.
     value_offsets: Vec<u64>,
+    /// Keys of `u32` arrays that were checked and counted but not decoded, with their element
+    /// counts ([`GgufFile::parse_static_counting`]); not in `kv`.
+    pub(crate) counted: Vec<(String, u64)>,
     bytes: &'a [u8],
 }
 
@@ -340,7 +343,17 @@ impl GgufFile<'static> {
     /// # Ok::<(), laya_format::FormatError>(())
     /// ```
     pub fn parse_static(bytes: &'static [u8]) -> Result<GgufFile<'static>, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) })
+        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, &[])
+    }
+
+    /// [`GgufFile::parse_static`], except that the `u32` arrays under `keys` are checked as far
+    /// as the container goes (type, count, bounds) and counted into
+    /// [`GgufFile::counted`] instead of decoded into `kv`: for a caller that holds their
+    /// contents already, in an index made from the same bytes, where decoding 50,000-entry
+    /// arrays into fresh memory was a tenth of a cold start. A key under `keys` whose value is
+    /// anything else is read as usual.
+    pub(crate) fn parse_static_counting(bytes: &'static [u8], keys: &[&str]) -> Result<GgufFile<'static>, FormatError> {
+        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, keys)
     }
 }
 
@@ -348,11 +361,12 @@ impl<'a> GgufFile<'a> {
     /// Parses and checks the container. Never panics and never allocates more than the input
     /// could describe.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: None })
+        Self::parse_from(Reader { bytes, pos: 0, statics: None }, &[])
     }
 
-    /// [`GgufFile::parse`] from a reader at the start of the bytes.
-    fn parse_from(mut r: Reader<'a>) -> Result<Self, FormatError> {
+    /// [`GgufFile::parse`] from a reader at the start of the bytes; the `u32` arrays under
+    /// `counted` are counted, not decoded ([`GgufFile::parse_static_counting`]).
+    fn parse_from(mut r: Reader<'a>, counted: &[&str]) -> Result<Self, FormatError> {
         let bytes = r.bytes;
         let magic = r.array4("magic")?;
         if magic != GGUF_MAGIC {
@@ -371,6 +385,7 @@ impl<'a> GgufFile<'a> {
         let mut kv: Vec<(String, Value)> = Vec::with_capacity(kv_cap);
         let mut value_offsets = Vec::with_capacity(kv_cap);
         let mut seen_keys = HashSet::with_capacity(kv_cap);
+        let mut counts = Vec::new();
         for _ in 0..kv_count {
             let key = r.string("key", MAX_KEY_LEN)?;
             if !seen_keys.insert(key.clone()) {
@@ -379,6 +394,12 @@ impl<'a> GgufFile<'a> {
             let what = format!("value of key '{key}'");
             let type_id = r.u32(&what)?;
             let ty = ValueType::from_id(type_id).ok_or(FormatError::BadValueType { what: what.clone(), id: type_id })?;
+            if ty == ValueType::Array && counted.contains(&key.as_str()) {
+                if let Some(n) = r.count_u32_array(&what)? {
+                    counts.push((key, n));
+                    continue;
+                }
+            }
             value_offsets.push(r.pos as u64);
             let value = r.value(ty, &what, 0)?;
             kv.push((key, value));
@@ -487,7 +508,7 @@ impl<'a> GgufFile<'a> {
             check_zero(bytes, cursor, file_len, "padding after the last tensor")?;
         }
 
-        Ok(GgufFile { version, alignment, kv, tensors, data_offset, value_offsets, bytes })
+        Ok(GgufFile { version, alignment, kv, tensors, data_offset, value_offsets, counted: counts, bytes })
     }
 
     /// The value of `key`, if present.
@@ -604,6 +625,20 @@ impl<'a> Reader<'a> {
 
     /// Rejects a declared count of items of at least `min_size` bytes each that cannot fit in
     /// the rest of the file, and returns a safe capacity to pre-allocate.
+    /// At an array value: when its elements are `u32`, checks that they are all there and
+    /// steps over them, returning their count; otherwise reads nothing and returns `None`.
+    fn count_u32_array(&mut self, what: &str) -> Result<Option<u64>, FormatError> {
+        let at = self.pos;
+        if self.u32(what)? != ValueType::U32 as u32 {
+            self.pos = at;
+            return Ok(None);
+        }
+        let count = self.u64(what)?;
+        let n = self.bounded_count(count, 4, what)?;
+        self.take(n * 4, what)?;
+        Ok(Some(count))
+    }
+
     fn bounded_count(&self, count: u64, min_size: usize, what: &str) -> Result<usize, FormatError> {
         let fits = (self.remaining() / min_size.max(1)) as u64;
         if count > fits {

@@ -340,6 +340,45 @@ fn lexicon_rules() {
     assert!(write_model(&m, &tensors).is_ok());
 }
 
+/// The parse for a caller that holds the lexicon's order and per-word integers in an index
+/// (`parse_static_indexed`): those three arrays are counted, not decoded, and still refused
+/// when they have the wrong type or length; the rest is the vouched parse.
+#[test]
+fn an_indexed_parse_counts_the_per_word_arrays() {
+    let cfg = TinyConfig { word_classes: 4, ..TinyConfig::small() };
+    let (mut meta, tensors) = random_model(&cfg, 3, GgmlType::F32);
+    meta.dict_frequencies = Some((0..meta.words.len() as u32).map(|i| i % 3).collect());
+    let bytes = write_model(&meta, &tensors).unwrap();
+    let full = LayaFile::parse(&bytes).unwrap();
+    let leaked: &'static [u8] = bytes.clone().leak();
+    let indexed = LayaFile::parse_static_indexed(leaked, full.checksum).unwrap();
+    assert!(full.word_order.is_some(), "the generator's lexicon is unsorted");
+    assert_eq!(indexed.word_order, None);
+    assert_eq!((indexed.meta.words.len(), &indexed.meta.hparams), (full.meta.words.len(), &full.meta.hparams));
+    assert!(indexed.meta.frequencies.is_empty());
+    assert_eq!(indexed.meta.dict_frequencies, Some(Vec::new()));
+    assert_eq!(indexed.meta.word_class, Some(Vec::new()));
+    assert_eq!(indexed.output_class.as_ref().map(|(w, _)| &w.ne), full.output_class.as_ref().map(|(w, _)| &w.ne));
+    let indexed_err = |kv: &[(String, Value)]| {
+        let mut bytes = build(kv, &tensors);
+        let sum = laya_format::patch_checksum(&mut bytes).unwrap();
+        LayaFile::parse_static_indexed(bytes.leak(), sum).unwrap_err()
+    };
+    let n = meta.words.len();
+    for key in [keys::LEXICON_FREQUENCIES, keys::LEXICON_DICT_FREQUENCIES, keys::LEXICON_WORD_CLASS] {
+        let short = keys_with(&meta, key, Some(Value::Array(Array::U32(vec![0; n - 1]))));
+        let e = indexed_err(&short);
+        assert!(matches!(&e, FormatError::InvalidValue { key: k, reason } if k == key && reason.contains("entries")), "{key}: {e:?}");
+        let signed = keys_with(&meta, key, Some(Value::Array(Array::I32(vec![0; n]))));
+        assert!(matches!(indexed_err(&signed), FormatError::WrongKeyType { key: k, .. } if k == key), "{key}");
+    }
+    // Every cut of the bytes is refused, as by the other parses.
+    for len in (0..bytes.len()).step_by(61) {
+        assert!(LayaFile::parse_static_indexed(bytes[..len].to_vec().leak(), full.checksum).is_err(), "cut at {len}");
+    }
+    assert!(LayaFile::parse_static_indexed(leaked, full.checksum ^ 1).is_err());
+}
+
 #[test]
 fn non_finite_bias() {
     let (meta, mut tensors) = random_model(&TinyConfig::small(), 1, GgmlType::F32);

@@ -24,7 +24,7 @@ pub(crate) struct WordClasses {
     /// `output.bias` in `ids` order: class `c`'s biases are `bias[members(c)]`.
     pub bias: Cow<'static, [f32]>,
     /// The class of each word.
-    pub class_of: Vec<u32>,
+    pub class_of: Cow<'static, [u32]>,
     /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
     /// the CPU packs the word head's type.
     pub rows: Vec<ClassRows>,
@@ -63,13 +63,17 @@ pub(crate) struct ClassIndex<'a> {
     pub(crate) ids: &'a [u32],
     /// `output.bias` in `ids` order.
     pub(crate) bias: &'a [f32],
+    /// The class of each word.
+    pub(crate) class_of: &'a [u32],
 }
 
 impl WordClasses {
     /// `class_of` is the file's `laya.lexicon.word_class`, moved out of it; `out_b` the bytes of
-    /// `output.bias`; `prepared`, the members and biases [`WordClasses::index`] gave for the same
-    /// model earlier (a prepared index), else they are derived here. Prepared arrays are checked
-    /// for what indexing relies on (shapes, offsets in order, ids in range), never trusted to.
+    /// `output.bias`; `prepared`, the classes, members and biases [`WordClasses::index`] gave
+    /// for the same model earlier (a prepared index; `class_of` is then unused, and empty where
+    /// the file's copy was not decoded), else they are derived here. Prepared arrays are
+    /// checked for what indexing relies on (shapes, offsets in order, ids and classes in
+    /// range), never trusted to.
     pub(crate) fn new(
         file: &LayaFile,
         class_of: Vec<u32>,
@@ -83,19 +87,21 @@ impl WordClasses {
             return Err(LoadError::Kernel("output_class: a factorised head without its class map".into()));
         };
         let k = b.ne[0] as usize;
-        let (start, ids, bias) = match prepared {
+        let (start, ids, bias, class_of) = match prepared {
             Some(ix) => {
-                let v = class_of.len();
+                let v = file.meta.words.len();
                 let offsets_ok = ix.start.len() == k + 1 && ix.start.first() == Some(&0) && ix.start.windows(2).all(|w| w[0] <= w[1]);
                 if !offsets_ok
                     || ix.start[k] as usize != v
                     || ix.ids.len() != v
                     || ix.bias.len() != v
                     || ix.ids.iter().any(|&id| id as usize >= v)
+                    || ix.class_of.len() != v
+                    || ix.class_of.iter().any(|&c| c as usize >= k)
                 {
                     return Err(LoadError::Prepared(format!("its class members do not fit {k} classes of {v} words")));
                 }
-                (Cow::Borrowed(ix.start), Cow::Borrowed(ix.ids), Cow::Borrowed(ix.bias))
+                (Cow::Borrowed(ix.start), Cow::Borrowed(ix.ids), Cow::Borrowed(ix.bias), Cow::Borrowed(ix.class_of))
             }
             None => {
                 // Validation checked that every class is below K, and the bias's shape.
@@ -107,7 +113,7 @@ impl WordClasses {
                         f32::from_le_bytes([out_b[i], out_b[i + 1], out_b[i + 2], out_b[i + 3]])
                     })
                     .collect();
-                (Cow::Owned(start.iter().map(|&s| s as u32).collect()), Cow::Owned(ids), Cow::Owned(bias))
+                (Cow::Owned(start.iter().map(|&s| s as u32).collect()), Cow::Owned(ids), Cow::Owned(bias), Cow::Owned(class_of))
             }
         };
         let rb = out_w.row_bytes();
@@ -140,7 +146,7 @@ impl WordClasses {
 
     /// The members of class `c`, for a prepared index ([`crate::prepared`]).
     pub(crate) fn index(&self) -> ClassIndex<'_> {
-        ClassIndex { start: &self.start, ids: &self.ids, bias: &self.bias }
+        ClassIndex { start: &self.start, ids: &self.ids, bias: &self.bias, class_of: &self.class_of }
     }
 
     /// Where class `c`'s words are in `ids` (and their biases in `bias`).

@@ -1,6 +1,7 @@
 //! A loaded, validated, immutable model: the file's bytes plus everything the forward pass
 //! needs to find in them. Shared between threads behind an `Arc`.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
@@ -345,7 +346,8 @@ impl Model {
     /// compiled in beside it.
     pub fn prepared_index(&self) -> Vec<u8> {
         self.prepare_ngram();
-        prepared::write(&self.lexicon, self.classes.as_ref(), self.ngram.as_ref(), self.info.checksum)
+        let words = prepared::PerWord { cuts: self.unigram.freq(), prior: &self.prior_source, dict_words: self.info.dict_words };
+        prepared::write(&self.lexicon, self.classes.as_ref(), self.ngram.as_ref(), words, self.info.checksum)
     }
 
     /// `verified`: the checksum already verified over these bytes (see
@@ -354,11 +356,13 @@ impl Model {
     fn from_storage(storage: Storage, kernels: Kernels, verified: Option<u64>, index: Option<&'static [u8]>) -> Result<Model, LoadError> {
         let start = std::time::Instant::now();
         let bytes = storage.bytes();
-        let mut file = match (&storage, verified) {
-            // The program's own bytes: the lexicon is read in place.
-            (Storage::Static(s), _) => LayaFile::parse_static(s, verified)?,
-            (_, Some(checksum)) => LayaFile::parse_verified(bytes, checksum)?,
-            (_, None) => LayaFile::parse(bytes)?,
+        let mut file = match (&storage, verified, index) {
+            // The program's own bytes: the lexicon is read in place, and with a prepared index
+            // its per-word integers are read from the index, not decoded.
+            (Storage::Static(s), Some(checksum), Some(_)) => LayaFile::parse_static_indexed(s, checksum)?,
+            (Storage::Static(s), _, _) => LayaFile::parse_static(s, verified)?,
+            (_, Some(checksum), _) => LayaFile::parse_verified(bytes, checksum)?,
+            (_, None, _) => LayaFile::parse(bytes)?,
         };
         let validate = start.elapsed();
         let base = bytes.as_ptr() as usize;
@@ -366,9 +370,11 @@ impl Model {
             Some(image) => Some(prepared::read(image, file.checksum, file.meta.words.len()).map_err(LoadError::Prepared)?),
             None => None,
         };
-        let (lexicon_index, class_index, ngram_index) = match prepared {
-            Some(p) => (Some(p.lexicon), p.classes, p.ngram),
-            None => (None, None, None),
+        // Where the unigram's counts, the prior's source and the number of words with a
+        // dictionary frequency come from: the index, else the file.
+        let (lexicon_index, class_index, ngram_index, per_word) = match prepared {
+            Some(p) => (Some(p.lexicon), p.classes, p.ngram, Some((p.cuts, p.prior, p.dict_words))),
+            None => (None, None, None, None),
         };
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
             let ty = t.ty;
@@ -441,7 +447,10 @@ impl Model {
             checksum: file.checksum,
             file_len: bytes.len(),
             storage: storage.kind(),
-            dict_words: file.meta.dict_frequencies.as_deref().map_or(0, |d| d.iter().filter(|&&f| f > 0).count()),
+            dict_words: match &per_word {
+                Some((_, _, n)) => *n,
+                None => file.meta.dict_frequencies.as_deref().map_or(0, |d| d.iter().filter(|&&f| f > 0).count()),
+            },
             load_time: LoadTime { validate, prepare: std::time::Duration::ZERO },
         };
         let classes = match &file.output_class {
@@ -458,8 +467,21 @@ impl Model {
             largest_class: classes.as_ref().map_or(0, WordClasses::max_class),
             ..cfg
         };
-        // Which of the words that fold alike is shown, where the language ignores case.
-        let fold_freqs = laya_format::ignores_case(&file.meta.provenance.language).then(|| file.meta.frequencies.clone());
+        // Which of the words that fold alike is shown, where the language ignores case (a
+        // prepared index holds the answer).
+        let folds = lexicon_index.is_none() && laya_format::ignores_case(&file.meta.provenance.language);
+        let fold_freqs = folds.then(|| file.meta.frequencies.clone());
+        let (cuts, prior_source) = match per_word {
+            Some((cuts, prior, _)) => (Cow::Borrowed(cuts), prior),
+            None => {
+                let corpus = std::mem::take(&mut file.meta.frequencies);
+                match file.meta.dict_frequencies.take() {
+                    None => (Cow::Owned(corpus), PriorSource::None),
+                    Some(d) if d.iter().any(|&f| f > 0) => (Cow::Owned(d), PriorSource::Corpus(Cow::Owned(corpus))),
+                    Some(d) => (Cow::Owned(corpus), PriorSource::Zero(d.len())),
+                }
+            }
+        };
         let ngram = Ngram::from_file(&file, base);
         if let (Some(n), Some(ix)) = (&ngram, ngram_index) {
             n.adopt(ix).map_err(LoadError::Prepared)?;
@@ -483,15 +505,8 @@ impl Model {
             // A factorised head keeps its biases in `classes`, in member order.
             output_b: if file.output_class.is_some() { Vec::new() } else { f32s(&file.output_b) },
             prior_shift: OnceLock::new(),
-            prior_source: match &file.meta.dict_frequencies {
-                None => PriorSource::None,
-                Some(d) if d.iter().any(|&f| f > 0) => PriorSource::Corpus(std::mem::take(&mut file.meta.frequencies)),
-                Some(d) => PriorSource::Zero(d.len()),
-            },
-            unigram: WordLogp::new(match file.meta.dict_frequencies.take() {
-                Some(d) if d.iter().any(|&f| f > 0) => d,
-                _ => std::mem::take(&mut file.meta.frequencies),
-            }),
+            prior_source,
+            unigram: WordLogp::new(cuts),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
             lexicon: match lexicon_index {
@@ -840,13 +855,13 @@ pub(crate) fn f32s(t: &TensorRef) -> Vec<f32> {
 /// A word the dictionary lacks (`d_w = 0`: punctuation, numbers, names of the corpus) keeps 0,
 /// so it neither gains nor loses. Computed once, at load.
 /// Where a model's completion-prior shift comes from.
-enum PriorSource {
+pub(crate) enum PriorSource {
     /// No dictionary frequencies: no prior.
     None,
     /// Dictionary frequencies that are all 0: a shift of 0 for each of this many words.
     Zero(usize),
     /// The corpus counts, against the dictionary frequencies in `Model::word_freq`.
-    Corpus(Vec<u32>),
+    Corpus(Cow<'static, [u32]>),
 }
 
 fn prior_shift(corpus: &[u32], dict: &[u32]) -> Vec<f32> {

@@ -5,11 +5,16 @@
 //! follower lists' best followers), made once when a program that embeds the model is built
 //! and read in place at every start, where building them took ~1.2 ms of the 50,000-word
 //! default's cold start (~2 ms of the English model's) and the n-gram's lists a scan at its
-//! first predictions. Only for bytes compiled into the program, beside the model they were made
-//! from ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
+//! first predictions; and the lexicon's per-word integers as the load keeps them (the counts
+//! that cut text into words, the completion prior's corpus counts, each word's class), so that
+//! the file's copies need not be decoded ([`laya_format::LayaFile::parse_static_indexed`]).
+//! Only for bytes compiled into the program, beside the model they were made from
+//! ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX4`, the word count (`u64`), the model's checksum
-//! (`u64`), then seventeen arrays in this order, each as its element count (`u64`) and its
+//! Layout, little-endian: the magic `LAYAIDX5`, the word count (`u64`), the model's checksum
+//! (`u64`), where the completion prior comes from (`u64`: 0 none, 1 dictionary frequencies that
+//! are all 0, 2 the corpus counts below), the number of words with a dictionary frequency
+//! (`u64`), then twenty arrays in this order, each as its element count (`u64`) and its
 //! elements, zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`),
 //! glue flags (`u8`), the order (`u32`, none when the ids are in byte order), the first
 //! characters (pairs of `u32`: scalar value, first position), the BMP first-character table
@@ -18,13 +23,28 @@
 //! offsets into the members (`u32`, `K + 1`), the members (`u32`) and their biases (`f32`), all
 //! three empty for a flat head; the n-gram's best unigram positions (`u32`), its long bigram and
 //! trigram lists (pairs of `u32`: first entry, offset into the followers) and their best
-//! followers (`u16`), all four empty without an n-gram.
+//! followers (`u16`), all four empty without an n-gram; the unigram's counts (`u32`, `V`), the
+//! prior's corpus counts (`u32`, `V` where the prior is 2, else none) and each word's class
+//! (`u32`, `V`, none for a flat head).
+
+use std::borrow::Cow;
 
 use crate::classes::{ClassIndex, WordClasses};
 use crate::lexicon::{Lexicon, LexiconIndex};
+use crate::model::PriorSource;
 use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX4";
+const MAGIC: &[u8; 8] = b"LAYAIDX5";
+
+/// The lexicon's per-word integers as a load keeps them.
+pub(crate) struct PerWord<'a> {
+    /// The counts the unigram cuts text by ([`crate::unigram::WordLogp::freq`]).
+    pub(crate) cuts: &'a [u32],
+    /// Where the completion prior comes from.
+    pub(crate) prior: &'a PriorSource,
+    /// Words with a dictionary frequency ([`crate::ModelInfo::dict_words`]).
+    pub(crate) dict_words: usize,
+}
 
 /// A prepared index's arrays, where the image holds them.
 pub(crate) struct Index {
@@ -33,16 +53,27 @@ pub(crate) struct Index {
     pub(crate) classes: Option<ClassIndex<'static>>,
     /// `None` for a model without an n-gram.
     pub(crate) ngram: Option<NgramIndex<'static>>,
+    /// [`PerWord::cuts`].
+    pub(crate) cuts: &'static [u32],
+    pub(crate) prior: PriorSource,
+    pub(crate) dict_words: usize,
 }
 
-/// The prepared index of `lexicon`, `classes` and `ngram` (prepared: [`Ngram::prepare`]) for the
-/// model whose checksum is `checksum`.
-pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Option<&Ngram>, checksum: u64) -> Vec<u8> {
+/// The prepared index of `lexicon`, `classes`, `ngram` (prepared: [`Ngram::prepare`]) and the
+/// per-word integers `words` for the model whose checksum is `checksum`.
+pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Option<&Ngram>, words: PerWord, checksum: u64) -> Vec<u8> {
     let ix = lexicon.index();
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(lexicon.len() as u64).to_le_bytes());
     out.extend_from_slice(&checksum.to_le_bytes());
+    let (prior, corpus): (u64, &[u32]) = match words.prior {
+        PriorSource::None => (0, &[]),
+        PriorSource::Zero(_) => (1, &[]),
+        PriorSource::Corpus(c) => (2, c),
+    };
+    out.extend_from_slice(&prior.to_le_bytes());
+    out.extend_from_slice(&(words.dict_words as u64).to_le_bytes());
     let mut array = |count: usize, bytes: &[u8]| {
         out.extend_from_slice(&(count as u64).to_le_bytes());
         out.extend_from_slice(bytes);
@@ -61,7 +92,7 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(ix.shadowed.len(), ix.shadowed);
     array(ix.stretched.len(), ix.stretched);
     let c = classes.map(WordClasses::index);
-    let (start, ids, bias) = c.map_or((&[][..], &[][..], &[][..]), |c| (c.start, c.ids, c.bias));
+    let (start, ids, bias, class_of) = c.map_or((&[][..], &[][..], &[][..], &[][..]), |c| (c.start, c.ids, c.bias, c.class_of));
     array(start.len(), bytemuck::cast_slice(start));
     array(ids.len(), bytemuck::cast_slice(ids));
     array(bias.len(), bytemuck::cast_slice(bias));
@@ -71,6 +102,9 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(bigram.len(), bytemuck::cast_slice(bigram));
     array(trigram.len(), bytemuck::cast_slice(trigram));
     array(tops.len(), bytemuck::cast_slice(tops));
+    array(words.cuts.len(), bytemuck::cast_slice(words.cuts));
+    array(corpus.len(), bytemuck::cast_slice(corpus));
+    array(class_of.len(), bytemuck::cast_slice(class_of));
     out
 }
 
@@ -95,6 +129,10 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     if n != words as u64 {
         return Err(format!("made for {n} words, the model has {words}"));
     }
+    let (prior, dict_words) = (r.u64()?, r.u64()?);
+    if dict_words > n {
+        return Err(format!("{dict_words} words with a dictionary frequency, of {n}"));
+    }
     let char_lens: &'static [u16] = r.array()?;
     let punct: &'static [u8] = r.array()?;
     let glues: &'static [u8] = r.array()?;
@@ -112,6 +150,19 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     let bigram: &'static [[u32; 2]] = r.array()?;
     let trigram: &'static [[u32; 2]] = r.array()?;
     let tops: &'static [u16] = r.array()?;
+    let cuts: &'static [u32] = r.array()?;
+    let corpus: &'static [u32] = r.array()?;
+    let class_of: &'static [u32] = r.array()?;
+    let prior = match (prior, corpus.len()) {
+        (0, 0) => PriorSource::None,
+        (1, 0) => PriorSource::Zero(words),
+        (2, n) if n == words => PriorSource::Corpus(Cow::Borrowed(corpus)),
+        _ => return Err(format!("a completion prior of kind {prior} with {} corpus counts for {words} words", corpus.len())),
+    };
+    let classes_fit = if start.is_empty() { class_of.is_empty() } else { class_of.len() == words };
+    if cuts.len() != words || !classes_fit {
+        return Err(format!("{} counts and {} word classes for {words} words", cuts.len(), class_of.len()));
+    }
     if r.at != image.len() {
         return Err(format!("{} bytes after the last array", image.len() - r.at));
     }
@@ -128,8 +179,11 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
             shadowed,
             stretched,
         },
-        classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias }),
+        classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias, class_of }),
         ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops }),
+        cuts,
+        prior,
+        dict_words: dict_words as usize,
     })
 }
 
@@ -183,11 +237,22 @@ mod tests {
 
     /// Where array `k` (its count) starts in an image.
     fn array_at(image: &[u8], k: usize) -> usize {
-        (0..k).fold(24, |at, i| {
+        (0..k).fold(40, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
-            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2][i];
+            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4, 4][i];
             at + 8 + (count * size).next_multiple_of(8)
         })
+    }
+
+    /// The per-word integers of a lexicon of `WORDS.len()` words without a prior.
+    const CUTS: [u32; 7] = [5, 0, 3, 9, 1, 2, 7];
+
+    fn per_word(prior: &PriorSource) -> PerWord<'_> {
+        PerWord { cuts: &CUTS, prior, dict_words: 0 }
+    }
+
+    fn write_plain(lexicon: &Lexicon, checksum: u64) -> Vec<u8> {
+        write(lexicon, None, None, per_word(&PriorSource::None), checksum)
     }
 
     fn lexicon(image: &'static [u8], checksum: u64) -> Result<Lexicon, String> {
@@ -197,8 +262,20 @@ mod tests {
     #[test]
     fn an_index_read_in_place_is_the_index_built_at_load() {
         let built = Lexicon::new(&WORDS);
-        let image = aligned(&write(&built, None, None, 7));
-        assert!(read(image, 7, WORDS.len()).unwrap().classes.is_none());
+        let image = aligned(&write_plain(&built, 7));
+        let index = read(image, 7, WORDS.len()).unwrap();
+        assert!(index.classes.is_none());
+        assert_eq!((index.cuts, index.dict_words), (&CUTS[..], 0));
+        assert!(matches!(index.prior, PriorSource::None));
+        // The completion prior's corpus counts, and its two other kinds.
+        let corpus = PriorSource::Corpus(Cow::Owned(vec![1, 2, 3, 4, 5, 6, 7]));
+        let image = aligned(&write(&built, None, None, PerWord { cuts: &CUTS, prior: &corpus, dict_words: 4 }, 7));
+        let index = read(image, 7, WORDS.len()).unwrap();
+        assert!(matches!(index.prior, PriorSource::Corpus(c) if c[..] == [1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(index.dict_words, 4);
+        let image = aligned(&write(&built, None, None, per_word(&PriorSource::Zero(7)), 7));
+        assert!(matches!(read(image, 7, WORDS.len()).unwrap().prior, PriorSource::Zero(7)));
+        let image = aligned(&write_plain(&built, 7));
         let read = lexicon(image, 7).unwrap();
         let (a, b) = (built.index(), read.index());
         assert_eq!((a.char_lens, a.punct, a.glues, a.order), (b.char_lens, b.punct, b.glues, b.order));
@@ -209,7 +286,8 @@ mod tests {
         assert!((0..WORDS.len()).all(|id| built.flags(id) == read.flags(id) && built.word(id) == read.word(id)));
         // A lexicon that folds case: its folded keys, shadowed and stretched words too.
         let folded = Lexicon::new_folded(&["hello", "Hello", "sooo", "Ärger"], &[1, 2, 3, 4]);
-        let image = aligned(&write(&folded, None, None, 7));
+        let folded_cuts = [1, 2, 3, 4];
+        let image = aligned(&write(&folded, None, None, PerWord { cuts: &folded_cuts, prior: &PriorSource::None, dict_words: 0 }, 7));
         let words: Strings = ["hello", "Hello", "sooo", "Ärger"].iter().collect();
         let read = Lexicon::with_index(words, super::read(image, 7, 4).unwrap().lexicon).unwrap();
         assert!(read.ignores_case());
@@ -222,7 +300,7 @@ mod tests {
 
     #[test]
     fn an_index_that_does_not_fit_is_refused() {
-        let good = write(&Lexicon::new(&WORDS), None, None, 7);
+        let good = write_plain(&Lexicon::new(&WORDS), 7);
         let refused = |bytes: &[u8], checksum: u64| lexicon(aligned(bytes), checksum).err().unwrap_or_default();
         assert!(refused(&good, 8).contains("checksum"));
         assert!(read(aligned(&good), 7, 6).err().unwrap_or_default().contains("words"));
@@ -250,6 +328,26 @@ mod tests {
         bad.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
         bad.extend_from_slice(&good[shadowed_at + 8..]);
         assert!(refused(&bad, 7).contains("shadowed"));
+        // Counts for another number of words (the eighteenth array).
+        let cuts_at = array_at(&good, 17);
+        let mut bad = good[..cuts_at].to_vec();
+        bad.extend_from_slice(&6u64.to_le_bytes());
+        bad.extend_from_slice(&[0; 24]);
+        bad.extend_from_slice(&good[array_at(&good, 18)..]);
+        assert!(refused(&bad, 7).contains("counts"));
+        // A prior of an unknown kind, or of the corpus kind without its counts; more words with
+        // a dictionary frequency than words.
+        for (at, value, says) in [(24, 3u64, "prior"), (24, 2, "prior"), (32, 8, "dictionary")] {
+            let mut bad = good.clone();
+            bad[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            assert!(refused(&bad, 7).contains(says), "{at} = {value}");
+        }
+        // Classes of the words without a class head.
+        let class_of_at = array_at(&good, 19);
+        let mut bad = good[..class_of_at].to_vec();
+        bad.extend_from_slice(&7u64.to_le_bytes());
+        bad.extend_from_slice(&[0; 32]);
+        assert!(refused(&bad, 7).contains("classes"));
         // Misaligned bytes are refused, not read.
         let shifted = &aligned(&[&[0u8][..], &good].concat())[1..];
         assert!(read(shifted, 7, WORDS.len()).err().unwrap_or_default().contains("aligned"));

@@ -6,13 +6,14 @@
 //! word's first lookup and kept, and [`WordLogp::fill`] takes the rest off the keystroke path
 //! (`Model::pack`).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 pub(crate) struct WordLogp {
     /// Per lexicon word, the count that cuts text into it (a word without one counts 1): the
     /// dictionary frequency where the file has dictionary frequencies, else the corpus count.
-    freq: Vec<u32>,
+    freq: Cow<'static, [u32]>,
     /// `Σ max(freq, 1)`, at least 1.
     total: f64,
     /// Per word, the bits of `ln(max(freq, 1) / total)` as `f32` once a lookup has taken it; 0
@@ -27,7 +28,7 @@ pub(crate) struct WordLogp {
 
 impl WordLogp {
     /// The model of `freq`; no logarithm per word is taken yet.
-    pub(crate) fn new(freq: Vec<u32>) -> WordLogp {
+    pub(crate) fn new(freq: Cow<'static, [u32]>) -> WordLogp {
         let total: f64 = freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
         let logp = freq.iter().map(|_| AtomicU32::new(0)).collect();
         WordLogp { freq, total, logp, unknown: (0.5 / total).ln() as f32, learned: OnceLock::new() }
@@ -37,7 +38,7 @@ impl WordLogp {
     #[cfg(test)]
     pub(crate) fn with_logp(logp: &[f32], unknown: f32, learned: f32) -> WordLogp {
         let logp = logp.iter().map(|l| AtomicU32::new(l.to_bits())).collect();
-        WordLogp { freq: Vec::new(), total: 1.0, logp, unknown, learned: OnceLock::from(learned) }
+        WordLogp { freq: Cow::Borrowed(&[]), total: 1.0, logp, unknown, learned: OnceLock::from(learned) }
     }
 
     /// The share of a learned word outside the lexicon: the median word's. The median share is
@@ -96,7 +97,7 @@ mod tests {
         /// the median of the shares selected among them.
         #[test]
         fn lazy_shares_are_the_eager_ones(freq in prop::collection::vec(prop_oneof![Just(0u32), 1u32..5, any::<u32>()], 0..200), fill in any::<bool>()) {
-            let m = WordLogp::new(freq.clone());
+            let m = WordLogp::new(Cow::Owned(freq.clone()));
             if fill {
                 m.fill();
             }

@@ -67,7 +67,7 @@ fn prepared_ngram_lists_predict_as_lists_picked_from_the_counts() {
     let bytes = write_model(&meta, &tensors).unwrap();
     let heap = Model::from_bytes(bytes.clone()).unwrap();
     let index = heap.prepared_index();
-    // The n-gram's four arrays close the index, after thirteen others of these element sizes
+    // The n-gram's four arrays follow thirteen others of these element sizes
     // (crates/laya-runtime/src/prepared.rs).
     let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4];
     let count = |at: usize| u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) as usize;
@@ -81,7 +81,7 @@ fn prepared_ngram_lists_predict_as_lists_picked_from_the_counts() {
         assert_eq!(pa, pb, "{ctx:?}");
     }
     // The first of the best unigram candidates (array 13) made a position past the lexicon.
-    let top_at = sizes.iter().fold(24, |at, size| at + 8 + (count(at) * size).next_multiple_of(8));
+    let top_at = sizes.iter().fold(40, |at, size| at + 8 + (count(at) * size).next_multiple_of(8));
     assert!(count(top_at) > 0);
     let mut damaged = index.clone();
     damaged[top_at + 8..top_at + 12].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -334,14 +334,20 @@ fn a_model_read_in_place_predicts_as_a_copy_does() {
         let wrong = refusal(indexes[1 - i]);
         assert!(wrong.contains("prepared index") && wrong.contains("checksum"), "{wrong}");
         // A class member past the lexicon (the twelfth array of prepared.rs's layout: the count
-        // of each array, then its elements padded to 8 bytes).
-        let mut damaged = indexes[i].to_vec();
-        let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4];
-        let at = sizes.iter().fold(24, |at, size| {
-            at + 8 + (u64::from_le_bytes(damaged[at..at + 8].try_into().unwrap()) as usize * size).next_multiple_of(8)
-        });
-        damaged[at + 8..at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(refusal(aligned(&damaged)).contains("class members"), "{}", refusal(aligned(&damaged)));
+        // of each array, then its elements padded to 8 bytes), and a word's class past the
+        // class head (the twentieth).
+        let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4];
+        let index = indexes[i];
+        let array_at = |k: usize| {
+            sizes[..k].iter().fold(40, |at, size| {
+                at + 8 + (u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) as usize * size).next_multiple_of(8)
+            })
+        };
+        for k in [11, 19] {
+            let mut damaged = index.to_vec();
+            damaged[array_at(k) + 8..array_at(k) + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+            assert!(refusal(aligned(&damaged)).contains("class members"), "array {k}: {}", refusal(aligned(&damaged)));
+        }
         let loads = [
             Model::from_static(bytes).unwrap(),
             Model::from_static_verified(bytes, checksum).unwrap(),
@@ -357,6 +363,33 @@ fn a_model_read_in_place_predicts_as_a_copy_does() {
                 let pb: Vec<_> = b.predict(ctx, 8).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
                 assert_eq!(pa, pb, "{ctx:?}");
             }
+        }
+    }
+}
+
+/// A model with dictionary frequencies (a completion prior, and a unigram that cuts by them)
+/// loaded with its prepared index, where those per-word integers are read from the index and not
+/// from the file, predicts bit for bit what the heap copy predicts, with the prior on and off.
+#[test]
+fn a_prepared_model_with_dictionary_frequencies_predicts_as_a_copy_does() {
+    let cfg = TinyConfig { word_classes: 6, ..TinyConfig::default() };
+    let (mut meta, tensors) = laya_format::testing::random_model(&cfg, 7, GgmlType::Q8_0);
+    meta.dict_frequencies = Some(common::dict_frequencies(meta.vocab_size()));
+    let bytes = laya_format::write_model(&meta, &tensors).unwrap();
+    let heap = Model::from_bytes(bytes.clone()).unwrap();
+    let index = aligned(&heap.prepared_index());
+    let (bytes, checksum) = (aligned(&bytes), heap.info().checksum);
+    let prepared = Model::from_static_prepared(bytes, checksum, index).unwrap();
+    assert!(heap.info().dict_words > 0);
+    assert_eq!(prepared.info().dict_words, heap.info().dict_words);
+    for lambda in [0.0, 0.5] {
+        let (mut a, mut b) = (Session::new(heap.clone()), Session::new(prepared.clone()));
+        a.set_completion_prior(lambda);
+        b.set_completion_prior(lambda);
+        for ctx in CONTEXTS {
+            let pa: Vec<_> = a.predict(ctx, 16).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+            let pb: Vec<_> = b.predict(ctx, 16).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect();
+            assert_eq!(pa, pb, "λ = {lambda}, {ctx:?}");
         }
     }
 }
