@@ -28,6 +28,8 @@ pub(crate) struct WordClasses {
     /// Per class: its rows of `output.weight` (same type) gathered, or their packed copy where
     /// the CPU packs the word head's type.
     pub rows: Vec<ClassRows>,
+    /// `d`, the length of a row.
+    cols: usize,
     /// Whether this CPU's kernels pack the word head's type: the class rows are then read from
     /// their packed copies ([`Model::class_packed`]), made on first use.
     pub packs: bool,
@@ -35,22 +37,16 @@ pub(crate) struct WordClasses {
     pub row_type: GgmlType,
 }
 
+/// One class's rows (its type is the word head's, its shape its member count by `d`). Small,
+/// because a load writes one per class (1,443 for the default).
 pub(crate) struct ClassRows {
-    /// Type and shape (`range` and `packed` are unused: the rows live in `data` or `packed`).
-    pub mat: Mat,
     /// The gathered rows where this CPU does not pack their type; otherwise empty, and a class
     /// of one word (whose row is never computed) has none either.
     pub data: Vec<u8>,
     /// The packed copy, made once: packing 50,000 rows at load was most of a cold start, so a
     /// class is packed when a prediction first needs it, or by [`Model::pack`]
     /// (`Session::warm_up`, an engine swap).
-    pub(crate) packed: OnceLock<Option<Packed>>,
-}
-
-impl ClassRows {
-    pub fn matrix(&self) -> Matrix<'_> {
-        Matrix { ty: self.mat.ty, rows: self.mat.rows, cols: self.mat.cols, data: &self.data }
-    }
+    pub(crate) packed: OnceLock<Option<Box<Packed>>>,
 }
 
 /// What [`WordClasses::new`] derives from the class of each word and `output.bias` (the
@@ -126,7 +122,6 @@ impl WordClasses {
         let mut rows = Vec::with_capacity(k);
         for c in 0..k {
             let members = &ids[start[c] as usize..start[c + 1] as usize];
-            let mat = Mat { ty: out_w.ty, rows: members.len(), cols: out_w.cols, range: 0..0, packs: false, packed: OnceLock::new() };
             // A word alone in its class has its class's probability: its row is never computed
             // (`rank::expand_class`, `forward::word_log_probs`), so it is neither packed nor copied.
             // Where the CPU packs the type, the int8 path reads the packed copy and the rare
@@ -139,9 +134,9 @@ impl WordClasses {
                 }
                 Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
             }
-            rows.push(ClassRows { mat, data, packed: OnceLock::new() });
+            rows.push(ClassRows { data, packed: OnceLock::new() });
         }
-        Ok(WordClasses { head_b: f32s(b), head, start, ids, bias, class_of, rows, packs, row_type: out_w.ty })
+        Ok(WordClasses { head_b: f32s(b), head, start, ids, bias, class_of, rows, cols: out_w.cols, packs, row_type: out_w.ty })
     }
 
     /// The members of class `c`, for a prepared index ([`crate::prepared`]).
@@ -153,6 +148,18 @@ impl WordClasses {
     #[inline]
     pub(crate) fn members(&self, c: usize) -> Range<usize> {
         self.start[c] as usize..self.start[c + 1] as usize
+    }
+
+    /// The number of words of class `c`.
+    #[inline]
+    pub(crate) fn class_len(&self, c: usize) -> usize {
+        (self.start[c + 1] - self.start[c]) as usize
+    }
+
+    /// Class `c`'s gathered rows (empty where they are packed instead, or where the class has
+    /// one word).
+    pub(crate) fn gathered(&self, c: usize) -> Matrix<'_> {
+        Matrix { ty: self.row_type, rows: self.class_len(c), cols: self.cols, data: &self.rows[c].data }
     }
 
     /// `K`.

@@ -411,9 +411,9 @@ pub(crate) struct HeadIn<'a> {
 /// into the front of `tmp`. Not for a class of one word, whose row is not kept.
 pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, tmp: &'a mut [f32]) -> &'a mut [f32] {
     let HeadIn { z, zq, int8 } = input;
-    let rows = &wc.rows[c];
+    let rows = wc.gathered(c);
     let bias = &wc.bias[wc.members(c)];
-    let y = &mut tmp[..rows.mat.rows];
+    let y = &mut tmp[..rows.rows];
     let packed = if int8 { m.class_packed(c) } else { None };
     if rows.data.is_empty() && packed.is_none() {
         // f32 activations on a packed class: its rows one by one from the file's word head.
@@ -424,7 +424,7 @@ pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: Hea
             m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
         }
     } else {
-        linear(m.kernels, &rows.matrix(), packed.map_or(PackedRef::No, PackedRef::Ready), z, &zq[..z.len() / QK], 1, bias, y, int8);
+        linear(m.kernels, &rows, packed.map_or(PackedRef::No, PackedRef::Ready), z, &zq[..z.len() / QK], 1, bias, y, int8);
     }
     y
 }
@@ -441,7 +441,7 @@ pub(crate) fn word_log_probs(m: &Model, wc: &WordClasses, s: &mut Scratch) {
     let input = HeadIn { z: &s.head_in, zq: &s.act_q8[..nbd], int8: s.class_rows_int8 };
     for c in 0..wc.len() {
         let lc = s.class_probs[c] - clse;
-        if wc.rows[c].mat.rows == 1 {
+        if wc.class_len(c) == 1 {
             // A word alone in its class: ln P(w | class) = 0, and its row is not kept.
             s.word_probs[wc.ids[wc.members(c).start] as usize] = lc;
             continue;

@@ -699,7 +699,7 @@ impl Model {
         let l = self.layers.iter().flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.up, &l.down]);
         let heads = self.classes.iter().map(|c| &c.head);
         let layers: usize = l.chain([&self.output]).chain(heads).filter_map(|m| m.packed.get()?.as_ref()).map(Packed::heap_bytes).sum();
-        let rows = self.classes.iter().flat_map(|c| &c.rows).filter_map(|r| r.packed.get()?.as_ref()).map(Packed::heap_bytes);
+        let rows = self.classes.iter().flat_map(|c| &c.rows).filter_map(|r| r.packed.get()?.as_deref()).map(Packed::heap_bytes);
         layers + rows.sum::<usize>()
     }
 
@@ -709,13 +709,15 @@ impl Model {
     pub(crate) fn class_packed(&self, c: usize) -> Option<&Packed> {
         let wc = self.classes.as_ref()?;
         let rows = wc.rows.get(c)?;
-        if !wc.packs || rows.mat.rows < 2 {
+        if !wc.packs || wc.class_len(c) < 2 {
             return None;
         }
         let members = &wc.ids[wc.members(c)];
         // Shapes and ids were checked at load, so packing cannot fail; if it did, the class
         // would be computed from the file's rows in f32.
-        rows.packed.get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten()).as_ref()
+        rows.packed
+            .get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten().map(Box::new))
+            .as_deref()
     }
 
     /// Makes every packed copy not made yet: the linear layers and the word head (which the

@@ -471,7 +471,7 @@ fn expand_cold(
 /// (docs/format.md §3 step 5): their logits from the class's gathered rows, a softmax within
 /// the class, times `P(c)` (a class of one word needs no row). Returns the rows computed.
 fn expand_class(m: &Model, wc: &WordClasses, c: usize, input: HeadIn<'_>, pc: f32, tmp: &mut [f32], pw: &mut [f32]) -> usize {
-    if wc.rows[c].mat.rows == 1 {
+    if wc.class_len(c) == 1 {
         // A word alone in its class has its class's probability: no row to compute.
         pw[wc.ids[wc.members(c).start] as usize] = pc;
         return 0;

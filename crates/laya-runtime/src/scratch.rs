@@ -35,9 +35,10 @@ pub(crate) struct Scratch {
     pub(crate) normed: Vec<f32>,
     /// `(N, d)` queries. `relative_causal`: only the queried rows, from the front.
     pub(crate) query: Vec<f32>,
-    /// `(N, d)` keys of learned-positions models; `relative_causal` models keep theirs in `kv`.
+    /// `(N, d)` keys of learned-positions models; empty for `relative_causal` models, which
+    /// keep theirs in `kv`.
     pub(crate) key: Vec<f32>,
-    /// `(N, d)` values of learned-positions models; `relative_causal` models keep theirs in `kv`.
+    /// `(N, d)` values of learned-positions models; empty for `relative_causal` models.
     pub(crate) value: Vec<f32>,
     /// `(N)` one query's scores over its keys, then (softmaxed in place) its attention weights:
     /// one head at a time.
@@ -143,13 +144,14 @@ impl Scratch {
         // Positions computed at once: the window, or the causal receptive field.
         let rows = t.max(c.receptive_field);
         let td = rows * d;
+        let learned_td = if c.position_scheme == PositionScheme::LearnedAbsolute { td } else { 0 };
         Scratch {
             last_chars: vec![0; t],
             resid: vec![0.0; td],
             normed: vec![0.0; td],
             query: vec![0.0; td],
-            key: vec![0.0; td],
-            value: vec![0.0; td],
+            key: vec![0.0; learned_td],
+            value: vec![0.0; learned_td],
             attn: vec![0.0; td],
             sublayer_out: vec![0.0; td],
             ffn_hidden: vec![0.0; rows * fmax],

@@ -30,7 +30,8 @@ impl WordLogp {
     /// The model of `freq`; no logarithm per word is taken yet.
     pub(crate) fn new(freq: Cow<'static, [u32]>) -> WordLogp {
         let total: f64 = freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
-        let logp = freq.iter().map(|_| AtomicU32::new(0)).collect();
+        // Zeroed by the allocator: pages that no lookup writes are never touched.
+        let logp = bytemuck::zeroed_vec(freq.len());
         WordLogp { freq, total, logp, unknown: (0.5 / total).ln() as f32, learned: OnceLock::new() }
     }
 
