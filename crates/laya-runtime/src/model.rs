@@ -346,7 +346,12 @@ impl Model {
     /// compiled in beside it.
     pub fn prepared_index(&self) -> Vec<u8> {
         self.prepare_ngram();
-        let words = prepared::PerWord { cuts: self.unigram.freq(), prior: &self.prior_source, dict_words: self.info.dict_words };
+        let words = prepared::PerWord {
+            cuts: self.unigram.freq(),
+            cut_total: self.unigram.total(),
+            prior: &self.prior_source,
+            dict_words: self.info.dict_words,
+        };
         prepared::write(&self.lexicon, self.classes.as_ref(), self.ngram.as_ref(), words, self.info.checksum)
     }
 
@@ -373,7 +378,7 @@ impl Model {
         // Where the unigram's counts, the prior's source and the number of words with a
         // dictionary frequency come from: the index, else the file.
         let (lexicon_index, class_index, ngram_index, per_word) = match prepared {
-            Some(p) => (Some(p.lexicon), p.classes, p.ngram, Some((p.cuts, p.prior, p.dict_words))),
+            Some(p) => (Some(p.lexicon), p.classes, p.ngram, Some((p.cuts, p.cut_total, p.c1_total, p.prior, p.dict_words))),
             None => (None, None, None, None),
         };
         let mat = |t: &TensorRef| -> Result<Mat, LoadError> {
@@ -448,7 +453,7 @@ impl Model {
             file_len: bytes.len(),
             storage: storage.kind(),
             dict_words: match &per_word {
-                Some((_, _, n)) => *n,
+                Some((.., n)) => *n,
                 None => file.meta.dict_frequencies.as_deref().map_or(0, |d| d.iter().filter(|&&f| f > 0).count()),
             },
             load_time: LoadTime { validate, prepare: std::time::Duration::ZERO },
@@ -471,18 +476,19 @@ impl Model {
         // prepared index holds the answer).
         let folds = lexicon_index.is_none() && laya_format::ignores_case(&file.meta.provenance.language);
         let fold_freqs = folds.then(|| file.meta.frequencies.clone());
-        let (cuts, prior_source) = match per_word {
-            Some((cuts, prior, _)) => (Cow::Borrowed(cuts), prior),
+        let (unigram, prior_source, c1_total) = match per_word {
+            Some((cuts, total, c1_total, prior, _)) => (WordLogp::with_total(Cow::Borrowed(cuts), total), prior, c1_total),
             None => {
                 let corpus = std::mem::take(&mut file.meta.frequencies);
-                match file.meta.dict_frequencies.take() {
-                    None => (Cow::Owned(corpus), PriorSource::None),
-                    Some(d) if d.iter().any(|&f| f > 0) => (Cow::Owned(d), PriorSource::Corpus(Cow::Owned(corpus))),
-                    Some(d) => (Cow::Owned(corpus), PriorSource::Zero(d.len())),
-                }
+                let (cuts, prior) = match file.meta.dict_frequencies.take() {
+                    None => (corpus, PriorSource::None),
+                    Some(d) if d.iter().any(|&f| f > 0) => (d, PriorSource::Corpus(Cow::Owned(corpus))),
+                    Some(d) => (corpus, PriorSource::Zero(d.len())),
+                };
+                (WordLogp::new(Cow::Owned(cuts)), prior, None)
             }
         };
-        let ngram = Ngram::from_file(&file, base);
+        let ngram = Ngram::from_file(&file, base, c1_total);
         if let (Some(n), Some(ix)) = (&ngram, ngram_index) {
             n.adopt(ix).map_err(LoadError::Prepared)?;
         }
@@ -506,7 +512,7 @@ impl Model {
             output_b: if file.output_class.is_some() { Vec::new() } else { f32s(&file.output_b) },
             prior_shift: OnceLock::new(),
             prior_source,
-            unigram: WordLogp::new(cuts),
+            unigram,
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
             lexicon: match lexicon_index {

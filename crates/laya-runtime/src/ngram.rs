@@ -117,8 +117,10 @@ struct Tables<'a> {
 }
 
 impl Ngram {
-    /// The tables of a validated file whose tensor bytes start at `base` in memory.
-    pub(crate) fn from_file(file: &LayaFile<'_>, base: usize) -> Option<Ngram> {
+    /// The tables of a validated file whose tensor bytes start at `base` in memory;
+    /// `c1_total`, the [`Ngram::c1_total`] a prepared index kept for the same file, else
+    /// summed here.
+    pub(crate) fn from_file(file: &LayaFile<'_>, base: usize, c1_total: Option<f64>) -> Option<Ngram> {
         let t = file.ngram.as_ref()?;
         let range = |name: &str| {
             let data = t.get(name).map_or(&[][..], |r| r.data);
@@ -128,7 +130,9 @@ impl Ngram {
         let tables = names::ALL.map(range);
         let data = |name: &str| t.get(name).map_or(&[][..], |r| r.data);
         let unigram = data(names::UNIGRAM);
-        let c1_total = (0..unigram.len() / 4).map(|i| f64::from(i32_at(unigram, i))).sum::<f64>().max(1.0);
+        // Exact (validated counts, non-negative and below 2³¹, of at most a million words), so a
+        // kept sum is this one.
+        let c1_total = c1_total.unwrap_or_else(|| (0..unigram.len() / 4).map(|i| f64::from(i32_at(unigram, i))).sum::<f64>().max(1.0));
         let discount = data(names::DISCOUNT);
         let d = |i: usize| f64::from(f32::from_le_bytes([discount[4 * i], discount[4 * i + 1], discount[4 * i + 2], discount[4 * i + 3]]));
         let prefix = data(names::PREFIX);
@@ -152,6 +156,11 @@ impl Ngram {
             top_c1: OnceLock::new(),
             long_lists: OnceLock::new(),
         })
+    }
+
+    /// The unigram counts summed (at least 1), for a prepared index.
+    pub(crate) fn c1_total(&self) -> f64 {
+        self.c1_total
     }
 
     fn tables<'a>(&'a self, bytes: &'a [u8]) -> Tables<'a> {

@@ -11,10 +11,12 @@
 //! Only for bytes compiled into the program, beside the model they were made from
 //! ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX5`, the word count (`u64`), the model's checksum
+//! Layout, little-endian: the magic `LAYAIDX6`, the word count (`u64`), the model's checksum
 //! (`u64`), where the completion prior comes from (`u64`: 0 none, 1 dictionary frequencies that
 //! are all 0, 2 the corpus counts below), the number of words with a dictionary frequency
-//! (`u64`), then twenty arrays in this order, each as its element count (`u64`) and its
+//! (`u64`), the unigram's counts summed and the n-gram's unigram counts summed (the bits of two
+//! `f64`, each at least 1; the second 0 without an n-gram: exact sums of integers, the same on
+//! every machine), then twenty arrays in this order, each as its element count (`u64`) and its
 //! elements, zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`),
 //! glue flags (`u8`), the order (`u32`, none when the ids are in byte order), the first
 //! characters (pairs of `u32`: scalar value, first position), the BMP first-character table
@@ -34,12 +36,14 @@ use crate::lexicon::{Lexicon, LexiconIndex};
 use crate::model::PriorSource;
 use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX5";
+const MAGIC: &[u8; 8] = b"LAYAIDX6";
 
 /// The lexicon's per-word integers as a load keeps them.
 pub(crate) struct PerWord<'a> {
     /// The counts the unigram cuts text by ([`crate::unigram::WordLogp::freq`]).
     pub(crate) cuts: &'a [u32],
+    /// Their [`crate::unigram::WordLogp::total`].
+    pub(crate) cut_total: f64,
     /// Where the completion prior comes from.
     pub(crate) prior: &'a PriorSource,
     /// Words with a dictionary frequency ([`crate::ModelInfo::dict_words`]).
@@ -53,8 +57,11 @@ pub(crate) struct Index {
     pub(crate) classes: Option<ClassIndex<'static>>,
     /// `None` for a model without an n-gram.
     pub(crate) ngram: Option<NgramIndex<'static>>,
-    /// [`PerWord::cuts`].
+    /// [`PerWord::cuts`] and [`PerWord::cut_total`].
     pub(crate) cuts: &'static [u32],
+    pub(crate) cut_total: f64,
+    /// [`Ngram::c1_total`], where the model has an n-gram.
+    pub(crate) c1_total: Option<f64>,
     pub(crate) prior: PriorSource,
     pub(crate) dict_words: usize,
 }
@@ -74,6 +81,8 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     };
     out.extend_from_slice(&prior.to_le_bytes());
     out.extend_from_slice(&(words.dict_words as u64).to_le_bytes());
+    out.extend_from_slice(&words.cut_total.to_bits().to_le_bytes());
+    out.extend_from_slice(&ngram.map_or(0.0, Ngram::c1_total).to_bits().to_le_bytes());
     let mut array = |count: usize, bytes: &[u8]| {
         out.extend_from_slice(&(count as u64).to_le_bytes());
         out.extend_from_slice(bytes);
@@ -133,6 +142,7 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     if dict_words > n {
         return Err(format!("{dict_words} words with a dictionary frequency, of {n}"));
     }
+    let (cut_total, c1_total) = (f64::from_bits(r.u64()?), f64::from_bits(r.u64()?));
     let char_lens: &'static [u16] = r.array()?;
     let punct: &'static [u8] = r.array()?;
     let glues: &'static [u8] = r.array()?;
@@ -159,6 +169,11 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
         (2, n) if n == words => PriorSource::Corpus(Cow::Borrowed(corpus)),
         _ => return Err(format!("a completion prior of kind {prior} with {} corpus counts for {words} words", corpus.len())),
     };
+    // A sum is at least 1 (and finite); the n-gram's is 0 exactly when there is no n-gram.
+    let sum_ok = |s: f64| s.is_finite() && s >= 1.0;
+    if !sum_ok(cut_total) || (top_c1.is_empty() && c1_total != 0.0) || (!top_c1.is_empty() && !sum_ok(c1_total)) {
+        return Err(format!("count sums {cut_total} and {c1_total} that no model has"));
+    }
     let classes_fit = if start.is_empty() { class_of.is_empty() } else { class_of.len() == words };
     if cuts.len() != words || !classes_fit {
         return Err(format!("{} counts and {} word classes for {words} words", cuts.len(), class_of.len()));
@@ -182,6 +197,8 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
         classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias, class_of }),
         ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops }),
         cuts,
+        cut_total,
+        c1_total: (!top_c1.is_empty()).then_some(c1_total),
         prior,
         dict_words: dict_words as usize,
     })
@@ -237,7 +254,7 @@ mod tests {
 
     /// Where array `k` (its count) starts in an image.
     fn array_at(image: &[u8], k: usize) -> usize {
-        (0..k).fold(40, |at, i| {
+        (0..k).fold(56, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
             let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4, 4][i];
             at + 8 + (count * size).next_multiple_of(8)
@@ -248,7 +265,7 @@ mod tests {
     const CUTS: [u32; 7] = [5, 0, 3, 9, 1, 2, 7];
 
     fn per_word(prior: &PriorSource) -> PerWord<'_> {
-        PerWord { cuts: &CUTS, prior, dict_words: 0 }
+        PerWord { cuts: &CUTS, cut_total: 29.0, prior, dict_words: 0 }
     }
 
     fn write_plain(lexicon: &Lexicon, checksum: u64) -> Vec<u8> {
@@ -265,11 +282,11 @@ mod tests {
         let image = aligned(&write_plain(&built, 7));
         let index = read(image, 7, WORDS.len()).unwrap();
         assert!(index.classes.is_none());
-        assert_eq!((index.cuts, index.dict_words), (&CUTS[..], 0));
+        assert_eq!((index.cuts, index.cut_total, index.c1_total, index.dict_words), (&CUTS[..], 29.0, None, 0));
         assert!(matches!(index.prior, PriorSource::None));
         // The completion prior's corpus counts, and its two other kinds.
         let corpus = PriorSource::Corpus(Cow::Owned(vec![1, 2, 3, 4, 5, 6, 7]));
-        let image = aligned(&write(&built, None, None, PerWord { cuts: &CUTS, prior: &corpus, dict_words: 4 }, 7));
+        let image = aligned(&write(&built, None, None, PerWord { cuts: &CUTS, cut_total: 29.0, prior: &corpus, dict_words: 4 }, 7));
         let index = read(image, 7, WORDS.len()).unwrap();
         assert!(matches!(index.prior, PriorSource::Corpus(c) if c[..] == [1, 2, 3, 4, 5, 6, 7]));
         assert_eq!(index.dict_words, 4);
@@ -287,7 +304,13 @@ mod tests {
         // A lexicon that folds case: its folded keys, shadowed and stretched words too.
         let folded = Lexicon::new_folded(&["hello", "Hello", "sooo", "Ärger"], &[1, 2, 3, 4]);
         let folded_cuts = [1, 2, 3, 4];
-        let image = aligned(&write(&folded, None, None, PerWord { cuts: &folded_cuts, prior: &PriorSource::None, dict_words: 0 }, 7));
+        let image = aligned(&write(
+            &folded,
+            None,
+            None,
+            PerWord { cuts: &folded_cuts, cut_total: 10.0, prior: &PriorSource::None, dict_words: 0 },
+            7,
+        ));
         let words: Strings = ["hello", "Hello", "sooo", "Ärger"].iter().collect();
         let read = Lexicon::with_index(words, super::read(image, 7, 4).unwrap().lexicon).unwrap();
         assert!(read.ignores_case());
@@ -337,7 +360,9 @@ mod tests {
         assert!(refused(&bad, 7).contains("counts"));
         // A prior of an unknown kind, or of the corpus kind without its counts; more words with
         // a dictionary frequency than words.
-        for (at, value, says) in [(24, 3u64, "prior"), (24, 2, "prior"), (32, 8, "dictionary")] {
+        // A sum below 1, or an n-gram's sum without an n-gram.
+        let (half, two) = (0.5f64.to_bits(), 2.0f64.to_bits());
+        for (at, value, says) in [(24, 3u64, "prior"), (24, 2, "prior"), (32, 8, "dictionary"), (40, half, "sums"), (48, two, "sums")] {
             let mut bad = good.clone();
             bad[at..at + 8].copy_from_slice(&value.to_le_bytes());
             assert!(refused(&bad, 7).contains(says), "{at} = {value}");

@@ -29,7 +29,13 @@ pub(crate) struct WordLogp {
 impl WordLogp {
     /// The model of `freq`; no logarithm per word is taken yet.
     pub(crate) fn new(freq: Cow<'static, [u32]>) -> WordLogp {
-        let total: f64 = freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0);
+        let total = total_of(&freq);
+        Self::with_total(freq, total)
+    }
+
+    /// [`WordLogp::new`] with `total` the [`WordLogp::total`] of a model of the same `freq`
+    /// (a prepared index keeps it).
+    pub(crate) fn with_total(freq: Cow<'static, [u32]>, total: f64) -> WordLogp {
         // Zeroed by the allocator: pages that no lookup writes are never touched.
         let logp = bytemuck::zeroed_vec(freq.len());
         WordLogp { freq, total, logp, unknown: (0.5 / total).ln() as f32, learned: OnceLock::new() }
@@ -82,6 +88,17 @@ impl WordLogp {
     pub(crate) fn freq(&self) -> &[u32] {
         &self.freq
     }
+
+    /// `Σ max(freq, 1)`, at least 1.
+    pub(crate) fn total(&self) -> f64 {
+        self.total
+    }
+}
+
+/// `Σ max(f, 1)`, at least 1: exact (counts below 2³² of at most a million words stay below
+/// 2⁵³), so the same on every machine and in any order.
+fn total_of(freq: &[u32]) -> f64 {
+    freq.iter().map(|&f| f.max(1) as f64).sum::<f64>().max(1.0)
 }
 
 fn log_share(count: u32, total: f64) -> f32 {

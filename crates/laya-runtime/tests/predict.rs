@@ -339,7 +339,7 @@ fn a_model_read_in_place_predicts_as_a_copy_does() {
         let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4];
         let index = indexes[i];
         let array_at = |k: usize| {
-            sizes[..k].iter().fold(40, |at, size| {
+            sizes[..k].iter().fold(56, |at, size| {
                 at + 8 + (u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) as usize * size).next_multiple_of(8)
             })
         };
