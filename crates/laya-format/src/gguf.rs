@@ -4,11 +4,12 @@
 //! Nothing here knows about Laya's keys; `schema` builds on top. The parser trusts no count in
 //! the file: every length is compared with the bytes that remain before anything is allocated.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
 use crate::error::FormatError;
-use crate::strings::{Strings, MAX_STRINGS_BYTES};
+use crate::strings::{Strings, GGUF_GAP, MAX_STRINGS_BYTES};
 use crate::types::GgmlType;
 
 /// The GGUF magic, "GGUF".
@@ -343,7 +344,7 @@ impl GgufFile<'static> {
     /// # Ok::<(), laya_format::FormatError>(())
     /// ```
     pub fn parse_static(bytes: &'static [u8]) -> Result<GgufFile<'static>, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, &[])
+        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, &[], None)
     }
 
     /// [`GgufFile::parse_static`], except that the `u32` arrays under `keys` are checked as far
@@ -352,8 +353,16 @@ impl GgufFile<'static> {
     /// contents already, in an index made from the same bytes, where decoding 50,000-entry
     /// arrays into fresh memory was a tenth of a cold start. A key under `keys` whose value is
     /// anything else is read as usual.
-    pub(crate) fn parse_static_counting(bytes: &'static [u8], keys: &[&str]) -> Result<GgufFile<'static>, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, keys)
+    ///
+    /// `held`: a string array's key and the starts of its run ([`Strings::run_starts`]) as the
+    /// caller's index holds them: read in place with those starts once they are checked
+    /// against the lengths, where reading it otherwise builds them in fresh memory.
+    pub(crate) fn parse_static_counting(
+        bytes: &'static [u8],
+        keys: &[&str],
+        held: Option<(&str, &'static [u32])>,
+    ) -> Result<GgufFile<'static>, FormatError> {
+        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, keys, held)
     }
 }
 
@@ -361,12 +370,13 @@ impl<'a> GgufFile<'a> {
     /// Parses and checks the container. Never panics and never allocates more than the input
     /// could describe.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: None }, &[])
+        Self::parse_from(Reader { bytes, pos: 0, statics: None }, &[], None)
     }
 
     /// [`GgufFile::parse`] from a reader at the start of the bytes; the `u32` arrays under
-    /// `counted` are counted, not decoded ([`GgufFile::parse_static_counting`]).
-    fn parse_from(mut r: Reader<'a>, counted: &[&str]) -> Result<Self, FormatError> {
+    /// `counted` are counted, not decoded, and the `held` string array read with the given
+    /// starts ([`GgufFile::parse_static_counting`]).
+    fn parse_from(mut r: Reader<'a>, counted: &[&str], held: Option<(&str, &'static [u32])>) -> Result<Self, FormatError> {
         let bytes = r.bytes;
         let magic = r.array4("magic")?;
         if magic != GGUF_MAGIC {
@@ -401,7 +411,14 @@ impl<'a> GgufFile<'a> {
                 }
             }
             value_offsets.push(r.pos as u64);
-            let value = r.value(ty, &what, 0)?;
+            let held_list = match held {
+                Some((k, starts)) if k == key && ty == ValueType::Array => r.held_string_array(starts),
+                _ => None,
+            };
+            let value = match held_list {
+                Some(list) => Value::Array(Array::String(list)),
+                None => r.value(ty, &what, 0)?,
+            };
             kv.push((key, value));
         }
 
@@ -739,7 +756,8 @@ impl<'a> Reader<'a> {
             }
             let run = simdutf8::basic::from_utf8(all.get(start..end)?).ok()?;
             self.pos = end;
-            return Some(Strings::from_gguf_run(run, starts));
+            starts.push(u32::try_from(end - start).ok()? + GGUF_GAP);
+            return Some(Strings::from_gguf_run(run, Cow::Owned(starts)));
         }
         let run = simdutf8::basic::from_utf8(&bytes[start..end]).ok()?;
         let total = run.len() - 8 * n;
@@ -758,6 +776,38 @@ impl<'a> Reader<'a> {
         }
         self.pos = end;
         Strings::from_offsets(buf, offsets)
+    }
+
+    /// At a string array value in the program's own bytes whose run `starts` describes (where
+    /// each element starts in the run, then the run's length plus 8, as
+    /// [`Strings::run_starts`] gives them): the array read in place with those starts, once
+    /// every length is checked against them (and is ASCII) and the run is UTF-8, so nothing is
+    /// allocated per element. `None`, with nothing read, where anything differs: the caller
+    /// then reads the array as usual.
+    fn held_string_array(&mut self, starts: &'static [u32]) -> Option<Strings> {
+        let (at, all) = (self.pos, self.statics?);
+        let (last, elements) = starts.split_last()?;
+        let elem = u32::from_le_bytes(all.get(at..at + 4)?.try_into().ok()?);
+        let n = u64::from_le_bytes(all.get(at + 4..at + 12)?.try_into().ok()?);
+        if elem != ValueType::String as u32 || n != elements.len() as u64 {
+            return None;
+        }
+        let start = at + 12;
+        let mut end = start;
+        for &s in elements {
+            let raw = u64::from_le_bytes(all.get(end..end.checked_add(8)?)?.try_into().ok()?);
+            end += 8;
+            if raw & 0x8080_8080_8080_8080 != 0 || s as usize != end - start {
+                return None;
+            }
+            end = end.checked_add(usize::try_from(raw).ok()?)?;
+        }
+        if *last as usize != end - start + GGUF_GAP as usize || end - start > MAX_STRINGS_BYTES {
+            return None;
+        }
+        let run = simdutf8::basic::from_utf8(all.get(start..end)?).ok()?;
+        self.pos = end;
+        Some(Strings::from_gguf_run(run, Cow::Borrowed(starts)))
     }
 
     /// [`Reader::string_array`] for any array: the general path, and the naive twin of

@@ -30,8 +30,9 @@ pub struct Strings {
     /// The strings, each at its span. Between two strings the buffer holds `gap` other bytes.
     buf: Cow<'static, str>,
     /// String `i` starts at `offsets[i]` and ends `gap` bytes before `offsets[i + 1]`;
-    /// `offsets[len]` is the buffer's length plus `gap`.
-    offsets: Vec<u32>,
+    /// `offsets[len]` is the buffer's length plus `gap`. Borrowed from the program where an
+    /// index made with the model holds them ([`Strings::run_starts`]).
+    offsets: Cow<'static, [u32]>,
     /// 0 for strings back to back; [`GGUF_GAP`] for a GGUF string array kept as it is (each
     /// string after its `u64` length, the buffer starting with the first length).
     gap: u32,
@@ -52,23 +53,23 @@ impl Default for Strings {
 impl Strings {
     /// An empty list.
     pub fn new() -> Strings {
-        Strings { buf: Cow::Owned(String::new()), offsets: vec![0], gap: 0 }
+        Strings { buf: Cow::Owned(String::new()), offsets: Cow::Owned(vec![0]), gap: 0 }
     }
 
     /// An empty list with room for `n` strings of `bytes` bytes in total.
     pub fn with_capacity(n: usize, bytes: usize) -> Strings {
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0);
-        Strings { buf: Cow::Owned(String::with_capacity(bytes)), offsets, gap: 0 }
+        Strings { buf: Cow::Owned(String::with_capacity(bytes)), offsets: Cow::Owned(offsets), gap: 0 }
     }
 
     /// A GGUF string array's run in the program's own bytes (each string after its `u64`
     /// little-endian length), checked as UTF-8 whole, with `starts[i]` where string `i` starts
-    /// in it, kept where it is. The
-    /// caller guarantees that every length's bytes are ASCII (so each string begins and ends
-    /// on a character boundary) and that the starts follow the lengths; debug builds check.
-    pub(crate) fn from_gguf_run(run: &'static str, mut starts: Vec<u32>) -> Strings {
-        starts.push(run.len() as u32 + GGUF_GAP);
+    /// in it and `starts[len]` the run's length plus 8, kept where it is. The caller
+    /// guarantees that every length's bytes are ASCII (so each string begins and ends on a
+    /// character boundary) and that the starts follow the lengths; debug builds check.
+    pub(crate) fn from_gguf_run(run: &'static str, starts: Cow<'static, [u32]>) -> Strings {
+        debug_assert_eq!(starts.last().copied(), Some(run.len() as u32 + GGUF_GAP));
         let list = Strings { buf: Cow::Borrowed(run), offsets: starts, gap: GGUF_GAP };
         debug_assert!((0..list.len()).all(|i| {
             let (s, b) = (list.span(i), list.buf.as_bytes());
@@ -117,7 +118,7 @@ impl Strings {
         if prev as usize != buf.len() {
             return None;
         }
-        Some(Strings { buf: Cow::Owned(buf), offsets, gap: 0 })
+        Some(Strings { buf: Cow::Owned(buf), offsets: Cow::Owned(offsets), gap: 0 })
     }
 
     /// Appends a string (a list read from a GGUF file is first copied back to back).
@@ -131,7 +132,7 @@ impl Strings {
         let end = self.buf.len() + s.len();
         assert!(end <= MAX_STRINGS_BYTES, "Strings holds at most 4 GiB");
         self.buf.to_mut().push_str(s);
-        self.offsets.push(end as u32);
+        self.offsets.to_mut().push(end as u32);
     }
 
     /// Number of strings.
@@ -157,6 +158,20 @@ impl Strings {
     #[inline]
     pub fn span(&self, i: usize) -> Range<usize> {
         self.offsets[i] as usize..(self.offsets[i + 1] - self.gap) as usize
+    }
+
+    /// Where each string starts in a GGUF string array's run holding these strings (each after
+    /// its 8-byte length), and the run's length plus 8: what a list read in place from such a
+    /// run has for offsets, for an index made when a program that embeds the array is built
+    /// ([`crate::LayaFile::parse_static_indexed`]).
+    ///
+    /// ```
+    /// let s: laya_format::Strings = ["今天", "", "hi"].into_iter().collect();
+    /// assert_eq!(s.run_starts(), [8, 22, 30, 40]);
+    /// ```
+    pub fn run_starts(&self) -> Vec<u32> {
+        let pad = GGUF_GAP - self.gap;
+        self.offsets.iter().zip(1..).map(|(&o, i)| o + pad * i).collect()
     }
 
     /// Whether the strings lie back to back in [`Strings::buffer`]; otherwise other bytes (the
@@ -196,7 +211,7 @@ impl Strings {
     /// `offsets[i]..offsets[i + 1]`); without copying when they are contiguous and owned.
     pub fn into_parts(self) -> (String, Vec<u32>) {
         match self.gap {
-            0 => (self.buf.into_owned(), self.offsets),
+            0 => (self.buf.into_owned(), self.offsets.into_owned()),
             _ => self.iter().collect::<Strings>().into_parts(),
         }
     }
@@ -343,7 +358,10 @@ mod tests {
             starts.push(run.len() as u32);
             run.push_str(w);
         }
-        Strings::from_gguf_run(run.leak(), starts)
+        starts.push(run.len() as u32 + GGUF_GAP);
+        let list = Strings::from_gguf_run(run.leak(), Cow::Owned(starts));
+        assert_eq!(list.run_starts(), words.iter().collect::<Strings>().run_starts());
+        list
     }
 
     #[test]

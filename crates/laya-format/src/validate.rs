@@ -603,28 +603,36 @@ impl LayaFile<'static> {
     }
 
     /// [`LayaFile::parse_static`] with `verified`, for a caller that also holds, in an index
-    /// made from the same bytes when they were validated in full, the lexicon's order and its
-    /// per-word integers (`laya.lexicon.frequencies`, `dict_frequencies`, `word_class`): those
-    /// arrays are checked for their type and their length (one entry per word) but not decoded
-    /// (`meta.frequencies` comes back empty, as do `dict_frequencies` and `word_class` where
-    /// present), and the words' order and uniqueness are not checked again (`word_order` is
-    /// `None`). What the runtime reads from such an index it checks there (lengths, class ids in
-    /// range); this saves decoding 150,000 integers into fresh memory and comparing 50,000
-    /// neighbouring words, ~0.6 ms of the default model's cold start.
+    /// made from the same bytes when they were validated in full, the lexicon's order, its
+    /// per-word integers (`laya.lexicon.frequencies`, `dict_frequencies`, `word_class`) and
+    /// where its words start (`word_starts`, [`Strings::run_starts`]): those arrays are checked
+    /// for their type and their length (one entry per word) but not decoded (`meta.frequencies`
+    /// comes back empty, as do `dict_frequencies` and `word_class` where present), the words'
+    /// order and uniqueness are not checked again (`word_order` is `None`), and the words are
+    /// read with the given starts once each is checked against its length (starts that do not
+    /// fit are ignored and found again). What the runtime reads from such an index it checks
+    /// there (lengths, class ids in range); this saves decoding 150,000 integers and 50,000
+    /// starts into fresh memory and comparing 50,000 neighbouring words, ~0.7 ms of the default
+    /// model's cold start.
     ///
     /// ```
     /// use laya_format::{testing, write_model, GgmlType, LayaFile};
     /// let (meta, tensors) = testing::random_model(&testing::TinyConfig::small(), 5, GgmlType::F16);
     /// let bytes: &'static [u8] = write_model(&meta, &tensors)?.leak();
     /// let checksum = LayaFile::parse(bytes)?.checksum;
-    /// let file = LayaFile::parse_static_indexed(bytes, checksum)?;
+    /// let starts = meta.words.run_starts().leak();
+    /// let file = LayaFile::parse_static_indexed(bytes, checksum, starts)?;
     /// assert_eq!(file.meta.words, meta.words);
     /// assert!(file.meta.frequencies.is_empty());
-    /// assert!(LayaFile::parse_static_indexed(bytes, checksum ^ 1).is_err());
+    /// assert!(LayaFile::parse_static_indexed(bytes, checksum ^ 1, starts).is_err());
     /// # Ok::<(), laya_format::FormatError>(())
     /// ```
-    pub fn parse_static_indexed(bytes: &'static [u8], verified: u64) -> Result<LayaFile<'static>, FormatError> {
-        let file = GgufFile::parse_static_counting(bytes, &INDEXED_ARRAYS)?;
+    pub fn parse_static_indexed(
+        bytes: &'static [u8],
+        verified: u64,
+        word_starts: &'static [u32],
+    ) -> Result<LayaFile<'static>, FormatError> {
+        let file = GgufFile::parse_static_counting(bytes, &INDEXED_ARRAYS, Some((keys::LEXICON_WORDS, word_starts)))?;
         let (_, stored) = laya_checksum_slot(&file)?;
         if stored != verified {
             return Err(FormatError::ChecksumMismatch { stored, computed: verified });

@@ -351,7 +351,18 @@ fn an_indexed_parse_counts_the_per_word_arrays() {
     let bytes = write_model(&meta, &tensors).unwrap();
     let full = LayaFile::parse(&bytes).unwrap();
     let leaked: &'static [u8] = bytes.clone().leak();
-    let indexed = LayaFile::parse_static_indexed(leaked, full.checksum).unwrap();
+    let starts: &'static [u32] = meta.words.run_starts().leak();
+    let indexed = LayaFile::parse_static_indexed(leaked, full.checksum, starts).unwrap();
+    // Read in place: the words' buffer lies in the file's bytes.
+    let at = indexed.meta.words.buffer().as_ptr() as usize;
+    assert!((leaked.as_ptr() as usize..leaked.as_ptr() as usize + leaked.len()).contains(&at));
+    // Starts that do not fit the lengths are ignored: the words are read as without them.
+    let mut shifted = starts.to_vec();
+    shifted[2] += 1;
+    for bad in [&shifted[..], &starts[1..], &[]] {
+        let bad: &'static [u32] = bad.to_vec().leak();
+        assert_eq!(LayaFile::parse_static_indexed(leaked, full.checksum, bad).unwrap().meta.words, meta.words);
+    }
     assert!(full.word_order.is_some(), "the generator's lexicon is unsorted");
     assert_eq!(indexed.word_order, None);
     assert_eq!((indexed.meta.words.len(), &indexed.meta.hparams), (full.meta.words.len(), &full.meta.hparams));
@@ -362,7 +373,7 @@ fn an_indexed_parse_counts_the_per_word_arrays() {
     let indexed_err = |kv: &[(String, Value)]| {
         let mut bytes = build(kv, &tensors);
         let sum = laya_format::patch_checksum(&mut bytes).unwrap();
-        LayaFile::parse_static_indexed(bytes.leak(), sum).unwrap_err()
+        LayaFile::parse_static_indexed(bytes.leak(), sum, starts).unwrap_err()
     };
     let n = meta.words.len();
     for key in [keys::LEXICON_FREQUENCIES, keys::LEXICON_DICT_FREQUENCIES, keys::LEXICON_WORD_CLASS] {
@@ -374,9 +385,9 @@ fn an_indexed_parse_counts_the_per_word_arrays() {
     }
     // Every cut of the bytes is refused, as by the other parses.
     for len in (0..bytes.len()).step_by(61) {
-        assert!(LayaFile::parse_static_indexed(bytes[..len].to_vec().leak(), full.checksum).is_err(), "cut at {len}");
+        assert!(LayaFile::parse_static_indexed(bytes[..len].to_vec().leak(), full.checksum, starts).is_err(), "cut at {len}");
     }
-    assert!(LayaFile::parse_static_indexed(leaked, full.checksum ^ 1).is_err());
+    assert!(LayaFile::parse_static_indexed(leaked, full.checksum ^ 1, starts).is_err());
 }
 
 #[test]

@@ -220,6 +220,11 @@ impl Lexicon {
         self.char_lens.len()
     }
 
+    /// The words, by id.
+    pub(crate) fn words(&self) -> &Strings {
+        &self.words
+    }
+
     /// What [`Lexicon::with_order`] derived from the words, for a prepared image
     /// ([`crate::prepared`]).
     pub(crate) fn index(&self) -> LexiconIndex<'_> {

@@ -361,20 +361,28 @@ impl Model {
     fn from_storage(storage: Storage, kernels: Kernels, verified: Option<u64>, index: Option<&'static [u8]>) -> Result<Model, LoadError> {
         let start = std::time::Instant::now();
         let bytes = storage.bytes();
-        let mut file = match (&storage, verified, index) {
+        // An index is only given with the checksum verified when it was made.
+        let prepared = match (index, verified) {
+            (Some(image), Some(checksum)) => Some(prepared::read(image, checksum).map_err(LoadError::Prepared)?),
+            (Some(_), None) => return Err(LoadError::Prepared("a prepared index without the verified checksum".into())),
+            (None, _) => None,
+        };
+        let mut file = match (&storage, verified, &prepared) {
             // The program's own bytes: the lexicon is read in place, and with a prepared index
-            // its per-word integers are read from the index, not decoded.
-            (Storage::Static(s), Some(checksum), Some(_)) => LayaFile::parse_static_indexed(s, checksum)?,
+            // its per-word integers are read from the index, not decoded, and where its words
+            // start too.
+            (Storage::Static(s), Some(checksum), Some(p)) => LayaFile::parse_static_indexed(s, checksum, p.word_starts)?,
             (Storage::Static(s), _, _) => LayaFile::parse_static(s, verified)?,
             (_, Some(checksum), _) => LayaFile::parse_verified(bytes, checksum)?,
             (_, None, _) => LayaFile::parse(bytes)?,
         };
+        if let Some(p) = &prepared {
+            if p.words != file.meta.words.len() {
+                return Err(LoadError::Prepared(format!("made for {} words, the model has {}", p.words, file.meta.words.len())));
+            }
+        }
         let validate = start.elapsed();
         let base = bytes.as_ptr() as usize;
-        let prepared = match index {
-            Some(image) => Some(prepared::read(image, file.checksum, file.meta.words.len()).map_err(LoadError::Prepared)?),
-            None => None,
-        };
         // Where the unigram's counts, the prior's source and the number of words with a
         // dictionary frequency come from: the index, else the file.
         let (lexicon_index, class_index, ngram_index, per_word) = match prepared {

@@ -6,17 +6,18 @@
 //! and read in place at every start, where building them took ~1.2 ms of the 50,000-word
 //! default's cold start (~2 ms of the English model's) and the n-gram's lists a scan at its
 //! first predictions; and the lexicon's per-word integers as the load keeps them (the counts
-//! that cut text into words, the completion prior's corpus counts, each word's class), so that
-//! the file's copies need not be decoded ([`laya_format::LayaFile::parse_static_indexed`]).
+//! that cut text into words, the completion prior's corpus counts, each word's class) and where
+//! each word starts in the file's string array, so that the file's copies need not be decoded
+//! nor the starts found again ([`laya_format::LayaFile::parse_static_indexed`]).
 //! Only for bytes compiled into the program, beside the model they were made from
 //! ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX6`, the word count (`u64`), the model's checksum
+//! Layout, little-endian: the magic `LAYAIDX7`, the word count (`u64`), the model's checksum
 //! (`u64`), where the completion prior comes from (`u64`: 0 none, 1 dictionary frequencies that
 //! are all 0, 2 the corpus counts below), the number of words with a dictionary frequency
 //! (`u64`), the unigram's counts summed and the n-gram's unigram counts summed (the bits of two
 //! `f64`, each at least 1; the second 0 without an n-gram: exact sums of integers, the same on
-//! every machine), then twenty arrays in this order, each as its element count (`u64`) and its
+//! every machine), then twenty-one arrays in this order, each as its element count (`u64`) and its
 //! elements, zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`),
 //! glue flags (`u8`), the order (`u32`, none when the ids are in byte order), the first
 //! characters (pairs of `u32`: scalar value, first position), the BMP first-character table
@@ -27,7 +28,8 @@
 //! trigram lists (pairs of `u32`: first entry, offset into the followers) and their best
 //! followers (`u16`), all four empty without an n-gram; the unigram's counts (`u32`, `V`), the
 //! prior's corpus counts (`u32`, `V` where the prior is 2, else none) and each word's class
-//! (`u32`, `V`, none for a flat head).
+//! (`u32`, `V`, none for a flat head); where each word starts in the lexicon's GGUF run and the
+//! run's length plus 8 (`u32`, `V + 1`, [`laya_format::Strings::run_starts`]).
 
 use std::borrow::Cow;
 
@@ -36,7 +38,7 @@ use crate::lexicon::{Lexicon, LexiconIndex};
 use crate::model::PriorSource;
 use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX6";
+const MAGIC: &[u8; 8] = b"LAYAIDX7";
 
 /// The lexicon's per-word integers as a load keeps them.
 pub(crate) struct PerWord<'a> {
@@ -57,6 +59,10 @@ pub(crate) struct Index {
     pub(crate) classes: Option<ClassIndex<'static>>,
     /// `None` for a model without an n-gram.
     pub(crate) ngram: Option<NgramIndex<'static>>,
+    /// The word count the index was made for.
+    pub(crate) words: usize,
+    /// Where each word starts in the lexicon's GGUF run, then its length plus 8.
+    pub(crate) word_starts: &'static [u32],
     /// [`PerWord::cuts`] and [`PerWord::cut_total`].
     pub(crate) cuts: &'static [u32],
     pub(crate) cut_total: f64,
@@ -114,15 +120,17 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(words.cuts.len(), bytemuck::cast_slice(words.cuts));
     array(corpus.len(), bytemuck::cast_slice(corpus));
     array(class_of.len(), bytemuck::cast_slice(class_of));
+    let starts = lexicon.words().run_starts();
+    array(starts.len(), bytemuck::cast_slice(&starts));
     out
 }
 
-/// The arrays of `image`, a prepared index of the model whose checksum is `checksum` and whose
-/// lexicon has `words` words, in place. `image` must start 8-byte aligned (a static is, when
+/// The arrays of `image`, a prepared index of the model whose checksum is `checksum`, in place
+/// (the caller compares [`Index::words`] with the model's lexicon). `image` must start 8-byte aligned (a static is, when
 /// the program aligns it as it does the model). The arrays' contents are checked where they
 /// are taken ([`Lexicon::with_index`], [`WordClasses::new`]); a malformed image is an error
 /// here, never a panic.
-pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<Index, String> {
+pub(crate) fn read(image: &'static [u8], checksum: u64) -> Result<Index, String> {
     if cfg!(target_endian = "big") {
         return Err("a prepared index is little-endian and this machine is not".into());
     }
@@ -135,9 +143,7 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     if made_for != checksum {
         return Err(format!("made for the model with checksum {made_for:016x}, not {checksum:016x}"));
     }
-    if n != words as u64 {
-        return Err(format!("made for {n} words, the model has {words}"));
-    }
+    let words = usize::try_from(n).map_err(|_| format!("made for {n} words"))?;
     let (prior, dict_words) = (r.u64()?, r.u64()?);
     if dict_words > n {
         return Err(format!("{dict_words} words with a dictionary frequency, of {n}"));
@@ -163,6 +169,10 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
     let cuts: &'static [u32] = r.array()?;
     let corpus: &'static [u32] = r.array()?;
     let class_of: &'static [u32] = r.array()?;
+    let word_starts: &'static [u32] = r.array()?;
+    if word_starts.len() != words + 1 {
+        return Err(format!("{} word starts for {words} words", word_starts.len()));
+    }
     let prior = match (prior, corpus.len()) {
         (0, 0) => PriorSource::None,
         (1, 0) => PriorSource::Zero(words),
@@ -196,6 +206,8 @@ pub(crate) fn read(image: &'static [u8], checksum: u64, words: usize) -> Result<
         },
         classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias, class_of }),
         ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops }),
+        words,
+        word_starts,
         cuts,
         cut_total,
         c1_total: (!top_c1.is_empty()).then_some(c1_total),
@@ -256,7 +268,7 @@ mod tests {
     fn array_at(image: &[u8], k: usize) -> usize {
         (0..k).fold(56, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
-            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4, 4][i];
+            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4, 4, 4][i];
             at + 8 + (count * size).next_multiple_of(8)
         })
     }
@@ -273,25 +285,25 @@ mod tests {
     }
 
     fn lexicon(image: &'static [u8], checksum: u64) -> Result<Lexicon, String> {
-        Lexicon::with_index(words(), read(image, checksum, WORDS.len())?.lexicon)
+        Lexicon::with_index(words(), read(image, checksum)?.lexicon)
     }
 
     #[test]
     fn an_index_read_in_place_is_the_index_built_at_load() {
         let built = Lexicon::new(&WORDS);
         let image = aligned(&write_plain(&built, 7));
-        let index = read(image, 7, WORDS.len()).unwrap();
+        let index = read(image, 7).unwrap();
         assert!(index.classes.is_none());
         assert_eq!((index.cuts, index.cut_total, index.c1_total, index.dict_words), (&CUTS[..], 29.0, None, 0));
         assert!(matches!(index.prior, PriorSource::None));
         // The completion prior's corpus counts, and its two other kinds.
         let corpus = PriorSource::Corpus(Cow::Owned(vec![1, 2, 3, 4, 5, 6, 7]));
         let image = aligned(&write(&built, None, None, PerWord { cuts: &CUTS, cut_total: 29.0, prior: &corpus, dict_words: 4 }, 7));
-        let index = read(image, 7, WORDS.len()).unwrap();
+        let index = read(image, 7).unwrap();
         assert!(matches!(index.prior, PriorSource::Corpus(c) if c[..] == [1, 2, 3, 4, 5, 6, 7]));
         assert_eq!(index.dict_words, 4);
         let image = aligned(&write(&built, None, None, per_word(&PriorSource::Zero(7)), 7));
-        assert!(matches!(read(image, 7, WORDS.len()).unwrap().prior, PriorSource::Zero(7)));
+        assert!(matches!(read(image, 7).unwrap().prior, PriorSource::Zero(7)));
         let image = aligned(&write_plain(&built, 7));
         let read = lexicon(image, 7).unwrap();
         let (a, b) = (built.index(), read.index());
@@ -312,7 +324,7 @@ mod tests {
             7,
         ));
         let words: Strings = ["hello", "Hello", "sooo", "Ärger"].iter().collect();
-        let read = Lexicon::with_index(words, super::read(image, 7, 4).unwrap().lexicon).unwrap();
+        let read = Lexicon::with_index(words, super::read(image, 7).unwrap().lexicon).unwrap();
         assert!(read.ignores_case());
         for prefix in ["h", "hel", "s", "ä", "x"] {
             assert_eq!(folded.prefix_range(prefix.as_bytes()), read.prefix_range(prefix.as_bytes()), "{prefix:?}");
@@ -326,7 +338,7 @@ mod tests {
         let good = write_plain(&Lexicon::new(&WORDS), 7);
         let refused = |bytes: &[u8], checksum: u64| lexicon(aligned(bytes), checksum).err().unwrap_or_default();
         assert!(refused(&good, 8).contains("checksum"));
-        assert!(read(aligned(&good), 7, 6).err().unwrap_or_default().contains("words"));
+        assert_eq!(read(aligned(&good), 7).unwrap().words, WORDS.len());
         for len in [0, 7, 20, good.len() - 1] {
             assert!(!refused(&good[..len], 7).is_empty(), "cut at {len}");
         }
@@ -372,9 +384,15 @@ mod tests {
         let mut bad = good[..class_of_at].to_vec();
         bad.extend_from_slice(&7u64.to_le_bytes());
         bad.extend_from_slice(&[0; 32]);
+        bad.extend_from_slice(&good[array_at(&good, 20)..]);
         assert!(refused(&bad, 7).contains("classes"));
+        // Word starts for another number of words (the last array).
+        let mut bad = good[..array_at(&good, 20)].to_vec();
+        bad.extend_from_slice(&1u64.to_le_bytes());
+        bad.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(refused(&bad, 7).contains("starts"));
         // Misaligned bytes are refused, not read.
         let shifted = &aligned(&[&[0u8][..], &good].concat())[1..];
-        assert!(read(shifted, 7, WORDS.len()).err().unwrap_or_default().contains("aligned"));
+        assert!(read(shifted, 7).err().unwrap_or_default().contains("aligned"));
     }
 }
