@@ -88,9 +88,10 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
     let tok = m.matrix(&m.tok);
     let pos = m.matrix(&m.pos);
     let comp = m.tok_comp.as_ref().map(|c| m.matrix(c));
+    let a = s.acts.split();
     for p in 0..t {
         let row = cfg.mapping.row(s.last_chars[p], cfg.embedding_rows) as usize;
-        let xp = &mut s.resid[p * d..(p + 1) * d];
+        let xp = &mut a.resid[p * d..(p + 1) * d];
         kern.dequant_row(&tok, row, xp);
         if let Some(comp) = &comp {
             // The quantised table's mean error over this row's group of 32 (format.md §7).
@@ -105,10 +106,11 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
     for (li, l) in m.layers.iter().enumerate() {
         let first = if li + 1 == nl { t - 1 } else { 0 };
         let np = t - first;
+        let a = s.acts.split();
 
         for p in 0..t {
             let r = p * d..(p + 1) * d;
-            kern.layer_norm(&s.resid[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.normed[r]);
+            kern.layer_norm(&a.resid[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut a.normed[r]);
         }
         clock.lap(Stage::AttnNorm);
 
@@ -117,15 +119,15 @@ fn forward_learned(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str,
         let (k8, v8) = (q8n(&l.k, t), q8n(&l.v, t));
         if k8 || v8 || q8(&l.q) {
             // Quantised once for all three projections (Q reads the rows from `first`).
-            kern.quantize_act(&s.normed[..t * d], &mut s.act_q8[..t * nbd]);
+            kern.quantize_act(&a.normed[..t * d], &mut s.act_q8[..t * nbd]);
         }
         let xq = &s.act_q8[..t * nbd];
-        linear(kern, &wk, l.k.packed(), &s.normed, xq, t, &l.k_b, &mut s.key, k8);
-        linear(kern, &wv, l.v.packed(), &s.normed, xq, t, &l.v_b, &mut s.value, v8);
-        linear(kern, &wq, l.q.packed(), &s.normed[first * d..], &xq[first * nbd..], np, &l.q_b, &mut s.query[first * d..], q8(&l.q));
+        linear(kern, &wk, l.k.packed(), a.normed, xq, t, &l.k_b, a.key, k8);
+        linear(kern, &wv, l.v.packed(), a.normed, xq, t, &l.v_b, a.value, v8);
+        linear(kern, &wq, l.q.packed(), &a.normed[first * d..], &xq[first * nbd..], np, &l.q_b, &mut a.query[first * d..], q8(&l.q));
         clock.lap(Stage::Qkv);
 
-        kern.attention(&s.query[first * d..], &s.key, &s.value, np, t, d, heads, scale, &mut s.attn_weights, &mut s.attn[first * d..]);
+        kern.attention(&a.query[first * d..], a.key, a.value, np, t, d, heads, scale, &mut s.attn_weights, &mut a.attn[first * d..]);
         clock.lap(Stage::Attention);
 
         out_and_ffn(m, l, s, first, np, first, &q8, false, clock);
@@ -247,7 +249,7 @@ fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
     let (kern, cfg) = (m.kernels, &m.cfg);
     let d = cfg.d_model;
     let row = cfg.mapping.row(if tok == BOS { 0 } else { tok }, cfg.embedding_rows) as usize;
-    let xp = &mut s.resid[p * d..(p + 1) * d];
+    let xp = &mut s.acts.split().resid[p * d..(p + 1) * d];
     kern.dequant_row(&m.matrix(&m.tok), row, xp);
     if let Some(comp) = &m.tok_comp {
         kern.add_row(&m.matrix(comp), row / laya_format::COMP_GROUP_ROWS as usize, xp);
@@ -255,10 +257,10 @@ fn embed_token(m: &Model, s: &mut Scratch, tok: u32, p: usize) {
 }
 
 /// One pre-norm block of a relative_causal model over the `n_in` residual rows at the front of
-/// `s.resid`, whose positions in the block's key/value cache are `pos0..pos0 + n_in`: their keys
+/// `resid`, whose positions in the block's key/value cache are `pos0..pos0 + n_in`: their keys
 /// and values go into the cache, and the last `n_q` rows get queries, windowed attention (each
 /// over the at most `T` cached positions ending at its own, oldest first, plus the block's
-/// relative bias) and the FFN. Those `n_q` rows end at the front of `s.resid`, the next block's
+/// relative bias) and the FFN. Those `n_q` rows end at the front of `resid`, the next block's
 /// input.
 #[allow(clippy::too_many_arguments)]
 fn causal_block(
@@ -277,23 +279,24 @@ fn causal_block(
     let (dh, nbd) = (d / heads, d / QK);
     let scale = 1.0 / (dh as f32).sqrt();
     let first = n_in - n_q;
+    let a = s.acts.split();
 
     for p in 0..n_in {
         let r = p * d..(p + 1) * d;
-        kern.layer_norm(&s.resid[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut s.normed[r]);
+        kern.layer_norm(&a.resid[r.clone()], &l.attn_norm_w, &l.attn_norm_b, cfg.eps, &mut a.normed[r]);
     }
     clock.lap(Stage::AttnNorm);
 
     let (k8, v8, qq8) = (q8(&l.k), q8(&l.v), q8(&l.q));
     if k8 || v8 || qq8 {
-        kern.quantize_act(&s.normed[..n_in * d], &mut s.act_q8[..n_in * nbd]);
+        kern.quantize_act(&a.normed[..n_in * d], &mut s.act_q8[..n_in * nbd]);
     }
     let base = li * s.kv.capacity * d;
     let slot = base + pos0 * d..base + (pos0 + n_in) * d;
     let xq = &s.act_q8[..n_in * nbd];
-    linear_rows(kern, &m.matrix(&l.k), l.k.packed(), &s.normed, xq, n_in, &l.k_b, &mut s.kv.keys[slot.clone()], k8);
-    linear_rows(kern, &m.matrix(&l.v), l.v.packed(), &s.normed, xq, n_in, &l.v_b, &mut s.kv.values[slot], v8);
-    linear_rows(kern, &m.matrix(&l.q), l.q.packed(), &s.normed[first * d..], &xq[first * nbd..], n_q, &l.q_b, &mut s.query[..n_q * d], qq8);
+    linear_rows(kern, &m.matrix(&l.k), l.k.packed(), a.normed, xq, n_in, &l.k_b, &mut s.kv.keys[slot.clone()], k8);
+    linear_rows(kern, &m.matrix(&l.v), l.v.packed(), a.normed, xq, n_in, &l.v_b, &mut s.kv.values[slot], v8);
+    linear_rows(kern, &m.matrix(&l.q), l.q.packed(), &a.normed[first * d..], &xq[first * nbd..], n_q, &l.q_b, &mut a.query[..n_q * d], qq8);
     clock.lap(Stage::Qkv);
 
     let bias = &m.rel_bias[li * heads * t..(li + 1) * heads * t];
@@ -303,13 +306,13 @@ fn causal_block(
         let sc = &mut s.attn_weights[..qp + 1 - k0];
         for h in 0..heads {
             let hs = h * dh..(h + 1) * dh;
-            let qh = &s.query[j * d + hs.start..j * d + hs.end];
+            let qh = &a.query[j * d + hs.start..j * d + hs.end];
             for (i, key) in (k0..=qp).enumerate() {
                 let kr = base + key * d;
                 sc[i] = kern.dot(qh, &s.kv.keys[kr + hs.start..kr + hs.end]) * scale + bias[h * t + (qp - key)];
             }
             kern.softmax(sc);
-            let out = &mut s.attn[j * d + hs.start..j * d + hs.end];
+            let out = &mut a.attn[j * d + hs.start..j * d + hs.end];
             out.fill(0.0);
             for (i, key) in (k0..=qp).enumerate() {
                 let vr = base + key * d;
@@ -320,11 +323,11 @@ fn causal_block(
     clock.lap(Stage::Attention);
 
     out_and_ffn(m, l, s, first, n_q, 0, q8, true, clock);
-    s.resid.copy_within(first * d..n_in * d, 0);
+    s.acts.split().resid.copy_within(first * d..n_in * d, 0);
 }
 
 /// The rest of a block after attention, under both position schemes: the output projection of
-/// `s.attn` rows `att0..att0 + n` added to the residual rows `first..first + n` of `s.resid`, then
+/// `attn` rows `att0..att0 + n` added to the residual rows `first..first + n` of `resid`, then
 /// the pre-norm FFN and its residual on those rows. `per_row` multiplies one position at a
 /// time ([`linear_rows`]: relative_causal models, whose positions must not depend on how many
 /// are computed together).
@@ -344,20 +347,21 @@ fn out_and_ffn(
     let (d, f) = (cfg.d_model, l.up.rows);
     let lin = if per_row { linear_rows } else { linear };
     let rows = first * d..(first + n) * d;
-    let att = &s.attn[att0 * d..(att0 + n) * d];
+    let a = s.acts.split();
+    let att = &a.attn[att0 * d..(att0 + n) * d];
     quantize_if(kern, q8(&l.o), att, &mut s.act_q8);
-    lin(kern, &m.matrix(&l.o), l.o.packed(), att, &s.act_q8, n, &l.o_b, &mut s.sublayer_out[..n * d], q8(&l.o));
-    kern.add(&s.sublayer_out[..n * d], &mut s.resid[rows.clone()]);
+    lin(kern, &m.matrix(&l.o), l.o.packed(), att, &s.act_q8, n, &l.o_b, &mut a.sublayer_out[..n * d], q8(&l.o));
+    kern.add(&a.sublayer_out[..n * d], &mut a.resid[rows.clone()]);
     clock.lap(Stage::AttnOut);
 
     for j in 0..n {
         let p = first + j;
-        kern.layer_norm(&s.resid[p * d..(p + 1) * d], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut s.normed[j * d..(j + 1) * d]);
+        kern.layer_norm(&a.resid[p * d..(p + 1) * d], &l.ffn_norm_w, &l.ffn_norm_b, cfg.eps, &mut a.normed[j * d..(j + 1) * d]);
     }
     clock.lap(Stage::FfnNorm);
-    let hidden = &mut s.ffn_hidden[..n * f];
-    quantize_if(kern, q8(&l.up), &s.normed[..n * d], &mut s.act_q8);
-    lin(kern, &m.matrix(&l.up), l.up.packed(), &s.normed[..n * d], &s.act_q8, n, &l.up_b, hidden, q8(&l.up));
+    let hidden = &mut a.ffn_hidden[..n * f];
+    quantize_if(kern, q8(&l.up), &a.normed[..n * d], &mut s.act_q8);
+    lin(kern, &m.matrix(&l.up), l.up.packed(), &a.normed[..n * d], &s.act_q8, n, &l.up_b, hidden, q8(&l.up));
     clock.lap(Stage::FfnUp);
     match cfg.activation {
         Activation::GeluTanh => kern.gelu_tanh(hidden),
@@ -365,8 +369,8 @@ fn out_and_ffn(
     }
     clock.lap(Stage::Activation);
     quantize_if(kern, q8(&l.down), hidden, &mut s.act_q8);
-    lin(kern, &m.matrix(&l.down), l.down.packed(), hidden, &s.act_q8, n, &l.down_b, &mut s.sublayer_out[..n * d], q8(&l.down));
-    kern.add(&s.sublayer_out[..n * d], &mut s.resid[rows]);
+    lin(kern, &m.matrix(&l.down), l.down.packed(), hidden, &s.act_q8, n, &l.down_b, &mut a.sublayer_out[..n * d], q8(&l.down));
+    kern.add(&a.sublayer_out[..n * d], &mut a.resid[rows]);
     clock.lap(Stage::FfnDown);
 }
 
@@ -377,7 +381,7 @@ fn out_and_ffn(
 fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(bool, GgmlType) -> bool, clock: &mut Clock) {
     let q8m = |w: &Mat| q8(w.packs, w.ty);
     let (kern, d) = (m.kernels, m.cfg.d_model);
-    kern.layer_norm(&s.resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);
+    kern.layer_norm(&s.acts.split().resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);
     clock.lap(Stage::OutputNorm);
     match &m.classes {
         None => {

@@ -28,27 +28,11 @@ pub(crate) struct Scratch {
     /// `(T)` the context's last `T` normalised characters, oldest first, left-padded with 0:
     /// the tokens of a learned-positions model, and the typed characters ranking completes.
     pub(crate) last_chars: Vec<u32>,
-    /// `(N, d)` the residual stream of the positions being computed. A `relative_causal` block
-    /// leaves its output rows at the front, where the next block reads them.
-    pub(crate) resid: Vec<f32>,
-    /// `(N, d)` the LayerNorm of `resid` that feeds a block's Q/K/V projections, then its FFN.
-    pub(crate) normed: Vec<f32>,
-    /// `(N, d)` queries. `relative_causal`: only the queried rows, from the front.
-    pub(crate) query: Vec<f32>,
-    /// `(N, d)` keys of learned-positions models; empty for `relative_causal` models, which
-    /// keep theirs in `kv`.
-    pub(crate) key: Vec<f32>,
-    /// `(N, d)` values of learned-positions models; empty for `relative_causal` models.
-    pub(crate) value: Vec<f32>,
+    /// The blocks' activations ([`Acts`]).
+    pub(crate) acts: Activations,
     /// `(N)` one query's scores over its keys, then (softmaxed in place) its attention weights:
     /// one head at a time.
     pub(crate) attn_weights: Vec<f32>,
-    /// `(N, d)` attention's output, heads side by side, before the output projection.
-    pub(crate) attn: Vec<f32>,
-    /// `(N, d)` the output projection of attention, then of the FFN, before it joins `resid`.
-    pub(crate) sublayer_out: Vec<f32>,
-    /// `(N, F)` the FFN's hidden layer, before and after the activation.
-    pub(crate) ffn_hidden: Vec<f32>,
     /// `(N · max(d, F) / 32)` int8 blocks of whichever activation a quantised layer consumes
     /// next, one scale per 32 values (the last position's `head_in` for the word head and a
     /// factorised head's class rows).
@@ -125,6 +109,61 @@ pub(crate) struct Scratch {
     pub(crate) prior_renorm: Vec<f32>,
 }
 
+/// The blocks' activations, one zeroed allocation cut into [`Acts`]: the ~270 KB of the
+/// default's take fresh pages from the system, which stay untouched until a prediction writes
+/// them (a cold start's first prediction reaches a few rows of each), where eight buffers of
+/// ~35 KB each were cleared, page by page, when the session was made.
+pub(crate) struct Activations {
+    buf: Vec<f32>,
+    /// `N · d`, and `N · d` again where the model has learned positions (else 0).
+    td: usize,
+    learned_td: usize,
+    /// `N · F`.
+    tf: usize,
+}
+
+/// The buffers of [`Activations`], by name.
+pub(crate) struct Acts<'a> {
+    /// `(N, d)` the residual stream of the positions being computed. A `relative_causal` block
+    /// leaves its output rows at the front, where the next block reads them.
+    pub(crate) resid: &'a mut [f32],
+    /// `(N, d)` the LayerNorm of `resid` that feeds a block's Q/K/V projections, then its FFN.
+    pub(crate) normed: &'a mut [f32],
+    /// `(N, d)` queries. `relative_causal`: only the queried rows, from the front.
+    pub(crate) query: &'a mut [f32],
+    /// `(N, d)` keys of learned-positions models; empty for `relative_causal` models, which
+    /// keep theirs in `kv`.
+    pub(crate) key: &'a mut [f32],
+    /// `(N, d)` values of learned-positions models; empty for `relative_causal` models.
+    pub(crate) value: &'a mut [f32],
+    /// `(N, d)` attention's output, heads side by side, before the output projection.
+    pub(crate) attn: &'a mut [f32],
+    /// `(N, d)` the output projection of attention, then of the FFN, before it joins `resid`.
+    pub(crate) sublayer_out: &'a mut [f32],
+    /// `(N, F)` the FFN's hidden layer, before and after the activation.
+    pub(crate) ffn_hidden: &'a mut [f32],
+}
+
+impl Activations {
+    fn new(td: usize, learned_td: usize, tf: usize) -> Activations {
+        Activations { buf: vec![0.0; 5 * td + 2 * learned_td + tf], td, learned_td, tf }
+    }
+
+    /// The buffers, each its own slice of the allocation.
+    pub(crate) fn split(&mut self) -> Acts<'_> {
+        let (td, ltd) = (self.td, self.learned_td);
+        let (resid, rest) = self.buf.split_at_mut(td);
+        let (normed, rest) = rest.split_at_mut(td);
+        let (query, rest) = rest.split_at_mut(td);
+        let (key, rest) = rest.split_at_mut(ltd);
+        let (value, rest) = rest.split_at_mut(ltd);
+        let (attn, rest) = rest.split_at_mut(td);
+        let (sublayer_out, ffn_hidden) = rest.split_at_mut(td);
+        debug_assert_eq!(ffn_hidden.len(), self.tf);
+        Acts { resid, normed, query, key, value, attn, sublayer_out, ffn_hidden }
+    }
+}
+
 /// How far ranking has taken one class of a factorised word head in this prediction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClassState {
@@ -147,14 +186,7 @@ impl Scratch {
         let learned_td = if c.position_scheme == PositionScheme::LearnedAbsolute { td } else { 0 };
         Scratch {
             last_chars: vec![0; t],
-            resid: vec![0.0; td],
-            normed: vec![0.0; td],
-            query: vec![0.0; td],
-            key: vec![0.0; learned_td],
-            value: vec![0.0; learned_td],
-            attn: vec![0.0; td],
-            sublayer_out: vec![0.0; td],
-            ffn_hidden: vec![0.0; rows * fmax],
+            acts: Activations::new(td, learned_td, rows * fmax),
             attn_weights: vec![0.0; rows],
             head_in: vec![0.0; d],
             word_probs: vec![0.0; c.vocab],
