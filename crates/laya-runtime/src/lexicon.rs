@@ -251,14 +251,15 @@ impl Lexicon {
         if lens.iter().any(|&l| l != n) {
             return Err(format!("per-word arrays of {lens:?} entries for {n} words"));
         }
-        if ix.order.is_some_and(|o| o.len() != n || o.iter().any(|&id| id as usize >= n)) {
+        // Bounds as maxima, which compile to vector code: these run over every word at start-up.
+        if ix.order.is_some_and(|o| o.len() != n || o.iter().copied().max().is_some_and(|id| id as usize >= n)) {
             return Err(format!("the order is not one of {n} word ids"));
         }
         let ordered = ix.first_chars.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] <= w[1][1]);
         if !ordered || ix.first_chars.last().is_some_and(|f| f[1] as usize > n) {
             return Err("the first characters are out of order or past the lexicon".into());
         }
-        if ix.bmp_first.iter().any(|&at| at as usize > ix.first_chars.len()) {
+        if ix.bmp_first.iter().copied().max().is_some_and(|at| at as usize > ix.first_chars.len()) {
             return Err("the first-character table points past its list".into());
         }
         let folded = match ix.folded {

@@ -242,7 +242,9 @@ impl Ngram {
     /// place, so that no prediction and no packer thread picks the lists from the counts. The
     /// candidates in it must be lexicon positions and few enough for a prediction's buffers.
     pub(crate) fn adopt(&self, ix: NgramIndex<'static>) -> Result<(), String> {
-        let in_lexicon = ix.top_c1.iter().all(|&p| (p as usize) < self.words) && ix.tops.iter().all(|&p| usize::from(p) < self.words);
+        // Maxima, which compile to vector code (the followers are many).
+        let below = |max: Option<usize>| max.is_none_or(|p| p < self.words);
+        let in_lexicon = below(ix.top_c1.iter().map(|&p| p as usize).max()) && below(ix.tops.iter().copied().max().map(usize::from));
         if ix.top_c1.len() > TOP_FOLLOW || !in_lexicon {
             return Err("its n-gram candidates are not lexicon positions".into());
         }
