@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sizes of what a keyboard embeds, stripped: the C library (shared and static) and a `laya`
-# binary without the training commands, next to the full binary. The embedded models
+# binary without the training commands (scripts/build-predict-only.sh: statically linked on
+# glibc Linux), next to the full binary. The embedded models
 # (models/default.laya, models/en.laya) are part of both binaries' size; each has its own line.
 #   scripts/sizes.sh            # builds what it measures (release), prints a markdown table
 set -euo pipefail
@@ -11,8 +12,7 @@ mkdir -p "$out"
 cargo build -q --release -p laya-ffi
 cargo build -q --release -p laya-cli
 cp target/release/laya "$out/laya-full"
-cargo build -q --release -p laya-cli --no-default-features --target-dir target/predict-only
-cp target/predict-only/release/laya "$out/laya-predict-only"
+cp "$(scripts/build-predict-only.sh)" "$out/laya-predict-only"
 cp target/release/liblaya_ffi.so target/release/liblaya_ffi.a "$out/"
 for f in laya-full laya-predict-only liblaya_ffi.so liblaya_ffi.a; do
   cp "$out/$f" "$out/$f.stripped"
