@@ -49,6 +49,7 @@ macro_rules! out {
 mod attach_ngram;
 mod bench;
 mod default_model;
+mod deferred;
 mod eval;
 #[cfg(feature = "train")]
 mod gpus;
@@ -77,6 +78,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use deferred::Deferred;
 use laya_runtime::Model;
 
 #[derive(Parser)]
@@ -89,42 +91,42 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Predict candidates for a context (a table), or for JSON lines on stdin (--jsonl).
-    Predict(predict::Args),
+    Predict(Deferred<predict::Args>),
     /// Show a model file: hyper-parameters, tensors, lexicon, checksum verdict.
-    Inspect(inspect::Args),
+    Inspect(Deferred<inspect::Args>),
     /// Time single predictions: p50/p99, cold start, allocations, per-stage breakdown.
-    Bench(bench::Args),
+    Bench(Deferred<bench::Args>),
     /// Simulate typing a text file with a 5-candidate bar: KSR and top-k hit rates (docs/evaluation.md §2).
     /// The model's lexicon also defines out-of-vocabulary.
-    Eval(eval::Args),
+    Eval(Deferred<eval::Args>),
     /// Choose a lexicon from corpus and dictionary counts; report coverage.
-    Lexicon(lexicon::Args),
+    Lexicon(Deferred<lexicon::Args>),
     /// Train the word n-gram baseline on a text file.
-    Ngram(ngram::Args),
+    Ngram(Deferred<ngram::Args>),
     /// Store a word trigram in a model file: sessions mix it into the network's candidates.
-    AttachNgram(attach_ngram::Args),
+    AttachNgram(Deferred<attach_ngram::Args>),
     /// Turn text into simulated keyboard logs (docs/logs.md).
-    Simulate(simulate::Args),
+    Simulate(Deferred<simulate::Args>),
     /// Train a model from keyboard logs (click-weighted), with checkpoints, resume and a loss curve.
     #[cfg(feature = "train")]
-    Train(Box<train::Args>),
+    Train(Deferred<Box<train::Args>>),
     /// Validate a model file and install it atomically into a directory (temp, fsync, rename).
-    Install(install::Args),
+    Install(Deferred<install::Args>),
     /// Quantise a float model: INT4 embedding with error compensation, INT8 linears.
-    Quantize(quantize::Args),
+    Quantize(Deferred<quantize::Args>),
     /// Prune FFN blocks in whole 4×4 blocks to narrower widths, optionally fine-tuning after.
     #[cfg(feature = "train")]
-    Prune(prune::Args),
+    Prune(Deferred<prune::Args>),
     /// Store each lexicon word's dictionary frequency in a model: the completion prior.
-    Prior(prior::Args),
+    Prior(Deferred<prior::Args>),
     /// Give a case-ignoring model's words the spellings of a lexicon (`States` → `states`), without training.
-    Recase(recase::Args),
+    Recase(Deferred<recase::Args>),
     /// A local JSON service and a typing page on http://127.0.0.1:8757 (docs/serve.md). A
     /// --model file is reloaded on SIGHUP and when it is replaced (`laya install --into` its
     /// directory).
-    Serve(serve::Args),
+    Serve(Deferred<serve::Args>),
     /// Look into, edit and export a user file: the learned history and the blocklist.
-    User(user::Args),
+    User(Deferred<user::Args>),
 }
 
 /// A user-facing error: one line, exit code 1 (2 for usage errors, which clap handles).
@@ -199,30 +201,30 @@ impl ModelChoice {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Predict(a) => predict::run(a),
-        Command::Inspect(a) => inspect::run(a),
-        Command::Bench(a) => bench::run(a),
-        Command::Eval(a) => eval::run(a),
-        Command::Lexicon(a) => lexicon::run(a),
-        Command::Ngram(a) => ngram::run(a),
-        Command::AttachNgram(a) => attach_ngram::run(a),
-        Command::Simulate(a) => simulate::run(a),
+        Command::Predict(Deferred(a)) => predict::run(a),
+        Command::Inspect(Deferred(a)) => inspect::run(a),
+        Command::Bench(Deferred(a)) => bench::run(a),
+        Command::Eval(Deferred(a)) => eval::run(a),
+        Command::Lexicon(Deferred(a)) => lexicon::run(a),
+        Command::Ngram(Deferred(a)) => ngram::run(a),
+        Command::AttachNgram(Deferred(a)) => attach_ngram::run(a),
+        Command::Simulate(Deferred(a)) => simulate::run(a),
         #[cfg(feature = "train")]
-        Command::Train(a) => {
+        Command::Train(Deferred(a)) => {
             keep_freed_memory();
             train::run(*a)
         }
-        Command::Install(a) => install::run(a),
-        Command::Quantize(a) => quantize::run(a),
+        Command::Install(Deferred(a)) => install::run(a),
+        Command::Quantize(Deferred(a)) => quantize::run(a),
         #[cfg(feature = "train")]
-        Command::Prune(a) => {
+        Command::Prune(Deferred(a)) => {
             keep_freed_memory();
             prune::run(a)
         }
-        Command::Prior(a) => prior::run(a),
-        Command::Recase(a) => recase::run(a),
-        Command::Serve(a) => serve::run(a),
-        Command::User(a) => user::run(a),
+        Command::Prior(Deferred(a)) => prior::run(a),
+        Command::Recase(Deferred(a)) => recase::run(a),
+        Command::Serve(Deferred(a)) => serve::run(a),
+        Command::User(Deferred(a)) => user::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
