@@ -3,31 +3,17 @@
 //! Every subcommand prints one clear line and exits non-zero on a user error; no panics and
 //! no backtraces for mistakes like a missing file or a corrupt model.
 
-// Linked for its malloc/free override (see Cargo.toml); nothing is called by name.
-#[cfg(feature = "train")]
-extern crate mimalloc;
-
-/// The system allocator (mimalloc in a training build), counted for `laya bench`.
-#[global_allocator]
+/// The system allocator, counted for `laya bench`.
 static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
 
-/// `mi_option_purge_delay`: its place in mimalloc 3's `mi_option_e` (mimalloc.h), which the
-/// Rust bindings do not name; `a_purge_delay_is_where_mimalloc_keeps_it` checks it.
+/// `ALLOCATOR`; in a build with the training commands, until a command that allocates heavily
+/// switches to mimalloc (`heap.rs`).
 #[cfg(feature = "train")]
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Keeps the memory a training step frees mapped for the next step, unless the user set
-/// `MIMALLOC_PURGE_DELAY`: mimalloc hands freed memory back to the kernel after a delay, and each
-/// step then page-faults its tens of MB of tensors in again, zeroed (11–16% of `laya train`'s
-/// step time on two cores, docs/training.md "Throughput").
-#[cfg(feature = "train")]
-fn keep_freed_memory() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: mi_option_set stores a value in mimalloc's table of options, which mimalloc
-        // reads when it next decides whether to purge; any thread may call it at any time.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
-    }
-}
+#[global_allocator]
+static HEAP: heap::Heap = heap::Heap;
+#[cfg(not(feature = "train"))]
+#[global_allocator]
+static HEAP: &stats_alloc::StatsAlloc<std::alloc::System> = ALLOCATOR;
 
 /// `println!` that returns from the enclosing function with a [`CliError`] when stdout fails
 /// instead of panicking, so `laya inspect --words m.laya | head` ends quietly.
@@ -53,6 +39,8 @@ mod deferred;
 mod eval;
 #[cfg(feature = "train")]
 mod gpus;
+#[cfg(feature = "train")]
+mod heap;
 mod inspect;
 mod install;
 mod lexicon;
@@ -200,6 +188,14 @@ impl ModelChoice {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Commands that read a corpus or train allocate heavily; one that answers keystrokes starts lean.
+    #[cfg(feature = "train")]
+    if matches!(
+        cli.command,
+        Command::Train(_) | Command::Prune(_) | Command::Eval(_) | Command::Lexicon(_) | Command::Ngram(_) | Command::Simulate(_)
+    ) {
+        heap::use_mimalloc();
+    }
     let result = match cli.command {
         Command::Predict(Deferred(a)) => predict::run(a),
         Command::Inspect(Deferred(a)) => inspect::run(a),
@@ -210,17 +206,11 @@ fn main() -> ExitCode {
         Command::AttachNgram(Deferred(a)) => attach_ngram::run(a),
         Command::Simulate(Deferred(a)) => simulate::run(a),
         #[cfg(feature = "train")]
-        Command::Train(Deferred(a)) => {
-            keep_freed_memory();
-            train::run(*a)
-        }
+        Command::Train(Deferred(a)) => train::run(*a),
         Command::Install(Deferred(a)) => install::run(a),
         Command::Quantize(Deferred(a)) => quantize::run(a),
         #[cfg(feature = "train")]
-        Command::Prune(Deferred(a)) => {
-            keep_freed_memory();
-            prune::run(a)
-        }
+        Command::Prune(Deferred(a)) => prune::run(a),
         Command::Prior(Deferred(a)) => prior::run(a),
         Command::Recase(Deferred(a)) => recase::run(a),
         Command::Serve(Deferred(a)) => serve::run(a),
@@ -233,22 +223,5 @@ fn main() -> ExitCode {
             eprintln!("laya: error: {msg}");
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(all(test, feature = "train"))]
-mod tests {
-    /// `MI_OPTION_PURGE_DELAY` names the purge delay: before `keep_freed_memory` it reads
-    /// mimalloc 3's default of 1,000 ms (no neighbouring option has that default), after it -1.
-    #[test]
-    fn a_purge_delay_is_where_mimalloc_keeps_it() {
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-            return; // the user's value, which keep_freed_memory leaves alone
-        }
-        // SAFETY: reads an entry of mimalloc's table of options (see keep_freed_memory).
-        let get = || unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
-        assert_eq!(get(), 1000);
-        super::keep_freed_memory();
-        assert_eq!(get(), -1);
     }
 }
