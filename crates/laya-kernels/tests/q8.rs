@@ -619,4 +619,34 @@ proptest! {
             prop_assert!(same, "{} rows {} cols {} positions {}: {:?} vs {:?}", k.int8_isa(), rows, cols, n_pos, &packed[..rows.min(4)], &direct[..rows.min(4)]);
         }
     }
+
+    /// A class of a factorised head gathered and packed gives, row for row, the bits of
+    /// `matmul_q8_packed_rows` on each of its rows alone (a 1-row matrix): laya-runtime computes
+    /// a class that way the first time it is needed and packs it the second time.
+    #[test]
+    fn a_gathered_class_equals_its_rows_one_at_a_time(
+        rows in 1usize..60,
+        members in proptest::collection::vec(any::<u16>(), 1..40),
+        ci in 0usize..COLS.len(),
+        seed in any::<u64>(),
+    ) {
+        let (cols, mut rng) = (COLS[ci], Rng::new(seed));
+        let buf = weights(rows, cols, 0, false, &mut rng);
+        let (m, x) = (Matrix::new(GgmlType::Q8_0, rows, cols, &buf).unwrap(), activations(cols, &mut rng));
+        let ids: Vec<u32> = members.iter().map(|&i| u32::from(i) % rows as u32).collect();
+        let bias: Vec<f32> = (0..ids.len()).map(|_| rng.f()).collect();
+        let xq = quantize(Kernels::scalar(), &x);
+        let mut kernels = isas();
+        kernels.push(Kernels::scalar());
+        for k in kernels {
+            let mut packed = vec![f32::NAN; ids.len()];
+            k.matmul_q8_packed(&PackedQ8::gather(&m, &ids).unwrap(), &xq, 1, Some(&bias), &mut packed);
+            for (j, &id) in ids.iter().enumerate() {
+                let row = Matrix::new(GgmlType::Q8_0, 1, cols, m.row(id as usize)).unwrap();
+                let mut one = [f32::NAN];
+                k.matmul_q8_packed_rows(&row, &xq, 1, Some(&bias[j..=j]), &mut one);
+                prop_assert_eq!(one[0].to_bits(), packed[j].to_bits(), "{} row {} of {}: {} vs {}", k.int8_isa(), j, ids.len(), one[0], packed[j]);
+            }
+        }
+    }
 }

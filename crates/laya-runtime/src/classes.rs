@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
 
 use laya_format::{GgmlType, LayaFile};
@@ -31,7 +32,7 @@ pub(crate) struct WordClasses {
     /// `d`, the length of a row.
     cols: usize,
     /// Whether this CPU's kernels pack the word head's type: the class rows are then read from
-    /// their packed copies ([`Model::class_packed`]), made on first use.
+    /// their packed copies ([`Model::class_packed`]), made when first needed again.
     pub packs: bool,
     /// The word head's type, which every class's rows share.
     pub row_type: GgmlType,
@@ -44,9 +45,12 @@ pub(crate) struct ClassRows {
     /// of one word (whose row is never computed) has none either.
     pub data: Vec<u8>,
     /// The packed copy, made once: packing 50,000 rows at load was most of a cold start, so a
-    /// class is packed when a prediction first needs it, or by [`Model::pack`]
+    /// class is packed when a prediction needs it a second time, or by [`Model::pack`]
     /// (`Session::warm_up`, an engine swap).
     pub(crate) packed: OnceLock<Option<Box<Packed>>>,
+    /// Whether a prediction has computed this class from the file's rows (the first use of a
+    /// Q8_0 class, [`Model::class_packed`]).
+    pub(crate) used: AtomicBool,
 }
 
 /// What [`WordClasses::new`] derives from the class of each word and `output.bias` (the
@@ -135,7 +139,7 @@ impl WordClasses {
                 }
                 Matrix::new(out_w.ty, members.len(), out_w.cols, &data).map_err(err)?;
             }
-            rows.push(ClassRows { data, packed: OnceLock::new() });
+            rows.push(ClassRows { data, packed: OnceLock::new(), used: AtomicBool::new(false) });
         }
         Ok(WordClasses { head_b: f32s(b), head, start, ids, bias, class_of, rows, cols: out_w.cols, packs, row_type: out_w.ty })
     }

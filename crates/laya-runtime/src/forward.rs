@@ -418,17 +418,29 @@ pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: Hea
     let rows = wc.gathered(c);
     let bias = &wc.bias[wc.members(c)];
     let y = &mut tmp[..rows.rows];
-    let packed = if int8 { m.class_packed(c) } else { None };
-    if rows.data.is_empty() && packed.is_none() {
-        // f32 activations on a packed class: its rows one by one from the file's word head.
-        let out = m.matrix(&m.output);
-        let ids = &wc.ids[wc.members(c)];
-        for ((y, &id), b) in y.iter_mut().zip(ids).zip(bias) {
-            let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
-            m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
+    let packed = if int8 { m.class_packed(c) } else { PackedRef::No };
+    match packed {
+        PackedRef::No if rows.data.is_empty() => {
+            // f32 activations on a packed class: its rows one by one from the file's word head.
+            let out = m.matrix(&m.output);
+            let ids = &wc.ids[wc.members(c)];
+            for ((y, &id), b) in y.iter_mut().zip(ids).zip(bias) {
+                let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
+                m.kernels.matmul(&row, z, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
+            }
         }
-    } else {
-        linear(m.kernels, &rows, packed.map_or(PackedRef::No, PackedRef::Ready), z, &zq[..z.len() / QK], 1, bias, y, int8);
+        PackedRef::Pending => {
+            // Not packed yet: each row from the file's word head through the packed kernels'
+            // arithmetic, whose result for a row does not depend on the rows beside it.
+            let out = m.matrix(&m.output);
+            let ids = &wc.ids[wc.members(c)];
+            let zq = &zq[..z.len() / QK];
+            for ((y, &id), b) in y.iter_mut().zip(ids).zip(bias) {
+                let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
+                m.kernels.matmul_q8_packed_rows(&row, zq, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
+            }
+        }
+        _ => linear(m.kernels, &rows, packed, z, &zq[..z.len() / QK], 1, bias, y, int8),
     }
     y
 }

@@ -717,18 +717,34 @@ impl Model {
         layers + rows.sum::<usize>()
     }
 
-    /// The packed rows of class `c` of a factorised head, packing them now if nothing has yet;
-    /// `None` where the CPU does not pack the head's type, for a class of one word, and for a
-    /// flat head. Allocates only the first time a class is asked for.
-    pub(crate) fn class_packed(&self, c: usize) -> Option<&Packed> {
+    /// How a prediction computes class `c` of a factorised head with int8 activations: its
+    /// packed rows ([`PackedRef::Ready`]); the file's rows through the packed kernels'
+    /// arithmetic ([`PackedRef::Pending`]: the first time a Q8_0 class is needed, so a cold
+    /// start copies no class and a class needed once is never copied); or the row-major kernels
+    /// ([`PackedRef::No`]: the CPU does not pack the head's type, a class of one word, a flat
+    /// head). Packs the class the second time it is needed, allocating then only.
+    pub(crate) fn class_packed(&self, c: usize) -> PackedRef<'_> {
+        let Some(wc) = self.classes.as_ref() else { return PackedRef::No };
+        let Some(rows) = wc.rows.get(c) else { return PackedRef::No };
+        if !wc.packs || wc.class_len(c) < 2 {
+            return PackedRef::No;
+        }
+        if rows.packed.get().is_none() && wc.row_type == GgmlType::Q8_0 && !rows.used.swap(true, Ordering::Relaxed) {
+            return PackedRef::Pending;
+        }
+        self.pack_class(c).map_or(PackedRef::No, PackedRef::Ready)
+    }
+
+    /// The packed rows of class `c` (see [`Model::class_packed`]), packing them now if nothing
+    /// has yet. Shapes and ids were checked at load, so packing cannot fail; if it did, the
+    /// class would be computed from the file's rows in f32.
+    fn pack_class(&self, c: usize) -> Option<&Packed> {
         let wc = self.classes.as_ref()?;
         let rows = wc.rows.get(c)?;
         if !wc.packs || wc.class_len(c) < 2 {
             return None;
         }
         let members = &wc.ids[wc.members(c)];
-        // Shapes and ids were checked at load, so packing cannot fail; if it did, the class
-        // would be computed from the file's rows in f32.
         rows.packed
             .get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten().map(Box::new))
             .as_deref()
@@ -737,7 +753,7 @@ impl Model {
     /// Makes every packed copy not made yet: the linear layers and the word head (which the
     /// packer thread started by every constructor is making meanwhile; this call waits for, or
     /// takes over, what it has not done) and every class of a factorised head (packed when a
-    /// prediction first expands it); takes every word's log share the cutter has not looked up.
+    /// prediction needs it a second time); takes every word's log share the cutter has not looked up.
     /// Predictions give the same results before and after; after this call
     /// ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every engine swap
     /// make it) they run at full speed and none allocates.
@@ -752,7 +768,7 @@ impl Model {
             if c >= classes {
                 break;
             }
-            self.class_packed(c);
+            self.pack_class(c);
         };
         std::thread::scope(|scope| {
             let helper = match classes > 0 {
@@ -768,7 +784,7 @@ impl Model {
             let _ = helper.map(|h| h.join());
         });
         for c in 0..classes {
-            self.class_packed(c);
+            self.pack_class(c);
         }
     }
 
