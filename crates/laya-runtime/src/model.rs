@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::ngram::Ngram;
@@ -101,8 +101,8 @@ pub(crate) struct Mat {
     /// Whether this CPU multiplies the matrix with the packed int8 kernels: a quantised linear
     /// layer where `Kernels::packs_q8` / `packs_q4` (x86 with AVX2).
     pub packs: bool,
-    /// The packed copy once made (Q4 layers at load, Q8_0 ones by the model's packer thread
-    /// or [`Model::pack`]); `Some(None)` if packing failed, which leaves the layer on
+    /// The packed copy once made (Q4 layers at load, Q8_0 ones by the model's packer thread,
+    /// which a second prediction starts, or [`Model::pack`]); `Some(None)` if packing failed, which leaves the layer on
     /// [`PackedRef::Pending`]'s kernel for good.
     pub packed: OnceLock<Option<Packed>>,
 }
@@ -239,7 +239,16 @@ pub struct Model {
     unigram: WordLogp,
     /// The word trigram beside the network (docs/format.md §8), when the file has one.
     pub(crate) ngram: Option<Ngram>,
+    /// When the packer thread starts ([`Model::note_prediction`]): `PACKER_NEVER` for a model
+    /// made without it, `PACKER_ARMED` until a first prediction, `PACKER_ONE_SEEN` until a
+    /// second, then `PACKER_STARTED`.
+    packer: AtomicU8,
 }
+
+const PACKER_NEVER: u8 = 0;
+const PACKER_ARMED: u8 = 1;
+const PACKER_ONE_SEEN: u8 = 2;
+const PACKER_STARTED: u8 = 3;
 
 impl Model {
     /// Memory-maps and validates a model file (every check of `laya-format`, checksum
@@ -521,6 +530,7 @@ impl Model {
             prior_shift: OnceLock::new(),
             prior_source,
             unigram,
+            packer: AtomicU8::new(PACKER_NEVER),
             replace: mat(&file.replace_w)?,
             replace_b: f32s(&file.replace_b),
             lexicon: match lexicon_index {
@@ -751,7 +761,7 @@ impl Model {
     }
 
     /// Makes every packed copy not made yet: the linear layers and the word head (which the
-    /// packer thread started by every constructor is making meanwhile; this call waits for, or
+    /// packer thread started by a model's second prediction may be making meanwhile; this call waits for, or
     /// takes over, what it has not done) and every class of a factorised head (packed when a
     /// prediction needs it a second time); takes every word's log share the cutter has not looked up.
     /// Predictions give the same results before and after; after this call
@@ -834,18 +844,36 @@ impl Model {
         true
     }
 
-    /// Wraps a freshly loaded model in its `Arc` and starts the thread that packs its layers
-    /// and then prepares its n-gram's lists (`laya-pack`), so that loading returns without the
-    /// ~10 ms a 50,000-word flat head takes to pack, or the ~5 ms of scanning a 50,000-word
-    /// trigram's long lists; predictions meanwhile compute the same values from the file's rows
-    /// and lists. The thread holds only a weak reference between steps and stops when the
-    /// model is dropped. Where no thread can be started, this is done here.
+    /// Wraps a freshly loaded model in its `Arc`, armed to start the thread that packs its
+    /// layers and then prepares its n-gram's lists (`laya-pack`) when a second prediction asks
+    /// for it ([`Model::note_prediction`]), so that loading returns without the ~10 ms a
+    /// 50,000-word flat head takes to pack, or the ~5 ms of scanning a 50,000-word trigram's
+    /// long lists; predictions meanwhile compute the same values from the file's rows and lists.
     fn start_packing(model: Model) -> Arc<Model> {
         let model = Arc::new(model);
-        if model.is_prepared() {
-            return model;
+        if !model.is_prepared() {
+            model.packer.store(PACKER_ARMED, Ordering::Relaxed);
         }
-        let weak = Arc::downgrade(&model);
+        model
+    }
+
+    /// Called at each prediction of a session on this model. The first prediction starts
+    /// nothing: a process that answers once (`laya predict`, a cold start) would pay for a
+    /// thread and copies it never uses, on the core its answer needs. The second starts the
+    /// packer thread (~40 µs here), unless [`Model::pack`] has made everything already. The
+    /// thread holds only a weak reference between steps and stops when the model is dropped;
+    /// where no thread can be started, this prediction packs everything itself.
+    pub(crate) fn note_prediction(model: &Arc<Model>) {
+        let state = &model.packer;
+        match state.load(Ordering::Relaxed) {
+            PACKER_NEVER | PACKER_STARTED => return,
+            PACKER_ARMED if state.compare_exchange(PACKER_ARMED, PACKER_ONE_SEEN, Ordering::Relaxed, Ordering::Relaxed).is_ok() => return,
+            _ => {}
+        }
+        if state.compare_exchange(PACKER_ONE_SEEN, PACKER_STARTED, Ordering::Relaxed, Ordering::Relaxed).is_err() || model.is_prepared() {
+            return;
+        }
+        let weak = Arc::downgrade(model);
         let packer = std::thread::Builder::new().name("laya-pack".into()).spawn(move || {
             for i in 0.. {
                 match weak.upgrade() {
@@ -861,7 +889,6 @@ impl Model {
         if packer.is_err() {
             model.pack();
         }
-        model
     }
 
     #[inline]
@@ -921,6 +948,40 @@ mod tests {
 
     fn bar(s: &mut Session, ctx: &str) -> Bar {
         s.predict(ctx, 5).iter().map(|c| (c.word.to_string(), c.replace, c.p.to_bits())).collect()
+    }
+
+    /// A model's packer thread starts with its second prediction, not at load or the first
+    /// (a process that answers once pays for no thread and no copies), and then makes every
+    /// copy; a model made whole by `pack` first never starts one.
+    #[test]
+    fn the_packer_starts_with_the_second_prediction() {
+        if !Kernels::detect().packs_q8() {
+            eprintln!("skipped: this CPU has no packed int8 kernels, so nothing is packed");
+            return;
+        }
+        let cfg = TinyConfig { word_classes: 12, ..TinyConfig::default() };
+        let (meta, tensors) = random_quantized_model(&cfg, 4, &QuantizeOptions::default());
+        let bytes = laya_format::write_model(&meta, &tensors).unwrap();
+        let model = Model::from_bytes(bytes.clone()).unwrap();
+        assert_eq!(model.packer.load(Ordering::Relaxed), PACKER_ARMED);
+        let mut s = Session::new(Arc::clone(&model));
+        bar(&mut s, "今天");
+        assert_eq!(model.packer.load(Ordering::Relaxed), PACKER_ONE_SEEN);
+        assert!(!model.is_packed(), "packed after one prediction");
+        bar(&mut s, "今天天");
+        assert_eq!(model.packer.load(Ordering::Relaxed), PACKER_STARTED);
+        let started = std::time::Instant::now();
+        while !model.is_prepared() && started.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(model.is_prepared(), "the packer did not finish");
+        let whole = Model::from_bytes(bytes).unwrap();
+        whole.pack();
+        let mut s = Session::new(Arc::clone(&whole));
+        for ctx in ["今天", "今天天", "今天天气"] {
+            bar(&mut s, ctx);
+        }
+        assert!(whole.is_prepared() && Arc::strong_count(&whole) == 2 && Arc::weak_count(&whole) == 0, "a packer was started");
     }
 
     /// Predictions made before the packer has made the layers' copies (the row-major stand-in,

@@ -417,6 +417,7 @@ impl Session {
     /// Any string works: empty, long, control characters, NUL, emoji.
     pub fn predict(&mut self, context: &str, k: usize) -> Predictions<'_> {
         let k = k.min(self.max_k);
+        Model::note_prediction(&self.model);
         let mut clock = Clock::new(self.profiling);
         let n_chars = forward::forward(&self.model, &mut self.s, self.act, context, &mut clock);
         self.personal.refresh_blocked(&self.model.lexicon);
