@@ -345,7 +345,7 @@ impl GgufFile<'static> {
     /// # Ok::<(), laya_format::FormatError>(())
     /// ```
     pub fn parse_static(bytes: &'static [u8]) -> Result<GgufFile<'static>, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, &[], None)
+        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, &[], None, Padding::Check)
     }
 
     /// [`GgufFile::parse_static`], except that the `u32` arrays under `keys` are checked as far
@@ -358,12 +358,16 @@ impl GgufFile<'static> {
     /// `held`: a string array's key and the starts of its run ([`Strings::run_starts`]) as the
     /// caller's index holds them: read in place with those starts once they are checked
     /// against the lengths, where reading it otherwise builds them in fresh memory.
+    ///
+    /// For vouched bytes only (what the index was made from, validated in full): padding bytes
+    /// are not read, since whether they are zero is a fact about the content that the full
+    /// parse proved, and reading them touched a cold page of the file at every tensor.
     pub(crate) fn parse_static_counting(
         bytes: &'static [u8],
         keys: &[&str],
         held: Option<(&str, &'static [u32])>,
     ) -> Result<GgufFile<'static>, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, keys, held)
+        Self::parse_from(Reader { bytes, pos: 0, statics: Some(bytes) }, keys, held, Padding::Vouched)
     }
 }
 
@@ -371,13 +375,22 @@ impl<'a> GgufFile<'a> {
     /// Parses and checks the container. Never panics and never allocates more than the input
     /// could describe.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        Self::parse_from(Reader { bytes, pos: 0, statics: None }, &[], None)
+        Self::parse_from(Reader { bytes, pos: 0, statics: None }, &[], None, Padding::Check)
     }
 
     /// [`GgufFile::parse`] from a reader at the start of the bytes; the `u32` arrays under
     /// `counted` are counted, not decoded, and the `held` string array read with the given
     /// starts ([`GgufFile::parse_static_counting`]).
-    fn parse_from(mut r: Reader<'a>, counted: &[&str], held: Option<(&str, &'static [u32])>) -> Result<Self, FormatError> {
+    fn parse_from(
+        mut r: Reader<'a>,
+        counted: &[&str],
+        held: Option<(&str, &'static [u32])>,
+        padding: Padding,
+    ) -> Result<Self, FormatError> {
+        let check_zero = |bytes: &[u8], start: u64, end: u64, what: &str| match padding {
+            Padding::Check => check_zero(bytes, start, end, what),
+            Padding::Vouched => Ok(()),
+        };
         let bytes = r.bytes;
         let magic = r.array4("magic")?;
         if magic != GGUF_MAGIC {
@@ -583,6 +596,15 @@ pub(crate) fn tensor_size(name: &str, ne: &[u64], ty: GgmlType) -> Result<u64, F
 pub(crate) fn align_up(x: u64, alignment: u64) -> Option<u64> {
     let mask = alignment.checked_sub(1)?;
     x.checked_add(mask).map(|v| v & !mask)
+}
+
+/// Whether a parse reads the padding between the header, the tensors and the end.
+#[derive(Clone, Copy)]
+enum Padding {
+    /// Every padding byte must be zero.
+    Check,
+    /// Bytes validated in full before ([`GgufFile::parse_static_counting`]): not read.
+    Vouched,
 }
 
 fn check_zero(bytes: &[u8], start: u64, end: u64, what: &str) -> Result<(), FormatError> {

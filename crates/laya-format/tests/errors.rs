@@ -388,6 +388,14 @@ fn an_indexed_parse_counts_the_per_word_arrays() {
         assert!(LayaFile::parse_static_indexed(bytes[..len].to_vec().leak(), full.checksum, starts).is_err(), "cut at {len}");
     }
     assert!(LayaFile::parse_static_indexed(leaked, full.checksum ^ 1, starts).is_err());
+    // Padding is content the full parse proved zero: the vouched parse does not read it.
+    let data_offset = GgufFile::parse(&bytes).unwrap().data_offset as usize;
+    assert_eq!(bytes[data_offset - 1], 0, "the generator's header ends before an aligned data section");
+    let mut padded = bytes.clone();
+    padded[data_offset - 1] = 7;
+    assert!(GgufFile::parse(&padded).is_err() && LayaFile::parse(&padded).is_err());
+    let vouched = LayaFile::parse_static_indexed(padded.leak(), full.checksum, starts).unwrap();
+    assert_eq!(vouched.meta.words, meta.words);
 }
 
 #[test]
