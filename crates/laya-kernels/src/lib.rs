@@ -663,6 +663,53 @@ impl Kernels {
         }
     }
 
+    /// [`Kernels::matmul_q8_packed_rows`] of one position on rows `ids` of `w`, in that order,
+    /// as a matrix of `ids.len()` rows: what [`PackedQ8::gather`] would pack, multiplied where
+    /// the file holds it (a factorised head's class the first time it is needed). Gives the
+    /// packed kernel's bits on the gathered copy. Panics if an id is out of range or a slice is
+    /// shorter than the shape needs.
+    ///
+    /// ```
+    /// use laya_kernels::{ActBlock, Kernels, Matrix, PackedQ8, GgmlType};
+    /// let mut w = Vec::new();
+    /// for r in 0..20u8 {
+    ///     w.extend([0x00, 0x3C]); // scale 1.0
+    ///     w.extend((0..32).map(|i| (i * 7 + r) % 19));
+    /// }
+    /// let m = Matrix::new(GgmlType::Q8_0, 20, 32, &w).unwrap();
+    /// let k = Kernels::detect();
+    /// let mut xq = [ActBlock::ZERO; 1];
+    /// k.quantize_act(&[0.3; 32], &mut xq);
+    /// let ids = [17, 2, 9];
+    /// let (mut a, mut b) = ([0.0f32; 3], [0.0f32; 3]);
+    /// k.matmul_q8_packed(&PackedQ8::gather(&m, &ids).unwrap(), &xq, 1, None, &mut a);
+    /// k.matmul_q8_gathered_rows(&m, &ids, &xq, None, &mut b);
+    /// assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits));
+    /// ```
+    pub fn matmul_q8_gathered_rows(&self, w: &Matrix, ids: &[u32], xq: &[ActBlock], bias: Option<&[f32]>, y: &mut [f32]) {
+        assert!(w.ty == GgmlType::Q8_0, "matmul_q8_gathered_rows needs Q8_0 weights, got {}", w.ty);
+        let (rb, data) = w.checked();
+        let (xq, y) = (&xq[..w.cols / QK], &mut y[..ids.len()]);
+        let bias = bias.map(|b| &b[..ids.len()]);
+        match self.int8 {
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            // SAFETY: AVX-512F, AVX-512 VNNI and AVX2 were detected at construction.
+            Int8Isa::Avx512Vnni if data.len() <= i32::MAX as usize => unsafe {
+                packed_x86::avx512vnni_rows::matmul_gathered(&MatArgs { ty: w.ty, rows: w.rows, cols: w.cols, rb, data }, ids, xq, bias, y)
+            },
+            _ => self.matmul_q8_gathered_rows_naive(w, ids, xq, bias, y),
+        }
+    }
+
+    /// The naive twin of [`Kernels::matmul_q8_gathered_rows`]: each row alone through
+    /// [`Kernels::matmul_q8_packed_rows`].
+    pub fn matmul_q8_gathered_rows_naive(&self, w: &Matrix, ids: &[u32], xq: &[ActBlock], bias: Option<&[f32]>, y: &mut [f32]) {
+        for (j, &id) in ids.iter().enumerate() {
+            let row = Matrix { rows: 1, data: w.row(id as usize), ..*w };
+            self.matmul_q8_packed_rows(&row, xq, 1, bias.map(|b| &b[j..=j]), &mut y[j..=j]);
+        }
+    }
+
     /// Whether [`Kernels::matmul_q4_packed`] has a SIMD tier on this handle (every x86 int8
     /// set: AVX2, AVX-VNNI, AVX-512 VNNI); a runtime should pack its Q4_0/Q4_1 linear layers
     /// ([`PackedQ4::new`]) only then.

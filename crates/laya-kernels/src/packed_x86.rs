@@ -219,21 +219,35 @@ pub(crate) mod avx512vnni_rows {
     use crate::q8::Q8_BYTES;
     use crate::MatArgs;
 
-    /// Rows `o0..o0+16` (those that exist), every position.
+    /// Output rows `o0..o0+16` (those of the `out_rows` that exist), every position; output row
+    /// `o0 + r` is the matrix row starting at byte `row_at(r)` of `data`, which the caller has
+    /// checked is at most `data.len() - a.rb` and below 2³¹.
     #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
     #[inline]
-    fn group(a: &MatArgs, xq: &[ActBlock], o0: usize, n_pos: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-        let (rows, nb, rb) = (a.rows, a.cols / QK, a.rb);
-        let n = PACK_ROWS.min(rows - o0);
-        let rows_here = &a.data[o0 * rb..(o0 + n) * rb];
+    #[allow(clippy::too_many_arguments)]
+    fn group(
+        a: &MatArgs,
+        data: &[u8],
+        row_at: impl Fn(usize) -> usize,
+        out_rows: usize,
+        xq: &[ActBlock],
+        o0: usize,
+        n_pos: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let nb = a.cols / QK;
+        let n = PACK_ROWS.min(out_rows - o0);
         let flip = _mm512_set1_epi8(-128);
         // After the reduction lane l holds row [0,2,4,6,1,3,5,7,8,10,12,14,9,11,13,15][l];
         // this index puts row r in lane r.
         let order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
         let mask: __mmask16 = ((1u32 << n) - 1) as __mmask16;
-        // Byte offset of each row's first block (its f16 scale) from the group's first row.
-        let row_at =
-            _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rb as i32));
+        // Byte offset of each row's first block (its f16 scale) in `a.data`; 0 for lanes past n.
+        let starts: [usize; PACK_ROWS] = core::array::from_fn(|r| if r < n { row_at(r) } else { 0 });
+        let offsets: [i32; PACK_ROWS] = starts.map(|o| o as i32);
+        // SAFETY: 16 i32 read from a local array.
+        let row_offsets = unsafe { _mm512_loadu_si512(offsets.as_ptr() as *const _) };
         let pair = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
         let quad = |a: __m512i, b: __m512i| _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
         for p in 0..n_pos {
@@ -245,12 +259,15 @@ pub(crate) mod avx512vnni_rows {
                 let mut v = [_mm512_setzero_si512(); 8];
                 for (i, v) in v.iter_mut().enumerate().take(n.div_ceil(2)) {
                     // SAFETY: rows 2i (and 2i+1 when it exists) are < n, so their block b's 32
-                    // values at r·rb + 34b + 2 .. + 34 lie inside `rows_here` (n·rb bytes).
+                    // values at start + 34b + 2 .. + 34 lie inside their row, inside `data`.
                     let w = unsafe {
-                        let lo = rows_here.as_ptr().add(2 * i * rb + b * Q8_BYTES + 2);
+                        let lo = data.as_ptr().add(starts[2 * i] + b * Q8_BYTES + 2);
                         let l = _mm512_zextsi256_si512(_mm256_loadu_si256(lo as *const __m256i));
                         match 2 * i + 1 < n {
-                            true => _mm512_inserti64x4::<1>(l, _mm256_loadu_si256(lo.add(rb) as *const __m256i)),
+                            true => {
+                                let hi = data.as_ptr().add(starts[2 * i + 1] + b * Q8_BYTES + 2);
+                                _mm512_inserti64x4::<1>(l, _mm256_loadu_si256(hi as *const __m256i))
+                            }
                             false => l,
                         }
                     };
@@ -262,17 +279,17 @@ pub(crate) mod avx512vnni_rows {
                 // Quarters 0+1 are the low rows, 2+3 the high rows of each register.
                 let sums = _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(u0, u1), _mm512_shuffle_i32x4::<0xDD>(u0, u1));
                 let isum = _mm512_sub_epi32(_mm512_permutexvar_epi32(order, sums), _mm512_set1_epi32(128 * xb.sum));
-                // SAFETY: lane r < n reads 4 bytes at r·rb + 34b, the scale and first two
-                // values of row r's block b, inside `rows_here`; masked lanes read nothing.
+                // SAFETY: lane r < n reads 4 bytes at its row's start + 34b, the scale and first
+                // two values of block b, inside `data`; masked lanes read nothing.
                 let scales = unsafe {
-                    let at = _mm512_add_epi32(row_at, _mm512_set1_epi32((b * Q8_BYTES) as i32));
-                    _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, at, rows_here.as_ptr() as *const _)
+                    let at = _mm512_add_epi32(row_offsets, _mm512_set1_epi32((b * Q8_BYTES) as i32));
+                    _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, at, data.as_ptr() as *const _)
                 };
                 let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(scales));
                 let s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
             }
-            store_group(&[acc], bias, rows, o0, p, y);
+            store_group(&[acc], bias, out_rows, o0, p, y);
         }
     }
 
@@ -282,7 +299,21 @@ pub(crate) mod avx512vnni_rows {
         assert!(xq.len() >= n_pos * (a.cols / QK) && y.len() >= n_pos * a.rows);
         assert!(bias.is_none_or(|b| b.len() >= a.rows) && PACK_ROWS * a.rb <= i32::MAX as usize);
         for o0 in (0..a.rows).step_by(PACK_ROWS) {
-            group(a, xq, o0, n_pos, bias, y);
+            let here = &a.data[o0 * a.rb..(o0 + PACK_ROWS.min(a.rows - o0)) * a.rb];
+            group(a, here, |r| r * a.rb, a.rows, xq, o0, n_pos, bias, y);
+        }
+    }
+
+    /// [`matmul`] of one position on rows `ids` of the matrix, in that order, as a matrix of
+    /// `ids.len()` rows.
+    #[target_feature(enable = "avx512f,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn matmul_gathered(a: &MatArgs, ids: &[u32], xq: &[ActBlock], bias: Option<&[f32]>, y: &mut [f32]) {
+        assert!(a.data.len() >= a.rows * a.rb && a.rb == (a.cols / QK) * Q8_BYTES);
+        assert!(xq.len() >= a.cols / QK && y.len() >= ids.len());
+        assert!(bias.is_none_or(|b| b.len() >= ids.len()) && a.rows * a.rb <= i32::MAX as usize);
+        assert!(ids.iter().all(|&id| (id as usize) < a.rows), "a row id is out of range");
+        for o0 in (0..ids.len()).step_by(PACK_ROWS) {
+            group(a, a.data, |r| ids[o0 + r] as usize * a.rb, ids.len(), xq, o0, 1, bias, y);
         }
     }
 }

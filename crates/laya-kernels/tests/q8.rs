@@ -620,14 +620,16 @@ proptest! {
         }
     }
 
-    /// A class of a factorised head gathered and packed gives, row for row, the bits of
-    /// `matmul_q8_packed_rows` on each of its rows alone (a 1-row matrix): laya-runtime computes
-    /// a class that way the first time it is needed and packs it the second time.
+    /// A class of a factorised head gathered and packed gives the bits of
+    /// `matmul_q8_gathered_rows` on the rows where the matrix holds them, and of its naive twin
+    /// (each row alone through `matmul_q8_packed_rows`): laya-runtime computes a class that way
+    /// the first time it is needed and packs it the second time.
     #[test]
-    fn a_gathered_class_equals_its_rows_one_at_a_time(
+    fn a_gathered_class_equals_its_rows_where_they_lie(
         rows in 1usize..60,
         members in proptest::collection::vec(any::<u16>(), 1..40),
         ci in 0usize..COLS.len(),
+        with_bias in any::<bool>(),
         seed in any::<u64>(),
     ) {
         let (cols, mut rng) = (COLS[ci], Rng::new(seed));
@@ -635,18 +637,19 @@ proptest! {
         let (m, x) = (Matrix::new(GgmlType::Q8_0, rows, cols, &buf).unwrap(), activations(cols, &mut rng));
         let ids: Vec<u32> = members.iter().map(|&i| u32::from(i) % rows as u32).collect();
         let bias: Vec<f32> = (0..ids.len()).map(|_| rng.f()).collect();
-        let xq = quantize(Kernels::scalar(), &x);
+        let (bias, xq) = (with_bias.then_some(&bias[..]), quantize(Kernels::scalar(), &x));
         let mut kernels = isas();
         kernels.push(Kernels::scalar());
         for k in kernels {
             let mut packed = vec![f32::NAN; ids.len()];
-            k.matmul_q8_packed(&PackedQ8::gather(&m, &ids).unwrap(), &xq, 1, Some(&bias), &mut packed);
-            for (j, &id) in ids.iter().enumerate() {
-                let row = Matrix::new(GgmlType::Q8_0, 1, cols, m.row(id as usize)).unwrap();
-                let mut one = [f32::NAN];
-                k.matmul_q8_packed_rows(&row, &xq, 1, Some(&bias[j..=j]), &mut one);
-                prop_assert_eq!(one[0].to_bits(), packed[j].to_bits(), "{} row {} of {}: {} vs {}", k.int8_isa(), j, ids.len(), one[0], packed[j]);
-            }
+            k.matmul_q8_packed(&PackedQ8::gather(&m, &ids).unwrap(), &xq, 1, bias, &mut packed);
+            let mut fast = vec![f32::NAN; ids.len()];
+            k.matmul_q8_gathered_rows(&m, &ids, &xq, bias, &mut fast);
+            let mut naive = vec![f32::NAN; ids.len()];
+            k.matmul_q8_gathered_rows_naive(&m, &ids, &xq, bias, &mut naive);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&fast), bits(&packed), "{} {} of {} rows", k.int8_isa(), ids.len(), rows);
+            prop_assert_eq!(bits(&naive), bits(&packed), "{} naive", k.int8_isa());
         }
     }
 }

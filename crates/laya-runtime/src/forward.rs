@@ -430,15 +430,10 @@ pub(crate) fn class_logits<'a>(m: &Model, wc: &WordClasses, c: usize, input: Hea
             }
         }
         PackedRef::Pending => {
-            // Not packed yet: each row from the file's word head through the packed kernels'
-            // arithmetic, whose result for a row does not depend on the rows beside it.
-            let out = m.matrix(&m.output);
+            // Not packed yet: the rows where the file's word head holds them, through the
+            // packed kernels' arithmetic (the same bits as the packed copy).
             let ids = &wc.ids[wc.members(c)];
-            let zq = &zq[..z.len() / QK];
-            for ((y, &id), b) in y.iter_mut().zip(ids).zip(bias) {
-                let row = Matrix { rows: 1, data: out.row(id as usize), ..out };
-                m.kernels.matmul_q8_packed_rows(&row, zq, 1, Some(std::slice::from_ref(b)), std::slice::from_mut(y));
-            }
+            m.kernels.matmul_q8_gathered_rows(&m.matrix(&m.output), ids, &zq[..z.len() / QK], Some(bias), y);
         }
         _ => linear(m.kernels, &rows, packed, z, &zq[..z.len() / QK], 1, bias, y, int8),
     }
