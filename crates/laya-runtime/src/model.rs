@@ -411,8 +411,8 @@ impl Model {
         };
         // A linear layer: its Q8_0, Q4_0 or Q4_1 weights on x86 with AVX2 also get the
         // interleaved copy the packed int8 kernels read (a few percent more than the tensor).
-        // Q8_0 layers are packed after load, off the caller's thread ([`Model::pack`]); the
-        // rare Q4 layers, which have no row-major stand-in, here.
+        // Q8_0 layers are packed later, by the packer thread a second prediction starts or by
+        // [`Model::pack`]; the rare Q4 layers, which have no row-major stand-in, here.
         let lin = |t: &TensorRef| -> Result<Mat, LoadError> {
             let mut m = mat(t)?;
             m.packs = Packed::packs(m.ty, kernels);

@@ -401,8 +401,9 @@ impl Session {
         self.times = StageTimes::default();
     }
 
-    /// Touches every page of the model, packs every class of a factorised head (which the model
-    /// otherwise does in a background thread after load) and runs a few predictions, so that the
+    /// Touches every page of the model, packs its layers and every class of a factorised head
+    /// (which the model otherwise does on a thread its second prediction starts, and class by
+    /// class as predictions need them again) and runs a few predictions, so that the
     /// first real keystroke pays neither page faults, packing nor cold caches. After it no
     /// prediction allocates.
     pub fn warm_up(&mut self) {
