@@ -104,8 +104,8 @@ pub(crate) struct Mat {
     /// layer where `Kernels::packs_q8` / `packs_q4` (x86 with AVX2).
     pub packs: bool,
     /// The packed copy once made (Q4 layers at load, Q8_0 ones by the model's packer thread,
-    /// which a second prediction starts, or [`Model::pack`]); `Some(None)` if packing failed, which leaves the layer on
-    /// [`PackedRef::Pending`]'s kernel for good.
+    /// which a second prediction starts, or [`Model::pack`]); `Some(None)` if packing failed,
+    /// which leaves the layer on [`PackedRef::Pending`]'s kernel for good.
     pub packed: OnceLock<Option<Packed>>,
 }
 
@@ -241,9 +241,9 @@ pub struct Model {
     unigram: WordLogp,
     /// The word trigram beside the network (docs/format.md §8), when the file has one.
     pub(crate) ngram: Option<Ngram>,
-    /// When the packer thread starts ([`Model::note_prediction`], `model/packing.rs`): `PACKER_NEVER` for a model
-    /// made without it, `PACKER_ARMED` until a first prediction, `PACKER_ONE_SEEN` until a
-    /// second, then `PACKER_STARTED`.
+    /// When the packer thread starts ([`Model::note_prediction`], `model/packing.rs`):
+    /// `PACKER_NEVER` for a model made without it, `PACKER_ARMED` until a first prediction,
+    /// `PACKER_ONE_SEEN` until a second, then `PACKER_STARTED`.
     packer: AtomicU8,
 }
 

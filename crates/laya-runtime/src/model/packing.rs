@@ -8,7 +8,7 @@ use std::sync::Arc;
 use laya_format::GgmlType;
 
 use super::{Mat, Model, Packed, PackedRef, PACKER_ARMED, PACKER_NEVER, PACKER_ONE_SEEN, PACKER_STARTED};
-use crate::classes::WordClasses;
+use crate::classes::{ClassRows, WordClasses};
 use crate::ngram::Ngram;
 
 impl Model {
@@ -30,11 +30,7 @@ impl Model {
     /// ([`PackedRef::No`]: the CPU does not pack the head's type, a class of one word, a flat
     /// head). Packs the class the second time it is needed, allocating then only.
     pub(crate) fn class_packed(&self, c: usize) -> PackedRef<'_> {
-        let Some(wc) = self.classes.as_ref() else { return PackedRef::No };
-        let Some(rows) = wc.rows.get(c) else { return PackedRef::No };
-        if !wc.packs || wc.class_len(c) < 2 {
-            return PackedRef::No;
-        }
+        let Some((wc, rows)) = self.class_to_pack(c) else { return PackedRef::No };
         if rows.packed.get().is_none() && wc.row_type == GgmlType::Q8_0 && !rows.used.swap(true, Ordering::Relaxed) {
             return PackedRef::Pending;
         }
@@ -44,25 +40,29 @@ impl Model {
     /// The packed rows of class `c` (see [`Model::class_packed`]), packing them now if nothing
     /// has yet. Shapes and ids were checked at load, so packing cannot fail; if it did, the
     /// class would be computed from the file's rows in f32.
-    pub(super) fn pack_class(&self, c: usize) -> Option<&Packed> {
-        let wc = self.classes.as_ref()?;
-        let rows = wc.rows.get(c)?;
-        if !wc.packs || wc.class_len(c) < 2 {
-            return None;
-        }
+    fn pack_class(&self, c: usize) -> Option<&Packed> {
+        let (wc, rows) = self.class_to_pack(c)?;
         let members = &wc.ids[wc.members(c)];
         rows.packed
             .get_or_init(|| Packed::gather(&self.matrix(&self.output), members, self.kernels).ok().flatten().map(Box::new))
             .as_deref()
     }
 
+    /// Class `c` of a factorised head and its rows, where this CPU packs the head's type and
+    /// the class has rows to pack (more than one word).
+    fn class_to_pack(&self, c: usize) -> Option<(&WordClasses, &ClassRows)> {
+        let wc = self.classes.as_ref()?;
+        let rows = wc.rows.get(c)?;
+        (wc.packs && wc.class_len(c) >= 2).then_some((wc, rows))
+    }
+
     /// Makes every packed copy not made yet: the linear layers and the word head (which the
-    /// packer thread started by a model's second prediction may be making meanwhile; this call waits for, or
-    /// takes over, what it has not done) and every class of a factorised head (packed when a
-    /// prediction needs it a second time); takes every word's log share the cutter has not looked up.
-    /// Predictions give the same results before and after; after this call
-    /// ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every engine swap
-    /// make it) they run at full speed and none allocates.
+    /// packer thread a model's second prediction starts may be making meanwhile; this call
+    /// waits for, or takes over, what it has not done) and every class of a factorised head
+    /// (packed when a prediction needs it a second time); takes every word's log share the
+    /// cutter has not looked up. Predictions give the same results before and after; after
+    /// this call ([`Session::warm_up`](crate::Session::warm_up), `laya_session_new` and every
+    /// engine swap make it) they run at full speed and none allocates.
     pub fn pack(&self) {
         let classes = self.classes.as_ref().map_or(0, WordClasses::len);
         // The classes (10 MB of copies for the default's 50,000-word head, most of this call)
