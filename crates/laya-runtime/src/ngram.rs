@@ -667,14 +667,28 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
     }
     let total: f64 = scored.iter().map(|e| e.0).sum();
     let take = NGRAM_DEPTH.min(scored.len());
-    if take > 0 && take < scored.len() {
-        scored.select_nth_unstable_by(take - 1, |a, b| b.0.total_cmp(&a.0));
-    }
-    scored[..take].sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    keep_best(scored, take);
     for e in &mut scored[..take] {
         e.0 /= total;
     }
     take
+}
+
+/// Moves the best `take` of `scored` to its front, best first ([`best_first_key`]).
+fn keep_best(scored: &mut [(f64, u32, u32)], take: usize) {
+    if take > 0 && take < scored.len() {
+        scored.select_nth_unstable_by_key(take - 1, best_first_key);
+    }
+    scored[..take].sort_unstable_by_key(best_first_key);
+}
+
+/// The order of the n-gram's candidates `(p, position, i)`: `p` descending, then position and
+/// `i` ascending, as one integer (a positive finite `f64`'s bits order as the number does), so
+/// that the best [`NGRAM_DEPTH`] are a cut of one total order: the same set whatever the
+/// selection algorithm, ties at the cut included.
+fn best_first_key(e: &(f64, u32, u32)) -> u128 {
+    debug_assert!(e.0 > 0.0 && e.0.is_finite());
+    (u128::from(!e.0.to_bits()) << 64) | (u128::from(e.1) << 32) | u128::from(e.2)
 }
 
 /// Scores the candidates of one hypothesis: `i` characters typed of the current word (the
@@ -948,6 +962,24 @@ mod tests {
                     w += stride;
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// The n-gram's best candidates are the first of one total order (probability
+        /// descending, then position and typed length), ties at the cut included: few distinct
+        /// probabilities make many ties.
+        #[test]
+        fn the_best_candidates_are_a_cut_of_one_order(
+            cands in proptest::collection::btree_map((0u32..400, 0u32..4), 1u8..5, 0..200),
+            take in 0usize..80,
+        ) {
+            let mut scored: Vec<(f64, u32, u32)> = cands.iter().map(|(&(pos, i), &p)| (f64::from(p) / 7.0, pos, i)).collect();
+            let mut sorted = scored.clone();
+            sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let take = take.min(scored.len());
+            super::keep_best(&mut scored, take);
+            proptest::prop_assert_eq!(&scored[..take], &sorted[..take]);
         }
     }
 

@@ -631,10 +631,13 @@ impl Predictor for NgramPredictor {
         let total: f64 = self.scratch.iter().map(|e| e.0).sum();
         let mut scratch = std::mem::take(&mut self.scratch);
         let take = k.min(scratch.len());
+        // One total order (probability descending, then word and typed length), so that ties
+        // at the cut keep the same candidates whatever the selection does.
+        let order = |a: &(f64, u32, usize), b: &(f64, u32, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2));
         if take > 0 && take < scratch.len() {
-            scratch.select_nth_unstable_by(take - 1, |a, b| b.0.total_cmp(&a.0));
+            scratch.select_nth_unstable_by(take - 1, order);
         }
-        scratch[..take].sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        scratch[..take].sort_by(order);
         for &(s, w, i) in &scratch[..take] {
             out.push(Candidate { word: self.words[w as usize].clone(), replace: i, p: (s / total) as f32 });
         }
