@@ -402,7 +402,10 @@ impl Lexicon {
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> Range<usize> {
         // Only the words that start with the prefix's first character, found by integer search;
         // they share its bytes.
-        let Some(c) = first_char(prefix) else { return self.search(0..self.len(), prefix, 0) };
+        let Some(c) = first_char(prefix) else {
+            // Every word starts with the empty prefix; a search would walk the whole lexicon.
+            return if prefix.is_empty() { 0..self.len() } else { self.search(0..self.len(), prefix, 0) };
+        };
         let at = match self.bmp_first.get(c as usize) {
             Some(&0) => return 0..0,
             Some(&at) => at as usize - 1,

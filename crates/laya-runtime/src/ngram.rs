@@ -731,6 +731,9 @@ fn hypothesis(
     followers(t.bigram_word, t.bigram_count, hist.bigram.clone(), lo, hi, bigram_top, t.n.words, cand, top);
     if let (Some(top_c1), true) = (t.n.top_c1.get(), range.len() >= t.n.words) {
         cand.extend_from_slice(top_c1);
+    } else if range.len() <= TOP_FOLLOW {
+        // Every counted word of a short range is among the best: no ranking needed.
+        cand.extend(range.filter(|&p| i32_at(t.unigram, p) > 0).map(|p| p as u32));
     } else {
         best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
         cand.extend(top.iter().map(|e| e.1));
