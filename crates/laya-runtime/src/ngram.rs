@@ -584,6 +584,15 @@ impl Pieces {
     }
 }
 
+/// [`position`] of a word the cutter gave: where the lexicon has it (a piece the cutter looked
+/// up as a word, [`Pieces`]), read from what the cutter kept rather than searched again.
+fn cut_position(word: &str, input: &NgramInput<'_>, n: &Ngram, pieces: &Pieces, key: &mut String) -> u32 {
+    match pieces.get(word) {
+        Some(Piece { lo, lookup: Lookup::Word(_), .. }) if !input.lexicon.ignores_case() => lo,
+        _ => position(word, input, n, key),
+    }
+}
+
 /// The n-gram position of `word`: its lexicon position, or `<unk>`.
 pub(crate) fn position(word: &str, input: &NgramInput<'_>, n: &Ngram, key: &mut String) -> u32 {
     let lex = input.lexicon;
@@ -644,7 +653,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
     for (slot, k) in [(1usize, 1usize), (0, 2)] {
         if words.len() >= k {
             let r = words[words.len() - k].clone();
-            base_hist[slot] = position(&before[window..][r], input, n, key);
+            base_hist[slot] = cut_position(&before[window..][r], input, n, pieces, key);
         } else if cut_off {
             base_hist[slot] = n.unk();
         }
@@ -658,7 +667,7 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
             words.clear();
             cut(part, input, han, pieces, words);
             for r in words.iter() {
-                let id = position(&part[r.clone()], input, n, key);
+                let id = cut_position(&part[r.clone()], input, n, pieces, key);
                 q *= t.prob(h[0], h[1], id).max(UNSEEN);
                 h = [h[1], id];
             }
@@ -942,6 +951,10 @@ mod tests {
         for p in pieces.slots.iter().filter(|p| p.len > 0) {
             let w = std::str::from_utf8(&p.key[..usize::from(p.len)]).unwrap();
             assert_eq!(format!("{:?}", p.lookup), format!("{:?}", plain(w)), "{w}");
+            // A word's first position is where the lexicon has it (`cut_position` reads it).
+            if matches!(p.lookup, Lookup::Word(_)) {
+                assert_eq!(Some(p.lo as usize), lexicon.position_of_key(w), "{w}");
+            }
         }
         pieces.clear();
         assert!(pieces.slots.iter().all(|p| p.len == 0));
