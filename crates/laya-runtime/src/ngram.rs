@@ -60,9 +60,10 @@ pub(crate) struct Ngram {
     /// `P(i | class)`: how many characters of the current word are typed, by the class of the
     /// character before the cursor.
     p_i: [[f64; PREFIX_LENGTHS]; PREFIX_CLASSES],
-    /// The [`TOP_FOLLOW`] positions of largest unigram count: the unigram candidates of an
-    /// empty prefix. Built by [`Ngram::prepare`], on the model's packer thread; until then a
-    /// prediction picks them from the counts itself (the same positions, more slowly).
+    /// The [`TOP_FOLLOW`] positions of largest unigram count, in increasing order: the
+    /// unigram candidates of an empty prefix. Built by [`Ngram::prepare`], on the model's
+    /// packer thread; until then a prediction picks them from the counts itself (the same
+    /// positions, more slowly).
     top_c1: OnceLock<Cow<'static, [u32]>>,
     /// The most counted followers of every list longer than [`SCAN_ALL`], taken whole when
     /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
@@ -71,21 +72,42 @@ pub(crate) struct Ngram {
 }
 
 /// Per follower list longer than [`SCAN_ALL`]: its [`TOP_FOLLOW`] most counted followers, as
-/// [`best_of`] picks them.
+/// [`best_of`] picks them, with their counts, and the counts there of the unigram candidates
+/// of an empty prefix (`top_c1`), so that the next-word hypothesis, which takes exactly these,
+/// searches the list for none of them.
 struct LongLists {
     /// `[first entry of the list, where its followers are in tops]`, by first entry (bigram
     /// and trigram lists apart: the tables' entry numbers are their own).
     bigram: Cow<'static, [[u32; 2]]>,
     trigram: Cow<'static, [[u32; 2]]>,
+    /// `(TOP_FOLLOW per list)` the best followers, each list's in increasing position.
     tops: Cow<'static, [u16]>,
+    /// `(TOP_FOLLOW per list)` their counts in the list.
+    top_counts: Cow<'static, [u16]>,
+    /// `(top_c1.len() per list)` the count in the list of each of `top_c1`, 0 where absent.
+    c1_counts: Cow<'static, [u16]>,
+}
+
+/// One long list's part of [`LongLists`].
+#[derive(Clone, Copy)]
+struct LongTop<'a> {
+    words: &'a [u16],
+    counts: &'a [u16],
+    /// Aligned with `top_c1`.
+    c1_counts: &'a [u16],
 }
 
 impl LongLists {
-    fn top(&self, trigram: bool, list_start: usize) -> Option<&[u16]> {
+    fn top(&self, trigram: bool, list_start: usize, c1_len: usize) -> Option<LongTop<'_>> {
         let index = if trigram { &self.trigram } else { &self.bigram };
         let at = index.binary_search_by_key(&(list_start as u32), |e| e[0]).ok()?;
         let from = index[at][1] as usize;
-        self.tops.get(from..from + TOP_FOLLOW)
+        let c1_from = from / TOP_FOLLOW * c1_len;
+        Some(LongTop {
+            words: self.tops.get(from..from + TOP_FOLLOW)?,
+            counts: self.top_counts.get(from..from + TOP_FOLLOW)?,
+            c1_counts: self.c1_counts.get(c1_from..c1_from + c1_len)?,
+        })
     }
 }
 
@@ -97,8 +119,11 @@ pub(crate) struct NgramIndex<'a> {
     /// The long lists' `[first entry, offset into tops]`, bigram and trigram lists apart.
     pub(crate) bigram: &'a [[u32; 2]],
     pub(crate) trigram: &'a [[u32; 2]],
-    /// Their best followers, [`TOP_FOLLOW`] per list.
+    /// Their best followers, [`TOP_FOLLOW`] per list in increasing position, their counts, and
+    /// per list the counts of the `top_c1` words (0: absent).
     pub(crate) tops: &'a [u16],
+    pub(crate) top_counts: &'a [u16],
+    pub(crate) c1_counts: &'a [u16],
 }
 
 /// The tables of one prediction, as slices of the model's bytes.
@@ -189,14 +214,16 @@ impl Ngram {
         self.words as u32 + 1
     }
 
-    /// The [`TOP_FOLLOW`] positions of largest unigram count, as [`best_of`] picks them: the
-    /// unigram candidates of an empty prefix (computed at the first call).
+    /// The [`TOP_FOLLOW`] positions of largest unigram count, as [`best_of`] picks them, in
+    /// increasing order: the unigram candidates of an empty prefix (computed at the first call).
     fn top_c1(&self, bytes: &[u8]) -> &[u32] {
         self.top_c1.get_or_init(|| {
             let unigram = self.tables(bytes).unigram;
             let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
             best_of((0..self.words).map(|p| (i32_at(unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), &mut top);
-            Cow::Owned(top.into_iter().map(|e| e.1).collect())
+            let mut positions: Vec<u32> = top.into_iter().map(|e| e.1).collect();
+            positions.sort_unstable();
+            Cow::Owned(positions)
         })
     }
 
@@ -204,7 +231,9 @@ impl Ngram {
     fn long_lists(&self, bytes: &[u8]) -> &LongLists {
         self.long_lists.get_or_init(|| {
             let t = self.tables(bytes);
-            let (mut bigram_index, mut trigram_index, mut tops) = (Vec::new(), Vec::new(), Vec::new());
+            let top_c1 = self.top_c1(bytes);
+            let (mut bigram_index, mut trigram_index) = (Vec::new(), Vec::new());
+            let (mut tops, mut top_counts, mut c1_counts) = (Vec::new(), Vec::new(), Vec::new());
             let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
             let (bigram_lists, trigram_lists) = (self.words + 2, self.bigrams + 1);
             for (trigram, lists) in [(false, bigram_lists), (true, trigram_lists)] {
@@ -222,20 +251,37 @@ impl Ngram {
                     let b = lower_bound(words, a..end, self.words as u32);
                     if b - a > SCAN_ALL {
                         best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), &mut top);
+                        top.sort_unstable_by_key(|e| e.1);
                         let index = if trigram { &mut trigram_index } else { &mut bigram_index };
                         index.push([a as u32, tops.len() as u32]);
                         tops.extend(top.iter().map(|e| e.1 as u16));
+                        top_counts.extend(top.iter().map(|e| e.0 as u16));
+                        let mut cursor = Cursor { list: a..b, at: a };
+                        c1_counts.extend(top_c1.iter().map(|&w| cursor.find(words, w).map_or(0, |i| u16_at(counts, a + i))));
                     }
                 }
             }
-            LongLists { bigram: Cow::Owned(bigram_index), trigram: Cow::Owned(trigram_index), tops: Cow::Owned(tops) }
+            LongLists {
+                bigram: Cow::Owned(bigram_index),
+                trigram: Cow::Owned(trigram_index),
+                tops: Cow::Owned(tops),
+                top_counts: Cow::Owned(top_counts),
+                c1_counts: Cow::Owned(c1_counts),
+            }
         })
     }
 
     /// What [`Ngram::prepare`] derived, for a prepared index; `None` before it has run.
     pub(crate) fn index(&self) -> Option<NgramIndex<'_>> {
         let (top_c1, long) = (self.top_c1.get()?, self.long_lists.get()?);
-        Some(NgramIndex { top_c1, bigram: &long.bigram, trigram: &long.trigram, tops: &long.tops })
+        Some(NgramIndex {
+            top_c1,
+            bigram: &long.bigram,
+            trigram: &long.trigram,
+            tops: &long.tops,
+            top_counts: &long.top_counts,
+            c1_counts: &long.c1_counts,
+        })
     }
 
     /// Takes what [`Ngram::index`] gave for the same tables earlier (a prepared index), in
@@ -248,7 +294,20 @@ impl Ngram {
         if ix.top_c1.len() > TOP_FOLLOW || !in_lexicon {
             return Err("its n-gram candidates are not lexicon positions".into());
         }
-        let lists = LongLists { bigram: Cow::Borrowed(ix.bigram), trigram: Cow::Borrowed(ix.trigram), tops: Cow::Borrowed(ix.tops) };
+        let lists = ix.tops.len() / TOP_FOLLOW;
+        if !ix.tops.len().is_multiple_of(TOP_FOLLOW)
+            || ix.top_counts.len() != ix.tops.len()
+            || ix.c1_counts.len() != lists * ix.top_c1.len()
+        {
+            return Err("its n-gram lists' counts do not match their followers".into());
+        }
+        let lists = LongLists {
+            bigram: Cow::Borrowed(ix.bigram),
+            trigram: Cow::Borrowed(ix.trigram),
+            tops: Cow::Borrowed(ix.tops),
+            top_counts: Cow::Borrowed(ix.top_counts),
+            c1_counts: Cow::Borrowed(ix.c1_counts),
+        };
         // A fresh model's locks are empty: nothing can have filled them yet.
         let _ = self.top_c1.set(Cow::Borrowed(ix.top_c1));
         let _ = self.long_lists.set(lists);
@@ -304,13 +363,13 @@ impl Tables<'_> {
     }
 
     /// One interpolated Kneser-Ney level: `(max(c − D, 0) + D · N1+(h ·) · lower) / c(h ·)`,
-    /// `at`: where `w` is in the list, if it is.
-    fn level(counts: &[u8], list: Range<usize>, total: f64, at: Option<usize>, d: f64, lower: f64) -> f64 {
+    /// `count`: `w`'s count in the list, if it is there.
+    fn level(list: Range<usize>, total: f64, count: Option<u16>, d: f64, lower: f64) -> f64 {
         if list.is_empty() || total <= 0.0 {
             return lower;
         }
         let distinct = list.len() as f64;
-        let c = at.map_or(0.0, |i| f64::from(u16_at(counts, list.start + i)));
+        let c = count.map_or(0.0, f64::from);
         ((c - d).max(0.0) + d * distinct * lower) / total
     }
 
@@ -328,11 +387,25 @@ impl Tables<'_> {
     /// `P_KN(w | u v)` of the history `h` ([`Tables::history`]), `w` found in its follower
     /// lists by `walk`.
     fn prob_in(&self, h: &History, walk: &mut Walk, w: u32) -> f64 {
+        self.prob_tagged(h, walk, Tagged::of(w), [false; 2])
+    }
+
+    /// [`Tables::prob_in`] of the candidate `key`, whose counts the key may know ([`Tagged`]);
+    /// `complete[level]` (bigram, trigram): every follower of that list in the hypothesis's
+    /// range came with its count, so a word that did not is not in the list. Only the counts
+    /// known neither way are searched for.
+    fn prob_tagged(&self, h: &History, walk: &mut Walk, key: u64, complete: [bool; 2]) -> f64 {
+        let w = Tagged::pos(key);
+        let count = |level: Level, cursor: &mut Cursor, words: &[u8], counts: &[u8], complete: bool| match Tagged::count(key, level) {
+            Some(known) => known,
+            None if complete => None,
+            None => cursor.find(words, w).map(|i| u16_at(counts, cursor.list.start + i)),
+        };
         let p1 = self.c1(w) / self.n.c1_total;
-        let at2 = walk.bigram.find(self.bigram_word, w);
-        let p2 = Self::level(self.bigram_count, h.bigram.clone(), h.total2, at2, self.n.d2, p1);
-        let at3 = walk.trigram.find(self.trigram_word, w);
-        Self::level(self.trigram_count, h.trigram.clone(), h.total3, at3, self.n.d3, p2)
+        let c2 = count(Level::Bigram, &mut walk.bigram, self.bigram_word, self.bigram_count, complete[0]);
+        let p2 = Self::level(h.bigram.clone(), h.total2, c2, self.n.d2, p1);
+        let c3 = count(Level::Trigram, &mut walk.trigram, self.trigram_word, self.trigram_count, complete[1]);
+        Self::level(h.trigram.clone(), h.total3, c3, self.n.d3, p2)
     }
 
     /// `P_KN(w | u v)`.
@@ -436,8 +509,8 @@ pub(crate) struct NgramScratch {
     pieces: Pieces,
     /// `(KEY_BYTES)` a word or prefix folded to its lexicon key.
     key: String,
-    /// `(≤ MAX_PER_HYPOTHESIS)` one hypothesis's candidate positions.
-    cand: Vec<u32>,
+    /// `(≤ MAX_PER_HYPOTHESIS)` one hypothesis's candidates ([`Tagged`] keys).
+    cand: Vec<u64>,
     /// `(TOP_FOLLOW)` the best `(count, position)` of a long list, best first.
     top: Vec<(u32, u32)>,
     /// `(≤ MAX_HYPOTHESES · MAX_PER_HYPOTHESIS)` scored candidates `(score, position, i)`.
@@ -711,7 +784,7 @@ fn hypothesis(
     i: usize,
     q: f64,
     key: &mut String,
-    cand: &mut Vec<u32>,
+    cand: &mut Vec<u64>,
     top: &mut Vec<(u32, u32)>,
     scored: &mut Vec<(f64, u32, u32)>,
 ) {
@@ -733,28 +806,50 @@ fn hypothesis(
     cand.clear();
     let hist = t.history(h[0], h[1]);
     // Before the packer thread has prepared them, the lists' best followers are picked here.
-    let long = t.n.long_lists.get();
-    let trigram_top = long.and_then(|l| l.top(true, hist.trigram.start)).filter(|_| !hist.trigram.is_empty());
-    followers(t.trigram_word, t.trigram_count, hist.trigram.clone(), lo, hi, trigram_top, t.n.words, cand, top);
-    let bigram_top = long.and_then(|l| l.top(false, hist.bigram.start)).filter(|_| !hist.bigram.is_empty());
-    followers(t.bigram_word, t.bigram_count, hist.bigram.clone(), lo, hi, bigram_top, t.n.words, cand, top);
-    if let (Some(top_c1), true) = (t.n.top_c1.get(), range.len() >= t.n.words) {
-        cand.extend_from_slice(top_c1);
+    let (long, top_c1) = (t.n.long_lists.get(), t.n.top_c1.get());
+    let c1_len = top_c1.map_or(0, |c| c.len());
+    let trigram_top = long.and_then(|l| l.top(true, hist.trigram.start, c1_len)).filter(|_| !hist.trigram.is_empty());
+    let trigram =
+        followers(t.trigram_word, t.trigram_count, hist.trigram.clone(), lo, hi, trigram_top, t.n.words, Level::Trigram, cand, top);
+    let bigram_top = long.and_then(|l| l.top(false, hist.bigram.start, c1_len)).filter(|_| !hist.bigram.is_empty());
+    let bigram = followers(t.bigram_word, t.bigram_count, hist.bigram.clone(), lo, hi, bigram_top, t.n.words, Level::Bigram, cand, top);
+    if let (Some(top_c1), true) = (top_c1, range.len() >= t.n.words) {
+        // A long list taken by its best followers also knows each of these words' count.
+        let known = |taken: &Taken<'_>, j: usize, level: Level| match taken {
+            Taken::Best(Some(c1_counts)) => Tagged::count_or_absent(c1_counts[j], level),
+            _ => 0,
+        };
+        cand.extend(
+            top_c1.iter().enumerate().map(|(j, &p)| Tagged::of(p) | known(&trigram, j, Level::Trigram) | known(&bigram, j, Level::Bigram)),
+        );
     } else if range.len() <= TOP_FOLLOW {
         // Every counted word of a short range is among the best: no ranking needed.
-        cand.extend(range.filter(|&p| i32_at(t.unigram, p) > 0).map(|p| p as u32));
+        cand.extend(range.filter(|&p| i32_at(t.unigram, p) > 0).map(|p| Tagged::of(p as u32)));
     } else {
         best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
-        cand.extend(top.iter().map(|e| e.1));
+        cand.extend(top.iter().map(|e| Tagged::of(e.1)));
     }
+    // By position, one key per word with what its sources knew of its counts.
     cand.sort_unstable();
-    cand.dedup();
+    let mut words = 0;
+    for j in 0..cand.len() {
+        if words > 0 && Tagged::pos(cand[words - 1]) == Tagged::pos(cand[j]) {
+            debug_assert!(Tagged::agree(cand[words - 1], cand[j]));
+            cand[words - 1] |= cand[j];
+        } else {
+            cand[words] = cand[j];
+            words += 1;
+        }
+    }
+    cand.truncate(words);
+    let complete = [matches!(bigram, Taken::All), matches!(trigram, Taken::All)];
     let mut walk = Walk::new(&hist);
-    for &w in cand.iter() {
+    for &key in cand.iter() {
+        let w = Tagged::pos(key);
         let id = lex.id_at(w as usize);
         // A keyboard types punctuation with its own keys: never a candidate.
         if lex.char_len(id) > i && !lex.is_punct(id) && scored.len() < scored.capacity() {
-            let p = q * t.prob_in(&hist, &mut walk, w);
+            let p = q * t.prob_tagged(&hist, &mut walk, key, complete);
             if p > 0.0 {
                 scored.push((p, w, i as u32));
             }
@@ -762,32 +857,104 @@ fn hypothesis(
     }
 }
 
-/// Appends to `cand` the followers in `words[list]` whose positions lie in `lo..hi`: all of
-/// them when there are at most [`SCAN_ALL`], else the [`TOP_FOLLOW`] most counted (`whole`:
-/// those of the whole list but `<unk>`, computed once, when `lo..hi` is every lexicon word).
+/// How a hypothesis took a history's follower list.
+enum Taken<'a> {
+    /// Every follower in the typed prefix's range, each with its count: a candidate without
+    /// one is not in the list.
+    All,
+    /// Its most counted followers in the range, with their counts; for an empty prefix, from
+    /// the prepared long list, which also gives the counts of `top_c1` there.
+    Best(Option<&'a [u16]>),
+}
+
+/// Appends to `cand` the followers in `words[list]` whose positions lie in `lo..hi`, each as a
+/// [`Tagged`] key carrying its count at `level`: all of them when there are at most
+/// [`SCAN_ALL`], else the [`TOP_FOLLOW`] most counted (`whole`: those of the whole list but
+/// `<unk>`, prepared, when `lo..hi` is every lexicon word).
 #[allow(clippy::too_many_arguments)]
-fn followers(
+fn followers<'a>(
     words: &[u8],
     counts: &[u8],
     list: Range<usize>,
     lo: u32,
     hi: u32,
-    whole: Option<&[u16]>,
+    whole: Option<LongTop<'a>>,
     words_in_lexicon: usize,
-    cand: &mut Vec<u32>,
+    level: Level,
+    cand: &mut Vec<u64>,
     top: &mut Vec<(u32, u32)>,
-) {
+) -> Taken<'a> {
     let a = lower_bound(words, list.clone(), lo);
     let b = lower_bound(words, a..list.end, hi);
     // The range is the whole lexicon (an empty prefix): the slice is the list but `<unk>`.
     let whole_range = hi as usize >= words_in_lexicon;
     if b - a <= SCAN_ALL {
-        cand.extend((a..b).map(|j| u32::from(u16_at(words, j))));
+        cand.extend((a..b).map(|j| Tagged::of(u32::from(u16_at(words, j))) | Tagged::count_or_absent(u16_at(counts, j), level)));
+        Taken::All
     } else if let (Some(whole), true) = (whole, lo == 0 && a == list.start && whole_range) {
-        cand.extend(whole.iter().map(|&p| u32::from(p)));
+        cand.extend(whole.words.iter().zip(whole.counts).map(|(&p, &c)| Tagged::of(u32::from(p)) | Tagged::count_or_absent(c, level)));
+        Taken::Best(Some(whole.c1_counts))
     } else {
         best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), top);
-        cand.extend(top.iter().map(|e| e.1));
+        cand.extend(top.iter().map(|e| Tagged::of(e.1) | Tagged::count_or_absent(e.0 as u16, level)));
+        Taken::Best(None)
+    }
+}
+
+/// The follower list of a history a count is of.
+#[derive(Clone, Copy)]
+enum Level {
+    Bigram,
+    Trigram,
+}
+
+/// A hypothesis's candidate as one sortable integer: its position in the high bits, then per
+/// level a field saying what its source knew of its count in the history's list there: 0
+/// nothing, 1 absent, `c + 2` count `c`. Sorting orders by position; a word two sources gave
+/// is two adjacent keys, joined by or-ing them (where both know a field they agree).
+struct Tagged;
+
+impl Tagged {
+    const FIELD: u32 = 20;
+    const MASK: u64 = (1 << Self::FIELD) - 1;
+
+    fn of(pos: u32) -> u64 {
+        u64::from(pos) << (2 * Self::FIELD)
+    }
+
+    fn pos(key: u64) -> u32 {
+        (key >> (2 * Self::FIELD)) as u32
+    }
+
+    fn shift(level: Level) -> u32 {
+        match level {
+            Level::Trigram => Self::FIELD,
+            Level::Bigram => 0,
+        }
+    }
+
+    /// The field of a count at `level` (0 in a list: absent, as prepared counts say it).
+    fn count_or_absent(count: u16, level: Level) -> u64 {
+        let field = if count == 0 { 1 } else { u64::from(count) + 2 };
+        field << Self::shift(level)
+    }
+
+    /// What `key` knows of its count at `level`: `Some(Some(c))`, `Some(None)` absent, `None`
+    /// unknown.
+    fn count(key: u64, level: Level) -> Option<Option<u16>> {
+        match (key >> Self::shift(level)) & Self::MASK {
+            0 => None,
+            1 => Some(None),
+            f => Some(Some((f - 2) as u16)),
+        }
+    }
+
+    /// Whether two keys of one word say the same of every count both know.
+    fn agree(a: u64, b: u64) -> bool {
+        [Level::Bigram, Level::Trigram].iter().all(|&l| match (Self::count(a, l), Self::count(b, l)) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        })
     }
 }
 

@@ -12,21 +12,23 @@
 //! Only for bytes compiled into the program, beside the model they were made from
 //! ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX7`, the word count (`u64`), the model's checksum
+//! Layout, little-endian: the magic `LAYAIDX8`, the word count (`u64`), the model's checksum
 //! (`u64`), where the completion prior comes from (`u64`: 0 none, 1 dictionary frequencies that
 //! are all 0, 2 the corpus counts below), the number of words with a dictionary frequency
 //! (`u64`), the unigram's counts summed and the n-gram's unigram counts summed (the bits of two
 //! `f64`, each at least 1; the second 0 without an n-gram: exact sums of integers, the same on
-//! every machine), then twenty-one arrays in this order, each as its element count (`u64`) and its
+//! every machine), then twenty-three arrays in this order, each as its element count (`u64`) and its
 //! elements, zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`),
 //! glue flags (`u8`), the order (`u32`, none when the ids are in byte order), the first
 //! characters (pairs of `u32`: scalar value, first position), the BMP first-character table
 //! (`u16`); the folded keys (UTF-8 bytes) and their `V + 1` offsets (`u32`), the shadowed flags
 //! (`u8`) and the stretch lengths (`u8`), all four empty where case is not ignored; the classes'
 //! offsets into the members (`u32`, `K + 1`), the members (`u32`) and their biases (`f32`), all
-//! three empty for a flat head; the n-gram's best unigram positions (`u32`), its long bigram and
-//! trigram lists (pairs of `u32`: first entry, offset into the followers) and their best
-//! followers (`u16`), all four empty without an n-gram; the unigram's counts (`u32`, `V`), the
+//! three empty for a flat head; the n-gram's best unigram positions (`u32`, increasing), its
+//! long bigram and trigram lists (pairs of `u32`: first entry, offset into the followers),
+//! their best followers (`u16`, each list's increasing) and those followers' counts (`u16`),
+//! and per long list the count there of each best unigram position (`u16`, 0 where absent),
+//! all six empty without an n-gram; the unigram's counts (`u32`, `V`), the
 //! prior's corpus counts (`u32`, `V` where the prior is 2, else none) and each word's class
 //! (`u32`, `V`, none for a flat head); where each word starts in the lexicon's GGUF run and the
 //! run's length plus 8 (`u32`, `V + 1`, [`laya_format::Strings::run_starts`]).
@@ -38,7 +40,7 @@ use crate::lexicon::{Lexicon, LexiconIndex};
 use crate::model::PriorSource;
 use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX7";
+const MAGIC: &[u8; 8] = b"LAYAIDX8";
 
 /// The lexicon's per-word integers as a load keeps them.
 pub(crate) struct PerWord<'a> {
@@ -112,11 +114,14 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(ids.len(), bytemuck::cast_slice(ids));
     array(bias.len(), bytemuck::cast_slice(bias));
     let n = ngram.and_then(Ngram::index);
-    let (top_c1, bigram, trigram, tops) = n.map_or((&[][..], &[][..], &[][..], &[][..]), |n| (n.top_c1, n.bigram, n.trigram, n.tops));
-    array(top_c1.len(), bytemuck::cast_slice(top_c1));
-    array(bigram.len(), bytemuck::cast_slice(bigram));
-    array(trigram.len(), bytemuck::cast_slice(trigram));
-    array(tops.len(), bytemuck::cast_slice(tops));
+    let none = NgramIndex { top_c1: &[], bigram: &[], trigram: &[], tops: &[], top_counts: &[], c1_counts: &[] };
+    let n = n.unwrap_or(none);
+    array(n.top_c1.len(), bytemuck::cast_slice(n.top_c1));
+    array(n.bigram.len(), bytemuck::cast_slice(n.bigram));
+    array(n.trigram.len(), bytemuck::cast_slice(n.trigram));
+    array(n.tops.len(), bytemuck::cast_slice(n.tops));
+    array(n.top_counts.len(), bytemuck::cast_slice(n.top_counts));
+    array(n.c1_counts.len(), bytemuck::cast_slice(n.c1_counts));
     array(words.cuts.len(), bytemuck::cast_slice(words.cuts));
     array(corpus.len(), bytemuck::cast_slice(corpus));
     array(class_of.len(), bytemuck::cast_slice(class_of));
@@ -166,6 +171,8 @@ pub(crate) fn read(image: &'static [u8], checksum: u64) -> Result<Index, String>
     let bigram: &'static [[u32; 2]] = r.array()?;
     let trigram: &'static [[u32; 2]] = r.array()?;
     let tops: &'static [u16] = r.array()?;
+    let top_counts: &'static [u16] = r.array()?;
+    let c1_counts: &'static [u16] = r.array()?;
     let cuts: &'static [u32] = r.array()?;
     let corpus: &'static [u32] = r.array()?;
     let class_of: &'static [u32] = r.array()?;
@@ -205,7 +212,7 @@ pub(crate) fn read(image: &'static [u8], checksum: u64) -> Result<Index, String>
             stretched,
         },
         classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias, class_of }),
-        ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops }),
+        ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops, top_counts, c1_counts }),
         words,
         word_starts,
         cuts,
@@ -268,7 +275,7 @@ mod tests {
     fn array_at(image: &[u8], k: usize) -> usize {
         (0..k).fold(56, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
-            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 4, 4, 4, 4][i];
+            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 2, 2, 4, 4, 4, 4][i];
             at + 8 + (count * size).next_multiple_of(8)
         })
     }
@@ -363,12 +370,12 @@ mod tests {
         bad.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
         bad.extend_from_slice(&good[shadowed_at + 8..]);
         assert!(refused(&bad, 7).contains("shadowed"));
-        // Counts for another number of words (the eighteenth array).
-        let cuts_at = array_at(&good, 17);
+        // Counts for another number of words (the twentieth array).
+        let cuts_at = array_at(&good, 19);
         let mut bad = good[..cuts_at].to_vec();
         bad.extend_from_slice(&6u64.to_le_bytes());
         bad.extend_from_slice(&[0; 24]);
-        bad.extend_from_slice(&good[array_at(&good, 18)..]);
+        bad.extend_from_slice(&good[array_at(&good, 20)..]);
         assert!(refused(&bad, 7).contains("counts"));
         // A prior of an unknown kind, or of the corpus kind without its counts; more words with
         // a dictionary frequency than words.
@@ -380,14 +387,14 @@ mod tests {
             assert!(refused(&bad, 7).contains(says), "{at} = {value}");
         }
         // Classes of the words without a class head.
-        let class_of_at = array_at(&good, 19);
+        let class_of_at = array_at(&good, 21);
         let mut bad = good[..class_of_at].to_vec();
         bad.extend_from_slice(&7u64.to_le_bytes());
         bad.extend_from_slice(&[0; 32]);
-        bad.extend_from_slice(&good[array_at(&good, 20)..]);
+        bad.extend_from_slice(&good[array_at(&good, 22)..]);
         assert!(refused(&bad, 7).contains("classes"));
         // Word starts for another number of words (the last array).
-        let mut bad = good[..array_at(&good, 20)].to_vec();
+        let mut bad = good[..array_at(&good, 22)].to_vec();
         bad.extend_from_slice(&1u64.to_le_bytes());
         bad.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
         assert!(refused(&bad, 7).contains("starts"));

@@ -58,16 +58,17 @@ fn damaged_tables_are_refused_or_predict_well_formed_bars() {
 /// A model with an n-gram compiled into the program with its prepared index (which carries the
 /// n-gram's best unigram candidates and long lists) predicts bit for bit what the same bytes on
 /// the heap predict, where the lists are picked from the counts; candidates past the lexicon in
-/// the index are refused.
+/// the index are refused, and so are long lists without the counts of their words.
 #[test]
 fn prepared_ngram_lists_predict_as_lists_picked_from_the_counts() {
-    let cfg = TinyConfig { word_classes: 6, ..TinyConfig::small() };
+    // Enough words and lines that some follower lists are long (prepared with their counts).
+    let cfg = TinyConfig { word_classes: 6, vocab: 700, ..TinyConfig::small() };
     let (meta, mut tensors) = random_model(&cfg, 4, GgmlType::F32);
-    tensors.extend(random_ngram(cfg.vocab, 300, 4));
+    tensors.extend(random_ngram(cfg.vocab, 6000, 4));
     let bytes = write_model(&meta, &tensors).unwrap();
     let heap = Model::from_bytes(bytes.clone()).unwrap();
     let index = heap.prepared_index();
-    // The n-gram's four arrays follow thirteen others of these element sizes
+    // The n-gram's six arrays follow thirteen others of these element sizes
     // (crates/laya-runtime/src/prepared.rs).
     let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4];
     let count = |at: usize| u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) as usize;
@@ -87,4 +88,13 @@ fn prepared_ngram_lists_predict_as_lists_picked_from_the_counts() {
     damaged[top_at + 8..top_at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
     let refused = Model::from_static_prepared(bytes, checksum, aligned(&damaged)).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(refused.contains("n-gram candidates"), "{refused}");
+    // The counts of the best unigram candidates in each long list (array 18) left out.
+    let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 2];
+    let c1_at = sizes.iter().fold(56, |at, size| at + 8 + (count(at) * size).next_multiple_of(8));
+    assert!(count(c1_at) > 0, "the test n-gram has long lists");
+    let mut damaged = index[..c1_at].to_vec();
+    damaged.extend_from_slice(&0u64.to_le_bytes());
+    damaged.extend_from_slice(&index[c1_at + 8 + (2 * count(c1_at)).next_multiple_of(8)..]);
+    let refused = Model::from_static_prepared(bytes, checksum, aligned(&damaged)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("counts do not match"), "{refused}");
 }
