@@ -14,8 +14,13 @@ use laya_format::{LayaFile, NormRule};
 
 use crate::learn::{cut_han_into, HanCut, Lookup, LONGEST};
 use crate::lexicon::Lexicon;
-use crate::scratch::Hit;
 use crate::unigram::WordLogp;
+
+mod candidates;
+mod mix;
+
+use candidates::{best_of, hypothesis, keep_best, Level, Scored, Tagged};
+pub(crate) use mix::{adds, mix, mix_rule};
 
 /// The n-gram's weight `w` in the mix unless the session sets another
 /// ([`crate::Session::set_ngram_weight`]): chosen on the dev genres (docs/training.md).
@@ -511,9 +516,13 @@ pub(crate) struct NgramScratch {
     key: String,
     /// `(≤ MAX_PER_HYPOTHESIS)` one hypothesis's candidates ([`Tagged`] keys).
     cand: Vec<u64>,
+    /// `(≤ MAX_PER_HYPOTHESIS)` the same merged, one key per word.
+    merged: Vec<u64>,
     /// `(TOP_FOLLOW)` the best `(count, position)` of a long list, best first.
     top: Vec<(u32, u32)>,
-    /// `(≤ MAX_HYPOTHESES · MAX_PER_HYPOTHESIS)` scored candidates `(score, position, i)`.
+    /// `(≤ MAX_HYPOTHESES · MAX_PER_HYPOTHESIS)` every scored candidate, as a [`Scored`] key.
+    keys: Vec<u128>,
+    /// `(≤ NGRAM_DEPTH)` the best of them, `(p normalised, position, i)`, best first.
     pub(crate) scored: Vec<(f64, u32, u32)>,
     /// `(≤ NGRAM_DEPTH)` per candidate of [`predict`] that the network did not rank among its
     /// best: the network's probability of it ([`crate::rank::pair_score`]) where it could
@@ -542,8 +551,10 @@ impl NgramScratch {
             pieces: Pieces::new(),
             key: String::with_capacity(KEY_BYTES),
             cand: Vec::with_capacity(MAX_PER_HYPOTHESIS),
+            merged: Vec::with_capacity(MAX_PER_HYPOTHESIS),
             top: Vec::with_capacity(TOP_FOLLOW + 1),
-            scored: Vec::with_capacity(MAX_HYPOTHESES * MAX_PER_HYPOTHESIS),
+            keys: Vec::with_capacity(MAX_HYPOTHESES * MAX_PER_HYPOTHESIS),
+            scored: Vec::with_capacity(NGRAM_DEPTH),
             net: Vec::with_capacity(NGRAM_DEPTH),
             add: Vec::with_capacity(NGRAM_DEPTH),
             own: vec![0.0; replace_classes],
@@ -688,8 +699,8 @@ pub(crate) fn position(word: &str, input: &NgramInput<'_>, n: &Ngram, key: &mut 
 /// characters.
 pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, context: &str, max_i: usize) -> usize {
     let t = n.tables(input.bytes);
-    let NgramScratch { line, run_chars, splits, words, han, pieces, key, cand, top, scored, .. } = s;
-    scored.clear();
+    let NgramScratch { line, run_chars, splits, words, han, pieces, key, cand, merged, top, keys, scored, .. } = s;
+    keys.clear();
     line.clear();
     let last_line = context.rsplit_once('\n').map_or(context, |(_, l)| l);
     let tail_start = last_line.char_indices().rev().nth(TAIL_CHARS - 1).map_or(0, |(b, _)| b);
@@ -745,339 +756,19 @@ pub(crate) fn predict(n: &Ngram, input: &NgramInput<'_>, s: &mut NgramScratch, c
                 h = [h[1], id];
             }
         }
-        hypothesis(&t, input, h, &line[split..], i, q, key, cand, top, scored);
+        hypothesis(&t, input, h, &line[split..], i, q, key, cand, merged, top, keys);
     }
-    let total: f64 = scored.iter().map(|e| e.0).sum();
-    let take = NGRAM_DEPTH.min(scored.len());
-    keep_best(scored, take);
-    for e in &mut scored[..take] {
-        e.0 /= total;
-    }
+    let total: f64 = keys.iter().map(|&k| Scored::p(k)).sum();
+    let take = NGRAM_DEPTH.min(keys.len());
+    keep_best(keys, take);
+    scored.clear();
+    scored.extend(keys[..take].iter().map(|&k| (Scored::p(k) / total, Scored::pos(k), Scored::i(k))));
     take
-}
-
-/// Moves the best `take` of `scored` to its front, best first ([`best_first_key`]).
-fn keep_best(scored: &mut [(f64, u32, u32)], take: usize) {
-    if take > 0 && take < scored.len() {
-        scored.select_nth_unstable_by_key(take - 1, best_first_key);
-    }
-    scored[..take].sort_unstable_by_key(best_first_key);
-}
-
-/// The order of the n-gram's candidates `(p, position, i)`: `p` descending, then position and
-/// `i` ascending, as one integer (a positive finite `f64`'s bits order as the number does), so
-/// that the best [`NGRAM_DEPTH`] are a cut of one total order: the same set whatever the
-/// selection algorithm, ties at the cut included.
-fn best_first_key(e: &(f64, u32, u32)) -> u128 {
-    debug_assert!(e.0 > 0.0 && e.0.is_finite());
-    (u128::from(!e.0.to_bits()) << 64) | (u128::from(e.1) << 32) | u128::from(e.2)
-}
-
-/// Scores the candidates of one hypothesis: `i` characters typed of the current word (the
-/// `prefix`), history `h`, the hypothesis's own probability `q`.
-#[allow(clippy::too_many_arguments)]
-fn hypothesis(
-    t: &Tables<'_>,
-    input: &NgramInput<'_>,
-    h: [u32; 2],
-    prefix: &str,
-    i: usize,
-    q: f64,
-    key: &mut String,
-    cand: &mut Vec<u64>,
-    top: &mut Vec<(u32, u32)>,
-    scored: &mut Vec<(f64, u32, u32)>,
-) {
-    let lex = input.lexicon;
-    let range = if lex.ignores_case() {
-        key.clear();
-        if 2 * prefix.len() > KEY_BYTES {
-            return;
-        }
-        laya_format::fold_into(prefix, key);
-        lex.prefix_range(key.as_bytes())
-    } else {
-        lex.prefix_range(prefix.as_bytes())
-    };
-    if range.is_empty() {
-        return;
-    }
-    let (lo, hi) = (range.start as u32, range.end as u32);
-    cand.clear();
-    let hist = t.history(h[0], h[1]);
-    // Before the packer thread has prepared them, the lists' best followers are picked here.
-    let (long, top_c1) = (t.n.long_lists.get(), t.n.top_c1.get());
-    let c1_len = top_c1.map_or(0, |c| c.len());
-    let trigram_top = long.and_then(|l| l.top(true, hist.trigram.start, c1_len)).filter(|_| !hist.trigram.is_empty());
-    let trigram =
-        followers(t.trigram_word, t.trigram_count, hist.trigram.clone(), lo, hi, trigram_top, t.n.words, Level::Trigram, cand, top);
-    let bigram_top = long.and_then(|l| l.top(false, hist.bigram.start, c1_len)).filter(|_| !hist.bigram.is_empty());
-    let bigram = followers(t.bigram_word, t.bigram_count, hist.bigram.clone(), lo, hi, bigram_top, t.n.words, Level::Bigram, cand, top);
-    if let (Some(top_c1), true) = (top_c1, range.len() >= t.n.words) {
-        // A long list taken by its best followers also knows each of these words' count.
-        let known = |taken: &Taken<'_>, j: usize, level: Level| match taken {
-            Taken::Best(Some(c1_counts)) => Tagged::count_or_absent(c1_counts[j], level),
-            _ => 0,
-        };
-        cand.extend(
-            top_c1.iter().enumerate().map(|(j, &p)| Tagged::of(p) | known(&trigram, j, Level::Trigram) | known(&bigram, j, Level::Bigram)),
-        );
-    } else if range.len() <= TOP_FOLLOW {
-        // Every counted word of a short range is among the best: no ranking needed.
-        cand.extend(range.filter(|&p| i32_at(t.unigram, p) > 0).map(|p| Tagged::of(p as u32)));
-    } else {
-        best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
-        cand.extend(top.iter().map(|e| Tagged::of(e.1)));
-    }
-    // By position, one key per word with what its sources knew of its counts.
-    cand.sort_unstable();
-    let mut words = 0;
-    for j in 0..cand.len() {
-        if words > 0 && Tagged::pos(cand[words - 1]) == Tagged::pos(cand[j]) {
-            debug_assert!(Tagged::agree(cand[words - 1], cand[j]));
-            cand[words - 1] |= cand[j];
-        } else {
-            cand[words] = cand[j];
-            words += 1;
-        }
-    }
-    cand.truncate(words);
-    let complete = [matches!(bigram, Taken::All), matches!(trigram, Taken::All)];
-    let mut walk = Walk::new(&hist);
-    for &key in cand.iter() {
-        let w = Tagged::pos(key);
-        let id = lex.id_at(w as usize);
-        // A keyboard types punctuation with its own keys: never a candidate.
-        if lex.char_len(id) > i && !lex.is_punct(id) && scored.len() < scored.capacity() {
-            let p = q * t.prob_tagged(&hist, &mut walk, key, complete);
-            if p > 0.0 {
-                scored.push((p, w, i as u32));
-            }
-        }
-    }
-}
-
-/// How a hypothesis took a history's follower list.
-enum Taken<'a> {
-    /// Every follower in the typed prefix's range, each with its count: a candidate without
-    /// one is not in the list.
-    All,
-    /// Its most counted followers in the range, with their counts; for an empty prefix, from
-    /// the prepared long list, which also gives the counts of `top_c1` there.
-    Best(Option<&'a [u16]>),
-}
-
-/// Appends to `cand` the followers in `words[list]` whose positions lie in `lo..hi`, each as a
-/// [`Tagged`] key carrying its count at `level`: all of them when there are at most
-/// [`SCAN_ALL`], else the [`TOP_FOLLOW`] most counted (`whole`: those of the whole list but
-/// `<unk>`, prepared, when `lo..hi` is every lexicon word).
-#[allow(clippy::too_many_arguments)]
-fn followers<'a>(
-    words: &[u8],
-    counts: &[u8],
-    list: Range<usize>,
-    lo: u32,
-    hi: u32,
-    whole: Option<LongTop<'a>>,
-    words_in_lexicon: usize,
-    level: Level,
-    cand: &mut Vec<u64>,
-    top: &mut Vec<(u32, u32)>,
-) -> Taken<'a> {
-    let a = lower_bound(words, list.clone(), lo);
-    let b = lower_bound(words, a..list.end, hi);
-    // The range is the whole lexicon (an empty prefix): the slice is the list but `<unk>`.
-    let whole_range = hi as usize >= words_in_lexicon;
-    if b - a <= SCAN_ALL {
-        cand.extend((a..b).map(|j| Tagged::of(u32::from(u16_at(words, j))) | Tagged::count_or_absent(u16_at(counts, j), level)));
-        Taken::All
-    } else if let (Some(whole), true) = (whole, lo == 0 && a == list.start && whole_range) {
-        cand.extend(whole.words.iter().zip(whole.counts).map(|(&p, &c)| Tagged::of(u32::from(p)) | Tagged::count_or_absent(c, level)));
-        Taken::Best(Some(whole.c1_counts))
-    } else {
-        best_of((a..b).map(|j| (u32::from(u16_at(counts, j)), u32::from(u16_at(words, j)))), top);
-        cand.extend(top.iter().map(|e| Tagged::of(e.1) | Tagged::count_or_absent(e.0 as u16, level)));
-        Taken::Best(None)
-    }
-}
-
-/// The follower list of a history a count is of.
-#[derive(Clone, Copy)]
-enum Level {
-    Bigram,
-    Trigram,
-}
-
-/// A hypothesis's candidate as one sortable integer: its position in the high bits, then per
-/// level a field saying what its source knew of its count in the history's list there: 0
-/// nothing, 1 absent, `c + 2` count `c`. Sorting orders by position; a word two sources gave
-/// is two adjacent keys, joined by or-ing them (where both know a field they agree).
-struct Tagged;
-
-impl Tagged {
-    const FIELD: u32 = 20;
-    const MASK: u64 = (1 << Self::FIELD) - 1;
-
-    fn of(pos: u32) -> u64 {
-        u64::from(pos) << (2 * Self::FIELD)
-    }
-
-    fn pos(key: u64) -> u32 {
-        (key >> (2 * Self::FIELD)) as u32
-    }
-
-    fn shift(level: Level) -> u32 {
-        match level {
-            Level::Trigram => Self::FIELD,
-            Level::Bigram => 0,
-        }
-    }
-
-    /// The field of a count at `level` (0 in a list: absent, as prepared counts say it).
-    fn count_or_absent(count: u16, level: Level) -> u64 {
-        let field = if count == 0 { 1 } else { u64::from(count) + 2 };
-        field << Self::shift(level)
-    }
-
-    /// What `key` knows of its count at `level`: `Some(Some(c))`, `Some(None)` absent, `None`
-    /// unknown.
-    fn count(key: u64, level: Level) -> Option<Option<u16>> {
-        match (key >> Self::shift(level)) & Self::MASK {
-            0 => None,
-            1 => Some(None),
-            f => Some(Some((f - 2) as u16)),
-        }
-    }
-
-    /// Whether two keys of one word say the same of every count both know.
-    fn agree(a: u64, b: u64) -> bool {
-        [Level::Bigram, Level::Trigram].iter().all(|&l| match (Self::count(a, l), Self::count(b, l)) {
-            (Some(x), Some(y)) => x == y,
-            _ => true,
-        })
-    }
-}
-
-/// The [`TOP_FOLLOW`] entries `(count, position)` of largest count into `top`, best first
-/// (equal counts: the lower position). An insertion into a short sorted list: no allocation.
-fn best_of(entries: impl Iterator<Item = (u32, u32)>, top: &mut Vec<(u32, u32)>) {
-    top.clear();
-    let better = |a: (u32, u32), b: (u32, u32)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
-    for e in entries {
-        if top.len() == TOP_FOLLOW {
-            if !better(e, top[TOP_FOLLOW - 1]) {
-                continue;
-            }
-            top.pop();
-        }
-        let at = top.partition_point(|&x| better(x, e));
-        top.insert(at, e);
-    }
-}
-
-/// How the n-gram's candidates join the network's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MixRule {
-    /// `(1 − w)·p_net + w·p_ngram`: the n-gram's own idea of how much of the word is typed
-    /// counts too (after a Han character, where it helps).
-    Linear,
-    /// Inside each replace class: the network keeps its mass `M_i` on the class, the n-gram
-    /// moves it among the class's words, `(1 − w)·p_net + w·M_i·p_ngram / Σ_class p_ngram`.
-    WithinClass,
-}
-
-/// The rule for a context: linear after a Han character, within the class anywhere else (the
-/// best of both on the dev genres of both languages, docs/training.md).
-pub(crate) fn mix_rule(context: &str) -> MixRule {
-    match context.chars().next_back() {
-        Some(c) if laya_format::punct::is_han(c) => MixRule::Linear,
-        _ => MixRule::WithinClass,
-    }
-}
-
-/// What each of the n-gram's candidates `scored[..n_cands]` (from [`predict`]) adds to its
-/// pair's score in the mix at weight `w`, into `s.add` (`replace_mass`: the network's mass per
-/// class on the bar, normalised). 0 for a candidate the mix leaves out.
-pub(crate) fn adds(s: &mut NgramScratch, n_cands: usize, replace_mass: &[f32], rule: MixRule, w: f32) {
-    let cands = &s.scored[..n_cands];
-    s.own.fill(0.0);
-    for &(p, _, i) in cands {
-        if let Some(o) = s.own.get_mut(i as usize) {
-            *o += p as f32;
-        }
-    }
-    s.add.clear();
-    s.add.extend(cands.iter().map(|&(p, _, i)| {
-        let iu = i as usize;
-        let add = match rule {
-            MixRule::Linear => w * p as f32,
-            MixRule::WithinClass => match (replace_mass.get(iu), s.own.get(iu)) {
-                (Some(&m), Some(&own)) if own > 0.0 => w * m * p as f32 / own,
-                _ => 0.0,
-            },
-        };
-        if iu < replace_mass.len() && add > 0.0 {
-            add
-        } else {
-            0.0
-        }
-    }));
-}
-
-/// Mixes the n-gram's candidates `scored[..n_cands]` into `hits` (the network's best, scores
-/// normalised) at weight `w`, keeping the best `k`: each adds `s.add` ([`adds`]) to its pair,
-/// and a candidate not in `hits` brings its network probability `s.net` along. `admit(id, i)`:
-/// whether word `id` may reach the bar replacing `i` characters. Ties keep the network's
-/// order. Allocates nothing when `hits` has room for [`NGRAM_DEPTH`] more.
-pub(crate) fn mix(
-    s: &NgramScratch,
-    n_cands: usize,
-    lexicon: &Lexicon,
-    hits: &mut Vec<Hit>,
-    w: f32,
-    k: usize,
-    admit: impl Fn(usize, usize) -> bool,
-) {
-    debug_assert!(s.net.len() == n_cands && s.add.len() == n_cands);
-    for h in hits.iter_mut() {
-        h.score *= 1.0 - w;
-    }
-    // The n-gram's pairs are distinct (one hypothesis per replace count, its candidates
-    // deduplicated), so a pair can only be one of the network's, never one pushed here.
-    let network = hits.len();
-    for ((&(_, pos, i), &net), &add) in s.scored[..n_cands].iter().zip(&s.net).zip(&s.add) {
-        let id = lexicon.id_at(pos as usize);
-        if add <= 0.0 || !admit(id, i as usize) {
-            continue;
-        }
-        if let Some(h) = hits[..network].iter_mut().find(|h| h.id == id as u32 && h.replace == i) {
-            h.score += add;
-        } else if hits.len() < hits.capacity() {
-            hits.push(Hit { id: id as u32, replace: i, score: (1.0 - w) * net + add });
-        }
-    }
-    best_first(hits, k);
-}
-
-/// Leaves the `k` best of `hits` in it, best first, as a stable sort by descending score then
-/// a cut to `k` would (ties keep their order): the best of the rest is rotated into place `k`
-/// times, in place.
-fn best_first(hits: &mut Vec<Hit>, k: usize) {
-    for t in 0..k.min(hits.len()) {
-        let mut best = t;
-        for j in t + 1..hits.len() {
-            if hits[j].score > hits[best].score {
-                best = j;
-            }
-        }
-        hits[t..=best].rotate_right(1);
-    }
-    hits.truncate(k);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{best_first, cut, find, Cursor, NgramInput, Pieces};
+    use super::{cut, find, Cursor, NgramInput, Pieces};
     use crate::learn::{cut_han_into, HanCut, Lookup};
     use crate::lexicon::Lexicon;
     use crate::unigram::WordLogp;
@@ -1145,52 +836,6 @@ mod tests {
                     w += stride;
                 }
             }
-        }
-    }
-
-    proptest::proptest! {
-        /// The n-gram's best candidates are the first of one total order (probability
-        /// descending, then position and typed length), ties at the cut included: few distinct
-        /// probabilities make many ties.
-        #[test]
-        fn the_best_candidates_are_a_cut_of_one_order(
-            cands in proptest::collection::btree_map((0u32..400, 0u32..4), 1u8..5, 0..200),
-            take in 0usize..80,
-        ) {
-            let mut scored: Vec<(f64, u32, u32)> = cands.iter().map(|(&(pos, i), &p)| (f64::from(p) / 7.0, pos, i)).collect();
-            let mut sorted = scored.clone();
-            sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-            let take = take.min(scored.len());
-            super::keep_best(&mut scored, take);
-            proptest::prop_assert_eq!(&scored[..take], &sorted[..take]);
-        }
-    }
-
-    /// The naive twin of [`best_first`]: a stable insertion sort by descending score, then the
-    /// first `k` (what the mix did before).
-    fn sorted_then_cut(hits: &mut Vec<crate::scratch::Hit>, k: usize) {
-        for j in 1..hits.len() {
-            let mut at = j;
-            while at > 0 && hits[at - 1].score < hits[at].score {
-                hits.swap(at - 1, at);
-                at -= 1;
-            }
-        }
-        hits.truncate(k);
-    }
-
-    proptest::proptest! {
-        /// The same hits in the same order as the stable sort, ties (scores drawn from a few
-        /// values) included.
-        #[test]
-        fn best_first_keeps_what_a_stable_sort_keeps(scores in proptest::collection::vec(0u8..6, 0..80), k in 0usize..12) {
-            let hits: Vec<crate::scratch::Hit> =
-                scores.iter().enumerate().map(|(j, &s)| crate::scratch::Hit { id: j as u32, replace: 0, score: f32::from(s) / 4.0 }).collect();
-            let (mut fast, mut naive) = (hits.clone(), hits);
-            best_first(&mut fast, k);
-            sorted_then_cut(&mut naive, k);
-            let key = |h: &[crate::scratch::Hit]| h.iter().map(|h| (h.id, h.score.to_bits())).collect::<Vec<_>>();
-            proptest::prop_assert_eq!(key(&fast), key(&naive));
         }
     }
 }
