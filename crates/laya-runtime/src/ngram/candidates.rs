@@ -267,6 +267,34 @@ pub(super) fn best_of(entries: impl Iterator<Item = (u32, u32)>, top: &mut Vec<(
 
 #[cfg(test)]
 mod tests {
+    use super::{merge_runs, Level, Tagged};
+
+    proptest::proptest! {
+        /// Three runs of increasing positions merge into every position once, in order, each
+        /// key joining what its runs knew (a run's counts at its own level).
+        #[test]
+        fn merged_runs_hold_every_position_once_with_its_counts(
+            runs in proptest::array::uniform3(proptest::collection::btree_set(0u32..300, 0..80)),
+        ) {
+            let levels = [Some(Level::Trigram), Some(Level::Bigram), None];
+            let keys: Vec<Vec<u64>> = runs
+                .iter()
+                .zip(levels)
+                .map(|(run, level)| run.iter().map(|&p| Tagged::of(p) | level.map_or(0, |l| Tagged::count_or_absent((p % 7) as u16, l))).collect())
+                .collect();
+            let mut out = Vec::new();
+            merge_runs([&keys[0], &keys[1], &keys[2]], &mut out);
+            let all: std::collections::BTreeSet<u32> = runs.iter().flatten().copied().collect();
+            proptest::prop_assert_eq!(out.iter().map(|&k| Tagged::pos(k)).collect::<Vec<_>>(), all.into_iter().collect::<Vec<_>>());
+            for &k in &out {
+                let p = Tagged::pos(k);
+                let want = |r: usize| runs[r].contains(&p).then_some(if p % 7 == 0 { None } else { Some((p % 7) as u16) });
+                proptest::prop_assert_eq!(Tagged::count(k, Level::Trigram), want(0));
+                proptest::prop_assert_eq!(Tagged::count(k, Level::Bigram), want(1));
+            }
+        }
+    }
+
     proptest::proptest! {
         /// The n-gram's best candidates are the first of one total order (probability
         /// descending, then position and typed length), ties at the cut included: few distinct
