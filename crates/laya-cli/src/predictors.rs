@@ -147,7 +147,7 @@ impl Predictor for ModelPredictor {
 /// The n-gram baseline given the model's learned history (`laya eval --learn`, `laya predict
 /// --predictor ngram` with learning): the same words learned (cut by the session) and the same
 /// mix (`laya_runtime::mix_candidates`), applied to the n-gram's candidates. The n-gram's mass
-/// on each replace class is estimated from its best [`NGRAM_DEPTH`] candidates.
+/// on each replace class is estimated from its best [`LEARNING_NGRAM_DEPTH`] candidates.
 pub struct LearningNgram {
     pub ngram: NgramPredictor,
     /// Cuts learned text and holds the history; its network is not asked.
@@ -156,11 +156,11 @@ pub struct LearningNgram {
 }
 
 /// Candidates of the n-gram looked at when mixing in the history.
-pub const NGRAM_DEPTH: usize = 32;
+pub const LEARNING_NGRAM_DEPTH: usize = 32;
 
 impl LearningNgram {
     pub fn new(ngram: NgramPredictor, session: Session) -> LearningNgram {
-        LearningNgram { ngram, session, buf: Vec::with_capacity(NGRAM_DEPTH) }
+        LearningNgram { ngram, session, buf: Vec::with_capacity(LEARNING_NGRAM_DEPTH) }
     }
 }
 
@@ -170,7 +170,7 @@ impl Predictor for LearningNgram {
         if user.is_empty() {
             return self.ngram.predict(context, k, out);
         }
-        self.ngram.predict(context, NGRAM_DEPTH, &mut self.buf)?;
+        self.ngram.predict(context, LEARNING_NGRAM_DEPTH, &mut self.buf)?;
         let classes = self.session.model().config().replace_classes;
         let mut mass = vec![0.0f32; classes];
         for c in &self.buf {
@@ -193,8 +193,9 @@ impl Predictor for LearningNgram {
     }
 }
 
-/// Candidates of each predictor that [`Interpolated`] mixes: the probability of a word beyond
-/// them is too small to reach a five-word bar.
+/// Candidates of the model that [`Interpolated`] mixes: the probability of a word beyond
+/// them is too small to reach a five-word bar. Of the n-gram it mixes the best
+/// [`laya_runtime::NGRAM_DEPTH`], as the runtime's mix does.
 pub const INTERPOLATION_DEPTH: usize = 64;
 
 /// How [`Interpolated`] mixes the n-gram in (`--ngram-mix`).
@@ -213,7 +214,8 @@ pub enum NgramMix {
 }
 
 /// The model's and the n-gram's candidates mixed (`laya eval --predictor interpolated`) over
-/// the best [`INTERPOLATION_DEPTH`] candidates of each, a candidate missing from one list
+/// the best [`INTERPOLATION_DEPTH`] of the model and [`laya_runtime::NGRAM_DEPTH`] of the
+/// n-gram, a candidate missing from one list
 /// counting 0 there; [`NgramMix`] says how.
 pub struct Interpolated {
     pub model: ModelPredictor,
@@ -249,7 +251,7 @@ impl Interpolated {
 impl Predictor for Interpolated {
     fn predict(&mut self, context: &str, k: usize, out: &mut Vec<Candidate>) -> Result<(), PredictError> {
         self.model.predict(context, INTERPOLATION_DEPTH, &mut self.from_model)?;
-        self.ngram.predict(context, INTERPOLATION_DEPTH, &mut self.from_ngram)?;
+        self.ngram.predict(context, laya_runtime::NGRAM_DEPTH, &mut self.from_ngram)?;
         self.scores.clear();
         for c in &self.from_model {
             *self.scores.entry((c.word.clone(), c.replace)).or_default() += (1.0 - self.weight) * c.p;

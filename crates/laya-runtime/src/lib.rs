@@ -46,7 +46,7 @@ pub use error::LoadError;
 pub use install::{install, install_with, InstallError, InstallPoint};
 pub use laya_kernels::{Int8Isa, Kernels, Level};
 pub use model::{Config, LoadTime, Model, ModelInfo};
-pub use ngram::DEFAULT_NGRAM_WEIGHT;
+pub use ngram::{DEFAULT_NGRAM_WEIGHT, NGRAM_DEPTH};
 pub use session::{
     ActPrecision, Candidate, CompletionRule, Predictions, Session, COMPLETION_EXPONENT_RANGE, COMPLETION_PRIOR_RANGE,
     DEFAULT_COMPLETION_PRIOR, DEFAULT_MAX_K, MAX_INCREMENTAL_CHARS,
