@@ -37,6 +37,14 @@ pub const MAX_NGRAM_WORDS: usize = u16::MAX as usize - 1;
 pub const PREFIX_CLASSES: usize = 3;
 /// Columns of `ngram.prefix`: characters typed of the word, 0 to 16 (16 counts every longer one).
 pub const PREFIX_LENGTHS: usize = 17;
+/// Candidates of one hypothesis of how much of a word is typed, the same in the n-gram's two
+/// predictors (the runtime's and `laya_text`'s): a follower list with at most `SCAN_ALL`
+/// followers in the typed prefix's range gives them all, a longer one its `TOP_FOLLOW` most
+/// counted; the unigram level adds the `TOP_FOLLOW` most counted words of the range. 32 and 128
+/// type the dev genres as 64 and 256 did, in less time (docs/training.md).
+pub const TOP_FOLLOW: usize = 32;
+/// See [`TOP_FOLLOW`].
+pub const SCAN_ALL: usize = 128;
 
 /// The tensor names, in the order a file stores them.
 pub mod names {

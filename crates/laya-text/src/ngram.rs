@@ -27,15 +27,16 @@
 //!
 //! **Candidate generation.** Words are numbered in byte order, so words with a given prefix are a
 //! contiguous id range. For each hypothesis the candidates are the history's trigram and bigram
-//! followers in that range (all of them, or the 64 most frequent when there are more than 256)
-//! plus the 64 words of highest unigram probability in the range. Each candidate is then scored
+//! followers in that range (all of them, or the 32 most frequent when there are more than 128:
+//! `laya_format::ngram::TOP_FOLLOW`, `SCAN_ALL`) plus the 32 words of highest unigram
+//! probability in the range. Each candidate is then scored
 //! exactly. (Exact top-k would need every word in the range; a word outside these sets can only
-//! come from the unigram level, where the 64 best are kept, so misses are rare and harmless.)
+//! come from the unigram level, where the 32 best are kept, so misses are rare and harmless.)
 
 use crate::eval::{Candidate, PredictError, Predictor};
 use crate::normalize::normalize_text;
 use crate::segment::{SegmentMode, Segmenter};
-use laya_format::ngram::{discount, prefix_class};
+use laya_format::ngram::{discount, prefix_class, SCAN_ALL, TOP_FOLLOW};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -47,9 +48,6 @@ const MAX_I: usize = laya_format::ngram::PREFIX_LENGTHS - 1;
 const CLASSES: usize = laya_format::ngram::PREFIX_CLASSES;
 /// Plain split hypotheses considered beyond word boundaries.
 const SPLIT_CHARS: usize = 4;
-/// Followers kept from a large follower list, and unigram candidates per hypothesis.
-const TOP_FOLLOW: usize = 64;
-const SCAN_ALL: usize = 256;
 /// Characters of context segmented to find the history.
 const HISTORY_WINDOW: usize = 24;
 /// Probability floor for a typed word the model has never seen.

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use laya_format::ngram::{i32_at, names, prefix_class, u16_at, PREFIX_CLASSES, PREFIX_LENGTHS};
+use laya_format::ngram::{i32_at, names, prefix_class, u16_at, PREFIX_CLASSES, PREFIX_LENGTHS, SCAN_ALL, TOP_FOLLOW};
 use laya_format::{LayaFile, NormRule};
 
 use crate::learn::{cut_han_into, HanCut, Lookup, LONGEST};
@@ -38,10 +38,6 @@ const KEY_BYTES: usize = 2 * 4 * TAIL_CHARS;
 const HISTORY_WINDOW: usize = 24;
 /// Plain split hypotheses, beyond the starts of the last two words.
 const SPLIT_CHARS: usize = 4;
-/// Followers taken from a long follower list, and unigram candidates per hypothesis.
-const TOP_FOLLOW: usize = 64;
-/// A follower list this long or shorter is taken whole.
-const SCAN_ALL: usize = 256;
 /// Probability floor of a typed word the n-gram has never seen.
 const UNSEEN: f64 = 1e-9;
 /// Hypotheses at most: the plain splits and the starts of the last two words.
