@@ -764,6 +764,18 @@ fn prior_shift(corpus: &[u32], dict: &[u32]) -> Vec<f32> {
         .collect()
 }
 
+/// A random quantised model of `vocab` words with a random n-gram, not yet packed.
+#[cfg(test)]
+pub(crate) fn random_with_ngram(vocab: usize, seed: u64) -> Model {
+    use laya_format::quantize::QuantizeOptions;
+    use laya_format::testing::{random_quantized_model, TinyConfig};
+    let cfg = TinyConfig { vocab, ..TinyConfig::default() };
+    let (meta, mut tensors) = random_quantized_model(&cfg, seed, &QuantizeOptions::default());
+    tensors.extend(laya_format::testing::random_ngram(cfg.vocab, 6000, seed));
+    let bytes = laya_format::write_model(&meta, &tensors).unwrap();
+    Model::from_storage(Storage::Owned(bytes), Kernels::detect(), None, None).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -818,12 +830,9 @@ mod tests {
     /// enough to need preparing.
     #[test]
     fn predictions_do_not_change_when_the_ngram_lists_are_prepared() {
-        let cfg = TinyConfig { vocab: 700, ..TinyConfig::default() };
-        let (meta, mut tensors) = random_quantized_model(&cfg, 8, &QuantizeOptions::default());
-        tensors.extend(laya_format::testing::random_ngram(cfg.vocab, 6000, 8));
-        let bytes = laya_format::write_model(&meta, &tensors).unwrap();
-        let model = Arc::new(Model::from_storage(Storage::Owned(bytes), Kernels::detect(), None, None).unwrap());
-        let contexts = ["", "今", "今天", "我们", "hello ", "的的的的"];
+        // Enough words that some letters start more than `TOP_FOLLOW` of them.
+        let model = Arc::new(random_with_ngram(4000, 8));
+        let contexts = ["", "今", "今天", "我们", "hello ", "的的的的", "s", "hello t", "我们a"];
         let run = || {
             let mut s = Session::new(Arc::clone(&model));
             contexts.iter().map(|c| bar(&mut s, c)).collect::<Vec<_>>()
@@ -833,6 +842,7 @@ mod tests {
         let before = run();
         model.pack();
         assert!(n.is_prepared() && n.long_list_count() >= 2, "{} long lists", n.long_list_count());
+        assert!(n.first_range_count() >= 1, "{} long one-character ranges", n.first_range_count());
         assert_eq!(before, run());
     }
 }

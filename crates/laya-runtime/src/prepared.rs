@@ -12,12 +12,12 @@
 //! Only for bytes compiled into the program, beside the model they were made from
 //! ([`crate::Model::prepared_index`], [`crate::Model::from_static_prepared`]).
 //!
-//! Layout, little-endian: the magic `LAYAIDX8`, the word count (`u64`), the model's checksum
+//! Layout, little-endian: the magic `LAYAIDX9`, the word count (`u64`), the model's checksum
 //! (`u64`), where the completion prior comes from (`u64`: 0 none, 1 dictionary frequencies that
 //! are all 0, 2 the corpus counts below), the number of words with a dictionary frequency
 //! (`u64`), the unigram's counts summed and the n-gram's unigram counts summed (the bits of two
 //! `f64`, each at least 1; the second 0 without an n-gram: exact sums of integers, the same on
-//! every machine), then twenty-three arrays in this order, each as its element count (`u64`) and its
+//! every machine), then twenty-six arrays in this order, each as its element count (`u64`) and its
 //! elements, zero-padded to a multiple of 8 bytes: lengths (`u16`), punctuation flags (`u8`),
 //! glue flags (`u8`), the order (`u32`, none when the ids are in byte order), the first
 //! characters (pairs of `u32`: scalar value, first position), the BMP first-character table
@@ -28,7 +28,9 @@
 //! long bigram and trigram lists (pairs of `u32`: first entry, offset into the followers),
 //! their best followers (`u16`, each list's increasing) and those followers' counts (`u16`),
 //! and per long list the count there of each best unigram position (`u16`, 0 where absent),
-//! all six empty without an n-gram; the unigram's counts (`u32`, `V`), the
+//! the ranges of the one-character prefixes with more than `TOP_FOLLOW` words (pairs of `u32`:
+//! first position, end), where each one's unigram candidates start (`u32`, one more) and the
+//! candidates (`u32`, each range's increasing), all nine empty without an n-gram; the unigram's counts (`u32`, `V`), the
 //! prior's corpus counts (`u32`, `V` where the prior is 2, else none) and each word's class
 //! (`u32`, `V`, none for a flat head); where each word starts in the lexicon's GGUF run and the
 //! run's length plus 8 (`u32`, `V + 1`, [`laya_format::Strings::run_starts`]).
@@ -40,7 +42,7 @@ use crate::lexicon::{Lexicon, LexiconIndex};
 use crate::model::PriorSource;
 use crate::ngram::{Ngram, NgramIndex};
 
-const MAGIC: &[u8; 8] = b"LAYAIDX8";
+const MAGIC: &[u8; 8] = b"LAYAIDX9";
 
 /// The lexicon's per-word integers as a load keeps them.
 pub(crate) struct PerWord<'a> {
@@ -114,7 +116,17 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(ids.len(), bytemuck::cast_slice(ids));
     array(bias.len(), bytemuck::cast_slice(bias));
     let n = ngram.and_then(Ngram::index);
-    let none = NgramIndex { top_c1: &[], bigram: &[], trigram: &[], tops: &[], top_counts: &[], c1_counts: &[] };
+    let none = NgramIndex {
+        top_c1: &[],
+        bigram: &[],
+        trigram: &[],
+        tops: &[],
+        top_counts: &[],
+        c1_counts: &[],
+        first_ranges: &[],
+        first_offsets: &[],
+        first_tops: &[],
+    };
     let n = n.unwrap_or(none);
     array(n.top_c1.len(), bytemuck::cast_slice(n.top_c1));
     array(n.bigram.len(), bytemuck::cast_slice(n.bigram));
@@ -122,6 +134,9 @@ pub(crate) fn write(lexicon: &Lexicon, classes: Option<&WordClasses>, ngram: Opt
     array(n.tops.len(), bytemuck::cast_slice(n.tops));
     array(n.top_counts.len(), bytemuck::cast_slice(n.top_counts));
     array(n.c1_counts.len(), bytemuck::cast_slice(n.c1_counts));
+    array(n.first_ranges.len(), bytemuck::cast_slice(n.first_ranges));
+    array(n.first_offsets.len(), bytemuck::cast_slice(n.first_offsets));
+    array(n.first_tops.len(), bytemuck::cast_slice(n.first_tops));
     array(words.cuts.len(), bytemuck::cast_slice(words.cuts));
     array(corpus.len(), bytemuck::cast_slice(corpus));
     array(class_of.len(), bytemuck::cast_slice(class_of));
@@ -173,6 +188,9 @@ pub(crate) fn read(image: &'static [u8], checksum: u64) -> Result<Index, String>
     let tops: &'static [u16] = r.array()?;
     let top_counts: &'static [u16] = r.array()?;
     let c1_counts: &'static [u16] = r.array()?;
+    let first_ranges: &'static [[u32; 2]] = r.array()?;
+    let first_offsets: &'static [u32] = r.array()?;
+    let first_tops: &'static [u32] = r.array()?;
     let cuts: &'static [u32] = r.array()?;
     let corpus: &'static [u32] = r.array()?;
     let class_of: &'static [u32] = r.array()?;
@@ -212,7 +230,17 @@ pub(crate) fn read(image: &'static [u8], checksum: u64) -> Result<Index, String>
             stretched,
         },
         classes: (!start.is_empty()).then_some(ClassIndex { start, ids, bias, class_of }),
-        ngram: (!top_c1.is_empty()).then_some(NgramIndex { top_c1, bigram, trigram, tops, top_counts, c1_counts }),
+        ngram: (!top_c1.is_empty()).then_some(NgramIndex {
+            top_c1,
+            bigram,
+            trigram,
+            tops,
+            top_counts,
+            c1_counts,
+            first_ranges,
+            first_offsets,
+            first_tops,
+        }),
         words,
         word_starts,
         cuts,
@@ -275,7 +303,7 @@ mod tests {
     fn array_at(image: &[u8], k: usize) -> usize {
         (0..k).fold(56, |at, i| {
             let count = u64::from_le_bytes(image[at..at + 8].try_into().unwrap()) as usize;
-            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 2, 2, 4, 4, 4, 4][i];
+            let size = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 2, 2, 8, 4, 4, 4, 4, 4, 4][i];
             at + 8 + (count * size).next_multiple_of(8)
         })
     }
@@ -370,12 +398,12 @@ mod tests {
         bad.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
         bad.extend_from_slice(&good[shadowed_at + 8..]);
         assert!(refused(&bad, 7).contains("shadowed"));
-        // Counts for another number of words (the twentieth array).
-        let cuts_at = array_at(&good, 19);
+        // Counts for another number of words (the twenty-third array).
+        let cuts_at = array_at(&good, 22);
         let mut bad = good[..cuts_at].to_vec();
         bad.extend_from_slice(&6u64.to_le_bytes());
         bad.extend_from_slice(&[0; 24]);
-        bad.extend_from_slice(&good[array_at(&good, 20)..]);
+        bad.extend_from_slice(&good[array_at(&good, 23)..]);
         assert!(refused(&bad, 7).contains("counts"));
         // A prior of an unknown kind, or of the corpus kind without its counts; more words with
         // a dictionary frequency than words.
@@ -387,14 +415,14 @@ mod tests {
             assert!(refused(&bad, 7).contains(says), "{at} = {value}");
         }
         // Classes of the words without a class head.
-        let class_of_at = array_at(&good, 21);
+        let class_of_at = array_at(&good, 24);
         let mut bad = good[..class_of_at].to_vec();
         bad.extend_from_slice(&7u64.to_le_bytes());
         bad.extend_from_slice(&[0; 32]);
-        bad.extend_from_slice(&good[array_at(&good, 22)..]);
+        bad.extend_from_slice(&good[array_at(&good, 25)..]);
         assert!(refused(&bad, 7).contains("classes"));
         // Word starts for another number of words (the last array).
-        let mut bad = good[..array_at(&good, 22)].to_vec();
+        let mut bad = good[..array_at(&good, 25)].to_vec();
         bad.extend_from_slice(&1u64.to_le_bytes());
         bad.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
         assert!(refused(&bad, 7).contains("starts"));

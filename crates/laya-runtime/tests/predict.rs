@@ -335,15 +335,15 @@ fn a_model_read_in_place_predicts_as_a_copy_does() {
         assert!(wrong.contains("prepared index") && wrong.contains("checksum"), "{wrong}");
         // A class member past the lexicon (the twelfth array of prepared.rs's layout: the count
         // of each array, then its elements padded to 8 bytes), and a word's class past the
-        // class head (the twenty-second).
-        let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 2, 2, 4, 4];
+        // class head (the twenty-fifth).
+        let sizes = [2, 1, 1, 4, 8, 2, 1, 4, 1, 1, 4, 4, 4, 4, 8, 8, 2, 2, 2, 8, 4, 4, 4, 4];
         let index = indexes[i];
         let array_at = |k: usize| {
             sizes[..k].iter().fold(56, |at, size| {
                 at + 8 + (u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) as usize * size).next_multiple_of(8)
             })
         };
-        for k in [11, 21] {
+        for k in [11, 24] {
             let mut damaged = index.to_vec();
             damaged[array_at(k) + 8..array_at(k) + 12].copy_from_slice(&u32::MAX.to_le_bytes());
             assert!(refusal(aligned(&damaged)).contains("class members"), "array {k}: {}", refusal(aligned(&damaged)));

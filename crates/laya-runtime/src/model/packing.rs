@@ -98,7 +98,7 @@ impl Model {
     /// followers), if the model has one; waits for the packer thread if it is doing so.
     pub(super) fn prepare_ngram(&self) {
         if let Some(n) = &self.ngram {
-            n.prepare(self.storage.bytes());
+            n.prepare(self.storage.bytes(), &self.lexicon);
         }
     }
 

@@ -99,6 +99,9 @@ pub(super) fn hypothesis(
     } else if range.len() <= TOP_FOLLOW {
         // Every counted word of a short range is among the best: no ranking needed.
         cand.extend(range.filter(|&p| i32_at(t.unigram, p) > 0).map(|p| Tagged::of(p as u32)));
+    } else if let Some(first) = t.n.first_tops.get().and_then(|f| f.of(&range)) {
+        // One typed character: its range's candidates were picked once, at load.
+        cand.extend(first.iter().map(|&p| Tagged::of(p)));
     } else {
         best_of(range.map(|p| (i32_at(t.unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), top);
         top.sort_unstable_by_key(|e| e.1);

@@ -71,6 +71,32 @@ pub(crate) struct Ngram {
     /// the typed prefix is empty (the next-word hypothesis, at every keystroke). Built with
     /// `top_c1`, and likewise picked from the list by a prediction that comes first.
     long_lists: OnceLock<LongLists>,
+    /// The unigram candidates of every one-character prefix whose range holds more than
+    /// [`TOP_FOLLOW`] words: what a hypothesis with one typed character would pick by a scan
+    /// of its range at every keystroke. Built with `top_c1`.
+    first_tops: OnceLock<FirstTops>,
+}
+
+/// Per range of the words that start with one character, longer than [`TOP_FOLLOW`]: its
+/// unigram candidates, as [`best_of`] picks them from the range, in increasing position.
+struct FirstTops {
+    /// `[start, end)` of each range, in increasing position.
+    ranges: Cow<'static, [[u32; 2]]>,
+    /// `(ranges + 1)` where each range's candidates start in `tops`.
+    offsets: Cow<'static, [u32]>,
+    /// The candidates, each range's in increasing position.
+    tops: Cow<'static, [u32]>,
+}
+
+impl FirstTops {
+    /// The unigram candidates of `range` if it is one of the prepared ranges.
+    fn of(&self, range: &Range<usize>) -> Option<&[u32]> {
+        let at = self.ranges.binary_search_by_key(&(range.start as u32), |r| r[0]).ok()?;
+        if self.ranges[at][1] as usize != range.end {
+            return None;
+        }
+        self.tops.get(*self.offsets.get(at)? as usize..*self.offsets.get(at + 1)? as usize)
+    }
 }
 
 /// Per follower list longer than [`SCAN_ALL`]: its [`TOP_FOLLOW`] most counted followers, as
@@ -126,6 +152,11 @@ pub(crate) struct NgramIndex<'a> {
     pub(crate) tops: &'a [u16],
     pub(crate) top_counts: &'a [u16],
     pub(crate) c1_counts: &'a [u16],
+    /// The one-character prefixes' ranges, where their unigram candidates start (one more),
+    /// and the candidates ([`FirstTops`]).
+    pub(crate) first_ranges: &'a [[u32; 2]],
+    pub(crate) first_offsets: &'a [u32],
+    pub(crate) first_tops: &'a [u32],
 }
 
 /// The tables of one prediction, as slices of the model's bytes.
@@ -182,6 +213,7 @@ impl Ngram {
             p_i,
             top_c1: OnceLock::new(),
             long_lists: OnceLock::new(),
+            first_tops: OnceLock::new(),
         })
     }
 
@@ -273,9 +305,38 @@ impl Ngram {
         })
     }
 
+    /// The unigram candidates of the long one-character ranges (computed at the first call).
+    fn first_tops(&self, bytes: &[u8], lex: &Lexicon) -> &FirstTops {
+        self.first_tops.get_or_init(|| {
+            let unigram = self.tables(bytes).unigram;
+            let (mut ranges, mut offsets, mut tops) = (Vec::new(), vec![0u32], Vec::new());
+            let mut top = Vec::with_capacity(TOP_FOLLOW + 1);
+            let words = self.words.min(lex.len());
+            let mut start = 0;
+            while start < words {
+                let Some(c) = lex.key_at(start).chars().next() else {
+                    start += 1;
+                    continue;
+                };
+                let mut utf8 = [0; 4];
+                let range = lex.prefix_range(c.encode_utf8(&mut utf8).as_bytes());
+                let end = range.end.clamp(start + 1, words);
+                if range.start == start && range.end == end && end - start > TOP_FOLLOW {
+                    best_of((start..end).map(|p| (i32_at(unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), &mut top);
+                    top.sort_unstable_by_key(|e| e.1);
+                    ranges.push([start as u32, end as u32]);
+                    tops.extend(top.iter().map(|e| e.1));
+                    offsets.push(tops.len() as u32);
+                }
+                start = end;
+            }
+            FirstTops { ranges: Cow::Owned(ranges), offsets: Cow::Owned(offsets), tops: Cow::Owned(tops) }
+        })
+    }
+
     /// What [`Ngram::prepare`] derived, for a prepared index; `None` before it has run.
     pub(crate) fn index(&self) -> Option<NgramIndex<'_>> {
-        let (top_c1, long) = (self.top_c1.get()?, self.long_lists.get()?);
+        let (top_c1, long, first) = (self.top_c1.get()?, self.long_lists.get()?, self.first_tops.get()?);
         Some(NgramIndex {
             top_c1,
             bigram: &long.bigram,
@@ -283,6 +344,9 @@ impl Ngram {
             tops: &long.tops,
             top_counts: &long.top_counts,
             c1_counts: &long.c1_counts,
+            first_ranges: &first.ranges,
+            first_offsets: &first.offsets,
+            first_tops: &first.tops,
         })
     }
 
@@ -303,6 +367,16 @@ impl Ngram {
         {
             return Err("its n-gram lists' counts do not match their followers".into());
         }
+        let (ranges, offsets, first) = (ix.first_ranges, ix.first_offsets, ix.first_tops);
+        let ranges_ok = ranges.iter().all(|r| r[0] < r[1] && r[1] as usize <= self.words)
+            && ranges.windows(2).all(|w| w[0][1] <= w[1][0])
+            && offsets.len() == ranges.len() + 1
+            && offsets.first() == Some(&0)
+            && offsets.last().is_some_and(|&o| o as usize == first.len())
+            && offsets.windows(2).all(|w| w[0] <= w[1] && (w[1] - w[0]) as usize <= TOP_FOLLOW);
+        if !ranges_ok || !below(first.iter().map(|&p| p as usize).max()) {
+            return Err("its one-character prefixes' candidates do not fit their ranges".into());
+        }
         let lists = LongLists {
             bigram: Cow::Borrowed(ix.bigram),
             trigram: Cow::Borrowed(ix.trigram),
@@ -313,20 +387,29 @@ impl Ngram {
         // A fresh model's locks are empty: nothing can have filled them yet.
         let _ = self.top_c1.set(Cow::Borrowed(ix.top_c1));
         let _ = self.long_lists.set(lists);
+        let _ =
+            self.first_tops.set(FirstTops { ranges: Cow::Borrowed(ranges), offsets: Cow::Borrowed(offsets), tops: Cow::Borrowed(first) });
         Ok(())
     }
 
     /// Computes what a prediction would otherwise pick from the counts at every keystroke: a
     /// few milliseconds over every long list, so the model's packer thread does it
     /// ([`crate::Model::pack`] waits for it). Predictions are the same before and after.
-    pub(crate) fn prepare(&self, bytes: &[u8]) {
+    pub(crate) fn prepare(&self, bytes: &[u8], lex: &Lexicon) {
         self.top_c1(bytes);
         self.long_lists(bytes);
+        self.first_tops(bytes, lex);
     }
 
     /// Whether [`Ngram::prepare`] has run.
     pub(crate) fn is_prepared(&self) -> bool {
-        self.top_c1.get().is_some() && self.long_lists.get().is_some()
+        self.top_c1.get().is_some() && self.long_lists.get().is_some() && self.first_tops.get().is_some()
+    }
+
+    /// How many one-character ranges [`Ngram::prepare`] found long (0 before it runs).
+    #[cfg(test)]
+    pub(crate) fn first_range_count(&self) -> usize {
+        self.first_tops.get().map_or(0, |f| f.ranges.len())
     }
 
     /// How many lists [`Ngram::prepare`] found long (0 before it runs).
@@ -813,6 +896,39 @@ mod tests {
         }
         pieces.clear();
         assert!(pieces.slots.iter().all(|p| p.len == 0));
+    }
+
+    /// The prepared candidates of the one-character prefixes are those a scan of each range
+    /// picks, and every such range longer than `TOP_FOLLOW` has them.
+    #[test]
+    fn one_character_candidates_are_a_scan_of_their_range() {
+        let model = crate::model::random_with_ngram(4000, 3);
+        model.pack();
+        let (n, lex) = (model.ngram.as_ref().unwrap(), &model.lexicon);
+        let unigram = n.tables(model.storage_bytes()).unigram;
+        let first = n.first_tops.get().unwrap();
+        let (mut long, mut short) = (0, 0);
+        let mut start = 0;
+        while start < lex.len() {
+            let c = lex.key_at(start).chars().next().unwrap();
+            let range = lex.prefix_range(c.to_string().as_bytes());
+            assert_eq!(range.start, start, "{c}");
+            let got = first.of(&range);
+            if range.len() > super::TOP_FOLLOW {
+                long += 1;
+                let mut top = Vec::new();
+                super::best_of(range.clone().map(|p| (super::i32_at(unigram, p) as u32, p as u32)).filter(|e| e.0 > 0), &mut top);
+                let mut want: Vec<u32> = top.iter().map(|e| e.1).collect();
+                want.sort_unstable();
+                assert_eq!(got, Some(&want[..]), "{c}");
+            } else {
+                short += 1;
+                assert_eq!(got, None, "{c}");
+            }
+            start = range.end;
+        }
+        assert!(long >= 1 && long == first.ranges.len(), "{long} long ranges, {} prepared", first.ranges.len());
+        assert!(short >= 1, "no short range: one way untested");
     }
 
     /// A cursor walked over increasing words finds each where [`find`] does, in lists with
