@@ -931,6 +931,47 @@ mod tests {
         assert!(short >= 1, "no short range: one way untested");
     }
 
+    /// A prepared index whose one-character candidates do not fit the model is refused on
+    /// adoption, naming them; the index as prepared is taken.
+    #[test]
+    fn one_character_candidates_that_do_not_fit_are_refused() {
+        let prepared = crate::model::random_with_ngram(4000, 5);
+        prepared.pack();
+        let ix = prepared.ngram.as_ref().unwrap().index().unwrap();
+        let leak = |v: Vec<u32>| -> &'static [u32] { Box::leak(v.into_boxed_slice()) };
+        let leak2 = |v: Vec<[u32; 2]>| -> &'static [[u32; 2]] { Box::leak(v.into_boxed_slice()) };
+        let whole = || super::NgramIndex {
+            top_c1: leak(ix.top_c1.to_vec()),
+            bigram: leak2(ix.bigram.to_vec()),
+            trigram: leak2(ix.trigram.to_vec()),
+            tops: Box::leak(ix.tops.to_vec().into_boxed_slice()),
+            top_counts: Box::leak(ix.top_counts.to_vec().into_boxed_slice()),
+            c1_counts: Box::leak(ix.c1_counts.to_vec().into_boxed_slice()),
+            first_ranges: leak2(ix.first_ranges.to_vec()),
+            first_offsets: leak(ix.first_offsets.to_vec()),
+            first_tops: leak(ix.first_tops.to_vec()),
+        };
+        let adopt = |index: super::NgramIndex<'static>| crate::model::random_with_ngram(4000, 5).ngram.as_ref().unwrap().adopt(index);
+        assert_eq!(adopt(whole()), Ok(()));
+        let (ranges, offsets, tops) = (ix.first_ranges.to_vec(), ix.first_offsets.to_vec(), ix.first_tops.to_vec());
+        assert!(ranges.len() >= 2, "{} ranges", ranges.len());
+        let past = |mut v: Vec<u32>| {
+            v[0] = 4000;
+            v
+        };
+        let cases = [
+            super::NgramIndex { first_tops: leak(past(tops.clone())), ..whole() },
+            super::NgramIndex { first_offsets: leak(offsets[..offsets.len() - 1].to_vec()), ..whole() },
+            super::NgramIndex { first_ranges: leak2(ranges.iter().rev().copied().collect()), ..whole() },
+            super::NgramIndex { first_ranges: leak2([[5, 5]].into_iter().chain(ranges[1..].iter().copied()).collect()), ..whole() },
+            super::NgramIndex { first_offsets: leak([0, 33].into_iter().chain(offsets[2..].iter().copied()).collect()), ..whole() },
+        ];
+        for (k, index) in cases.into_iter().enumerate() {
+            let refusal = adopt(index).unwrap_err();
+            assert!(refusal.contains("one-character"), "case {k}: {refusal}");
+        }
+    }
+
     /// A cursor walked over increasing words finds each where [`find`] does, in lists with
     /// and without repeats of the asked words, from every list start.
     #[test]
