@@ -179,6 +179,17 @@ pub struct Args {
     /// head would; the others are grouped by first character.
     #[arg(long, default_value_t = 0, requires = "word_classes")]
     own_class_words: usize,
+    /// Give the model an output memory of N rows (docs/format.md §3 step 4): each prediction
+    /// adds the rows picked by hashes of its last few characters (--memory-orders) to what the
+    /// heads read, a memory of which words follow which character sequences that costs a row
+    /// lookup per order. 0: none. With --init, a model without a memory gains one (its rows at
+    /// zero); one with a memory keeps it.
+    #[arg(long, default_value_t = 0)]
+    memory_buckets: u32,
+    /// With --memory-buckets: the orders hashed, comma-separated, each 1..=8 (order n hashes
+    /// the last n characters).
+    #[arg(long, value_delimiter = ',', default_value = "2,3,4")]
+    memory_orders: Vec<u32>,
     /// Embedding rows for the table mapping (2 reserved: padding and unknown).
     #[arg(long, default_value_t = 6000)]
     table_rows: usize,
@@ -247,8 +258,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
         (None, None) => Some(DEFAULT_WORD_CLASSES),
         (None, Some(_)) => None,
     };
+    let memory =
+        (args.memory_buckets > 0).then(|| laya_format::memory::Memory { buckets: args.memory_buckets, orders: args.memory_orders.clone() });
+    if let Some(m) = &memory {
+        m.check().map_err(|r| CliError(format!("--memory-buckets / --memory-orders: {r}")))?;
+    }
     let init = match &args.init {
-        Some(p) => Some(load_init(p, InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme) })?),
+        Some(p) => Some(load_init(
+            p,
+            InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme), memory: memory.clone() },
+        )?),
         None => None,
     };
     let lexicon = match &args.lexicon {
@@ -289,6 +308,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 normalization: rules,
                 position_scheme: args.positions.map_or(PositionScheme::RelativeCausal, PositionsArg::scheme),
                 word_class,
+                memory: memory.clone(),
                 ..ModelConfig::standard(words, freqs, mapping)
             })
         }
@@ -341,9 +361,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         let source = init.as_ref().map(|i| i.source.clone());
         drop((init, device));
         let start = |_: usize, _: &laya_train::Device| match (&args.init, &model_cfg) {
-            (Some(p), _) => {
-                Ok(load_init(p, InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme) })?.net)
-            }
+            (Some(p), _) => Ok(load_init(
+                p,
+                InitOptions { word_classes: classes, positions: args.positions.map(PositionsArg::scheme), memory: memory.clone() },
+            )?
+            .net),
             (None, Some(mc)) => laya_train::LayaNet::new(mc.clone(), cfg.seed),
             (None, None) => unreachable!("checked above"),
         };

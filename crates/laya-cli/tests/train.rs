@@ -408,3 +408,41 @@ fn data_shards_trains_and_gpus_needs_a_gpu() {
         assert!(!gpu.status.success() && err.contains("without CUDA"), "{err}");
     }
 }
+
+/// `--memory-buckets` gives a new model an output memory that `--init` keeps, `inspect` shows
+/// and a session predicts with; `--init` gives a model without one a memory; bad settings are
+/// refused before training.
+#[test]
+fn memory_buckets_trains_an_output_memory_and_init_keeps_or_adds_it() {
+    let (events, lexicon) = fixtures();
+    let first = tmp("memory.laya");
+    train_new(&events, &lexicon, &first, &["--memory-buckets", "64", "--memory-orders", "2,3"]);
+    let bytes = std::fs::read(&first).unwrap();
+    let file = laya_format::LayaFile::parse(&bytes).unwrap();
+    let want = laya_format::memory::Memory { buckets: 64, orders: vec![2, 3] };
+    assert_eq!(file.meta.hparams.memory, Some(want.clone()));
+    let table = file.memory_embd.as_ref().unwrap().to_f32().unwrap();
+    assert!(table.iter().any(|&x| x != 0.0), "training moved the memory rows");
+    let shown = ok(laya().arg("inspect").arg(&first).output().unwrap());
+    assert!(shown.contains("output memory    64 rows, hashed token orders [2, 3]"), "{shown}");
+    let predicted = ok(laya().args(["predict", "--model"]).arg(&first).arg("今天").output().unwrap());
+    assert!(predicted.contains("天气"), "{predicted}");
+
+    let second = tmp("memory-2.laya");
+    ok(train_init(&first, &events, &second, &[]));
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&second).unwrap()).unwrap().meta;
+    assert_eq!(meta.hparams.memory, Some(want));
+    let out = train_init(&first, &events, &tmp("memory-bad.laya"), &["--memory-buckets", "32"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot change"));
+
+    let grown = tmp("memory-grown.laya");
+    ok(train_init(&tmp_flat(&events, &lexicon), &events, &grown, &["--memory-buckets", "16"]));
+    let meta = laya_format::LayaFile::parse(&std::fs::read(&grown).unwrap()).unwrap().meta;
+    assert_eq!(meta.hparams.memory, Some(laya_format::memory::Memory { buckets: 16, orders: vec![2, 3, 4] }));
+
+    for bad in [&["--memory-buckets", "8", "--memory-orders", "3,2"][..], &["--memory-buckets", "8", "--positions", "learned_absolute"]] {
+        let out = train_cmd(&events, &lexicon, &tmp("memory-refused.laya")).pipe(tiny).args(bad).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("memory"), "{bad:?}: {err}");
+    }
+}

@@ -30,6 +30,7 @@ pub mod checksum;
 pub mod classes;
 pub mod error;
 pub mod gguf;
+pub mod memory;
 pub mod ngram;
 pub mod punct;
 pub mod quant;
@@ -53,7 +54,7 @@ pub use punct::{cjk_punctuation, is_punctuation_word};
 pub use save::write_file_atomically;
 pub use schema::{
     keys, normalize, separates_words, Activation, HParams, LayaFile, LayerTensors, Mapping, ModelMeta, NormRule, PositionScheme,
-    Provenance, TensorRef, COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
+    Provenance, TensorRef, COMP_GROUP_ROWS, FORMAT_VERSION, LAYA_ALIGNMENT, MEMORY_EMBD, OUTPUT_CLASS_B, OUTPUT_CLASS_W, TOKEN_EMBD_COMP,
 };
 pub use strings::Strings;
 pub use types::{GgmlType, TypeTraits, QK, TYPES};

@@ -221,6 +221,8 @@ pub fn quantize_model(file: &LayaFile, opts: &QuantizeOptions) -> Result<Quantiz
             // The class head of a factorised word head is read per keystroke like the word
             // head, and its rows are the same kind of thing: word-group scores.
             "output.weight" | crate::OUTPUT_CLASS_W => Some(opts.head),
+            // One row per order is read per prediction and added to what the heads read.
+            crate::MEMORY_EMBD => Some(opts.head),
             n if is_linear(n) => Some(opts.linear),
             _ => None,
         }

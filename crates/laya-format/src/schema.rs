@@ -22,6 +22,8 @@ pub const TOKEN_EMBD_COMP: &str = "token_embd_comp.weight";
 pub const OUTPUT_CLASS_W: &str = "output_class.weight";
 /// Its bias (`[K]`).
 pub const OUTPUT_CLASS_B: &str = "output_class.bias";
+/// The output memory's table (with `laya.memory.*` only; docs/format.md §3 step 4).
+pub const MEMORY_EMBD: &str = "memory_embd.weight";
 /// Embedding rows that share one row of `token_embd_comp.weight`.
 pub const COMP_GROUP_ROWS: u32 = 32;
 
@@ -47,6 +49,8 @@ pub mod keys {
     pub const LEXICON_FREQUENCIES: &str = "laya.lexicon.frequencies";
     pub const LEXICON_DICT_FREQUENCIES: &str = "laya.lexicon.dict_frequencies";
     pub const LEXICON_WORD_CLASS: &str = "laya.lexicon.word_class";
+    pub const MEMORY_BUCKETS: &str = "laya.memory.buckets";
+    pub const MEMORY_ORDERS: &str = "laya.memory.orders";
     pub const NORMALIZATION: &str = "laya.normalization";
     pub const PROVENANCE_LANGUAGE: &str = "laya.provenance.language";
     pub const PROVENANCE_TRAINING_DATA: &str = "laya.provenance.training_data";
@@ -55,7 +59,7 @@ pub mod keys {
     pub const CHECKSUM: &str = "laya.checksum";
 
     /// Every `laya.*` key of format version 1; any other `laya.*` key is refused.
-    pub const LAYA_KEYS: [&str; 23] = [
+    pub const LAYA_KEYS: [&str; 25] = [
         FORMAT_VERSION,
         CONTEXT_LENGTH,
         EMBEDDING_LENGTH,
@@ -73,6 +77,8 @@ pub mod keys {
         LEXICON_FREQUENCIES,
         LEXICON_DICT_FREQUENCIES,
         LEXICON_WORD_CLASS,
+        MEMORY_BUCKETS,
+        MEMORY_ORDERS,
         NORMALIZATION,
         PROVENANCE_LANGUAGE,
         PROVENANCE_TRAINING_DATA,
@@ -307,6 +313,8 @@ pub struct HParams {
     pub embedding_rows: u32,
     pub mapping: Mapping,
     pub replace_classes: u32,
+    /// The output memory (`laya.memory.*`), `relative_causal` models only.
+    pub memory: Option<crate::memory::Memory>,
 }
 
 impl HParams {
@@ -526,6 +534,9 @@ pub struct LayaFile<'a> {
     /// `output_class.weight` and `output_class.bias`: the class head of a factorised word head
     /// (present exactly when `meta.word_class` is).
     pub output_class: Option<(TensorRef<'a>, TensorRef<'a>)>,
+    /// `memory_embd.weight`, `[d, buckets]`: the output memory's rows (present exactly when
+    /// `meta.hparams.memory` is).
+    pub memory_embd: Option<TensorRef<'a>>,
     /// The word trigram beside the network (docs/format.md §8), when the file has one.
     pub ngram: Option<crate::ngram::NgramTensors<'a>>,
     /// The verified `laya.checksum`.

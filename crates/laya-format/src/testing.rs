@@ -34,6 +34,8 @@ pub struct TinyConfig {
     /// With `word_classes`: this many of the most frequent words get classes of their own
     /// ([`crate::assign_word_classes_own`]).
     pub own_class_words: u32,
+    /// An output memory (`relative_causal` only): its table gets random rows.
+    pub memory: Option<crate::memory::Memory>,
 }
 
 impl Default for TinyConfig {
@@ -50,6 +52,7 @@ impl Default for TinyConfig {
             position_scheme: PositionScheme::LearnedAbsolute,
             word_classes: 0,
             own_class_words: 0,
+            memory: None,
         }
     }
 }
@@ -69,6 +72,7 @@ impl TinyConfig {
             position_scheme: PositionScheme::LearnedAbsolute,
             word_classes: 0,
             own_class_words: 0,
+            memory: None,
         }
     }
 }
@@ -156,6 +160,7 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         embedding_rows: rows,
         mapping,
         replace_classes: cfg.replace_classes,
+        memory: cfg.memory.clone(),
     };
     let word_class = (cfg.word_classes > 0).then(|| {
         crate::assign_word_classes_own(
@@ -241,6 +246,9 @@ pub fn random_model(cfg: &TinyConfig, seed: u64, ty: GgmlType) -> (ModelMeta, Ve
         let k = meta.word_classes() as u64;
         add(crate::OUTPUT_CLASS_W.into(), ty, vec![d, k], &mut rng, Kind::Matrix);
         add(crate::OUTPUT_CLASS_B.into(), GgmlType::F32, vec![k], &mut rng, Kind::Bias);
+    }
+    if let Some(m) = &cfg.memory {
+        add(crate::MEMORY_EMBD.into(), ty, vec![d, u64::from(m.buckets)], &mut rng, Kind::Matrix);
     }
     (meta, tensors)
 }

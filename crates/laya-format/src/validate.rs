@@ -164,6 +164,19 @@ fn parse_meta(file: &GgufFile<'_>, contents: Contents) -> Result<(ModelMeta, u32
         }
     };
     let replace_classes = range_u32(&k, keys::REPLACE_CLASSES, 1, context_length + 1)?;
+    let memory = match (k.has(keys::MEMORY_BUCKETS), k.has(keys::MEMORY_ORDERS)) {
+        (false, false) => None,
+        (true, false) => return Err(invalid(keys::MEMORY_BUCKETS, format!("present without {}", keys::MEMORY_ORDERS))),
+        (false, true) => return Err(invalid(keys::MEMORY_ORDERS, format!("present without {}", keys::MEMORY_BUCKETS))),
+        (true, true) => {
+            let m = crate::memory::Memory { buckets: k.u32(keys::MEMORY_BUCKETS)?, orders: k.u32s(keys::MEMORY_ORDERS)?.to_vec() };
+            m.check().map_err(|r| invalid(keys::MEMORY_ORDERS, r))?;
+            if position_scheme != PositionScheme::RelativeCausal {
+                return Err(invalid(keys::MEMORY_BUCKETS, "an output memory needs laya.position_scheme = relative_causal"));
+            }
+            Some(m)
+        }
+    };
 
     let words = k.strings(keys::LEXICON_WORDS)?;
     let word_order = checked_order(words, contents)?;
@@ -219,6 +232,7 @@ fn parse_meta(file: &GgufFile<'_>, contents: Contents) -> Result<(ModelMeta, u32
         embedding_rows,
         mapping,
         replace_classes,
+        memory,
     };
     let meta = ModelMeta {
         name,
@@ -363,6 +377,10 @@ fn tensor_specs(h: &HParams, v: u64, k: u64) -> Vec<TensorSpec> {
         spec("replace.weight".into(), vec![d, c], FLOAT_TYPES, false, format!("{dr} and laya.replace_classes = {c}")),
         spec("replace.bias".into(), vec![c], F32_ONLY, true, format!("laya.replace_classes = {c}")),
     ]);
+    if let Some(m) = &h.memory {
+        let rule = format!("{dr} and laya.memory.buckets = {}", m.buckets);
+        out.push(spec(MEMORY_EMBD.into(), vec![d, u64::from(m.buckets)], MATRIX_TYPES, false, rule));
+    }
     if k > 0 {
         let kr = format!("the {k} classes of laya.lexicon.word_class");
         out.extend([
@@ -660,6 +678,10 @@ impl<'a> LayaFile<'a> {
                 Some(_) => Some((get(OUTPUT_CLASS_W)?, get(OUTPUT_CLASS_B)?)),
                 None => None,
             },
+            memory_embd: match meta.hparams.memory {
+                Some(_) => Some(get(MEMORY_EMBD)?),
+                None => None,
+            },
             ngram: crate::ngram::check(ngram_tensors, meta.words.len(), contents)?,
             checksum: stored,
             word_order,
@@ -682,6 +704,7 @@ impl<'a> LayaFile<'a> {
         if let Some((w, b)) = &self.output_class {
             v.extend([w, b]);
         }
+        v.extend(self.memory_embd.as_ref());
         if let Some(n) = &self.ngram {
             v.extend(n.tensors.iter());
         }
@@ -730,6 +753,9 @@ impl<'a> LayaFile<'a> {
             }
             let _ =
                 writeln!(s, "word head        factorised over {k} classes (largest {} words)", sizes.iter().max().copied().unwrap_or(0));
+        }
+        if let Some(mem) = &h.memory {
+            let _ = writeln!(s, "output memory    {} rows, hashed token orders {:?}", mem.buckets, mem.orders);
         }
         if let Some(d) = &m.dict_frequencies {
             let found = d.iter().filter(|&&f| f > 0).count();

@@ -251,6 +251,10 @@ pub fn model_keys(meta: &ModelMeta) -> Vec<(String, Value)> {
         (keys::LEXICON_WORDS.into(), Value::Array(Array::String(meta.words.clone()))),
         (keys::LEXICON_FREQUENCIES.into(), Value::Array(Array::U32(meta.frequencies.clone()))),
     ]);
+    if let Some(m) = &h.memory {
+        kv.push((keys::MEMORY_BUCKETS.into(), Value::U32(m.buckets)));
+        kv.push((keys::MEMORY_ORDERS.into(), Value::Array(Array::U32(m.orders.clone()))));
+    }
     if let Some(f) = &meta.dict_frequencies {
         kv.push((keys::LEXICON_DICT_FREQUENCIES.into(), Value::Array(Array::U32(f.clone()))));
     }

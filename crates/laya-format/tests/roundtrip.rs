@@ -286,3 +286,41 @@ fn factorised_word_head() {
     let err = refuse(&flat, &tensors);
     assert!(err.contains("output_class.weight"), "{err}");
 }
+
+#[test]
+fn an_output_memory_round_trips_and_is_checked() {
+    use laya_format::memory::Memory;
+    let cfg = TinyConfig {
+        position_scheme: PositionScheme::RelativeCausal,
+        memory: Some(Memory { buckets: 40, orders: vec![2, 3] }),
+        ..TinyConfig::small()
+    };
+    for ty in [GgmlType::F32, GgmlType::Q8_0] {
+        assert_round_trip(&cfg, 8, ty);
+    }
+    let (meta, tensors) = random_model(&cfg, 8, GgmlType::F32);
+    let bytes = write_model(&meta, &tensors).unwrap();
+    assert!(LayaFile::parse(&bytes).unwrap().summary().contains("output memory    40 rows, hashed token orders [2, 3]"));
+    // The keys without the table, the table without the keys, a table of the wrong size.
+    let without_table: Vec<_> = tensors.iter().filter(|t| t.name != laya_format::MEMORY_EMBD).cloned().collect();
+    let e = write_model(&meta, &without_table).and_then(|b| LayaFile::parse(&b).map(|_| ())).unwrap_err();
+    assert_eq!(e, laya_format::FormatError::MissingTensor(laya_format::MEMORY_EMBD.into()));
+    let mut no_keys = meta.clone();
+    no_keys.hparams.memory = None;
+    let e = write_model(&no_keys, &tensors).and_then(|b| LayaFile::parse(&b).map(|_| ())).unwrap_err();
+    assert_eq!(e, laya_format::FormatError::UnknownTensor(laya_format::MEMORY_EMBD.into()));
+    let mut bigger = meta.clone();
+    bigger.hparams.memory = Some(Memory { buckets: 41, orders: vec![2, 3] });
+    let e = write_model(&bigger, &tensors).and_then(|b| LayaFile::parse(&b).map(|_| ())).unwrap_err();
+    assert!(e.to_string().contains("laya.memory.buckets = 41"), "{e}");
+    // Orders out of range, and a learned-positions model.
+    for (memory, scheme) in [
+        (Memory { buckets: 40, orders: vec![3, 2] }, PositionScheme::RelativeCausal),
+        (Memory { buckets: 40, orders: vec![2, 3] }, PositionScheme::LearnedAbsolute),
+    ] {
+        let (mut m, t) = random_model(&TinyConfig { position_scheme: scheme, ..cfg.clone() }, 8, GgmlType::F32);
+        m.hparams.memory = Some(memory);
+        let e = write_model(&m, &t).and_then(|b| LayaFile::parse(&b).map(|_| ())).unwrap_err();
+        assert!(matches!(e, laya_format::FormatError::InvalidValue { .. }), "{e:?}");
+    }
+}

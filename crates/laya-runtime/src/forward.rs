@@ -238,6 +238,13 @@ fn forward_causal(m: &Model, s: &mut Scratch, act: ActPrecision, context: &str, 
     kv.kept_tokens.clear();
     kv.kept_tokens.extend_from_slice(&kv.tokens[nt - nt.min(r)..]);
     kv.valid = true;
+    if let Some(mem) = &cfg.memory {
+        // The embedding rows of the last tokens (BOS is row 0), what the trainer hashed.
+        s.memory_tail.clear();
+        let from = nt - nt.min(laya_format::memory::MAX_ORDER as usize);
+        s.memory_tail.extend(s.kv.tokens[from..].iter().map(|&tok| if tok == BOS { 0 } else { cfg.mapping.row(tok, cfg.embedding_rows) }));
+        mem.rows(&s.memory_tail, &mut s.memory_rows);
+    }
 
     run_heads(m, s, 0, &q8p, clock);
     n
@@ -382,6 +389,11 @@ fn run_heads(m: &Model, s: &mut Scratch, last: usize, q8: &dyn Fn(bool, GgmlType
     let q8m = |w: &Mat| q8(w.packs, w.ty);
     let (kern, d) = (m.kernels, m.cfg.d_model);
     kern.layer_norm(&s.acts.split().resid[last..last + d], &m.out_norm_w, &m.out_norm_b, m.cfg.eps, &mut s.head_in);
+    if let Some(mem) = &m.memory {
+        for &row in &s.memory_rows {
+            kern.add_row(&m.matrix(mem), row as usize, &mut s.head_in);
+        }
+    }
     clock.lap(Stage::OutputNorm);
     match &m.classes {
         None => {

@@ -58,6 +58,8 @@ pub struct Config {
     /// The model's language separates words with spaces ([`laya_format::separates_words`]):
     /// a context ending inside a word then gets completions only, next words after a space.
     pub spaced_words: bool,
+    /// The output memory (docs/format.md §3 step 4), `relative_causal` models only.
+    pub memory: Option<laya_format::memory::Memory>,
 }
 
 /// Descriptive facts about a model file, for `laya inspect` and logs.
@@ -216,6 +218,8 @@ pub struct Model {
     pub(crate) tok: Mat,
     /// `token_embd_comp.weight`: one row per 32 embedding rows, added at lookup.
     pub(crate) tok_comp: Option<Mat>,
+    /// `memory_embd.weight`: the output memory's rows (with `cfg.memory`).
+    pub(crate) memory: Option<Mat>,
     pub(crate) pos: Mat,
     /// `relative_causal` only: the attention bias of block `l`, head `h`, distance `δ` at
     /// `[(l·H + h)·T + δ]` (empty under learned positions, whose table `pos` holds).
@@ -441,6 +445,7 @@ impl Model {
             word_classes: 0,
             largest_class: 0,
             spaced_words: laya_format::separates_words(&file.meta.provenance.language),
+            memory: hp.memory.clone(),
         };
         let mut layers = Vec::with_capacity(file.layers.len());
         for l in &file.layers {
@@ -517,6 +522,7 @@ impl Model {
             kernels,
             tok: mat(&file.token_embd)?,
             tok_comp: file.token_embd_comp.as_ref().map(mat).transpose()?,
+            memory: file.memory_embd.as_ref().map(mat).transpose()?,
             pos: mat(&file.pos_embd)?,
             rel_bias: match hp.position_scheme {
                 PositionScheme::RelativeCausal => file.pos_embd.to_f32()?,

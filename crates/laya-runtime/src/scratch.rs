@@ -28,6 +28,10 @@ pub(crate) struct Scratch {
     /// `(T)` the context's last `T` normalised characters, oldest first, left-padded with 0:
     /// the tokens of a learned-positions model, and the typed characters ranking completes.
     pub(crate) last_chars: Vec<u32>,
+    /// `(orders)` the output memory's rows for this prediction, one per order (empty without
+    /// a memory); and `(MAX_ORDER)` the embedding rows of the last tokens they hash.
+    pub(crate) memory_rows: Vec<u32>,
+    pub(crate) memory_tail: Vec<u32>,
     /// The blocks' activations ([`Acts`]).
     pub(crate) acts: Activations,
     /// `(N)` one query's scores over its keys, then (softmaxed in place) its attention weights:
@@ -186,6 +190,8 @@ impl Scratch {
         let learned_td = if c.position_scheme == PositionScheme::LearnedAbsolute { td } else { 0 };
         Scratch {
             last_chars: vec![0; t],
+            memory_rows: vec![0; c.memory.as_ref().map_or(0, |m| m.orders.len())],
+            memory_tail: Vec::with_capacity(laya_format::memory::MAX_ORDER as usize),
             acts: Activations::new(td, learned_td, rows * fmax),
             attn_weights: vec![0.0; rows],
             head_in: vec![0.0; d],

@@ -362,6 +362,7 @@ impl Session {
                 && a.ffn.len() == b.ffn.len()
                 && a.word_classes == b.word_classes
                 && a.largest_class == b.largest_class
+                && a.memory.as_ref().map(|m| m.orders.len()) == b.memory.as_ref().map(|m| m.orders.len())
         };
         // The learned history belongs to the person, not the model: it stays; the marks of
         // blocked lexicon ids are rebuilt for the new lexicon.

@@ -48,6 +48,11 @@ fn arbitrary_contexts_give_well_formed_deterministic_predictions() {
         (TinyConfig::small(), GgmlType::Q4_0, false),
         (causal, GgmlType::Q8_0, false),
         (factorised.clone(), GgmlType::Q8_0, false),
+        (
+            TinyConfig { memory: Some(laya_format::memory::Memory { buckets: 40, orders: vec![1, 3, 8] }), ..factorised.clone() },
+            GgmlType::Q8_0,
+            false,
+        ),
         (factorised, GgmlType::Q8_0, true),
     ] {
         let m = if ngram { common::model_with_ngram(&cfg, 9, ty, "zh") } else { model(&cfg, 9, ty) };

@@ -30,6 +30,9 @@ fn predict_allocates_nothing() {
     // A factorised word head expands classes into buffers sized at session creation.
     let factorised = TinyConfig { word_classes: 12, ..causal.clone() };
     models.push(("factorised Q8_0".into(), common::model_with_dict(&factorised, 2, GgmlType::Q8_0).0));
+    // An output memory hashes the last tokens into fixed buffers and adds rows in place.
+    let memory = TinyConfig { memory: Some(laya_format::memory::Memory { buckets: 50, orders: vec![2, 3, 4] }), ..factorised.clone() };
+    models.push(("factorised Q8_0 + memory".into(), model(&memory, 2, GgmlType::Q8_0)));
     // A language with case shows candidates in the typed case, from a buffer sized once.
     let (mut meta, tensors) = laya_format::testing::random_model(&factorised, 2, GgmlType::Q8_0);
     meta.provenance.language = "en".into();

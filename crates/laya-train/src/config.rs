@@ -44,6 +44,32 @@ pub struct ModelConfig {
     /// reads as `None`, what it was trained with (and a flat one is written without the key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub word_class: Option<Vec<u32>>,
+    /// `None`: no output memory. Otherwise its buckets and orders (`laya.memory.*`,
+    /// docs/format.md §3 step 4; `relative_causal` only): the token embedding table holds its
+    /// rows after the [`ModelConfig::rows`] character rows, so that they train as embedding
+    /// rows do. A checkpoint written before this setting existed reads as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "memory_serde")]
+    pub memory: Option<laya_format::memory::Memory>,
+}
+
+/// `Memory` (from laya-format, which has no serde) as `{"buckets": B, "orders": [n…]}`.
+mod memory_serde {
+    use laya_format::memory::Memory;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct Stored {
+        buckets: u32,
+        orders: Vec<u32>,
+    }
+
+    pub fn serialize<S: Serializer>(m: &Option<Memory>, ser: S) -> Result<S::Ok, S::Error> {
+        m.as_ref().map(|m| Stored { buckets: m.buckets, orders: m.orders.clone() }).serialize(ser)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Memory>, D::Error> {
+        Ok(Option::<Stored>::deserialize(de)?.map(|s| Memory { buckets: s.buckets, orders: s.orders }))
+    }
 }
 
 fn learned_absolute() -> PositionScheme {
@@ -150,6 +176,7 @@ impl ModelConfig {
             frequencies,
             position_scheme: PositionScheme::LearnedAbsolute,
             word_class: None,
+            memory: None,
         }
     }
 
@@ -194,6 +221,40 @@ impl ModelConfig {
         self.mapping.rows() as usize
     }
 
+    /// Rows of the token embedding table: the [`ModelConfig::rows`] character rows, then the
+    /// output memory's buckets.
+    pub fn table_rows(&self) -> usize {
+        self.rows() + self.memory.as_ref().map_or(0, |m| m.buckets as usize)
+    }
+
+    /// The table rows of the output memory for each sample of encoded `rows`
+    /// ([`ModelConfig::encode_into`], `seq_len()` values a sample): one per order, after the
+    /// character rows, sample by sample; empty without a memory.
+    pub fn memory_rows(&self, rows: &[u32]) -> Vec<u32> {
+        let Some(m) = &self.memory else { return Vec::new() };
+        let s = self.seq_len();
+        let base = self.rows() as u32;
+        let mut out = vec![0u32; rows.len() / s.max(1) * m.orders.len()];
+        for (sample, o) in rows.chunks_exact(s).zip(out.chunks_exact_mut(m.orders.len())) {
+            m.rows(&sample[s - (laya_format::memory::MAX_ORDER as usize).min(s)..], o);
+            o.iter_mut().for_each(|r| *r += base);
+        }
+        out
+    }
+
+    /// The table rows a forward pass over encoded `rows` reads: `rows` themselves, then
+    /// [`ModelConfig::memory_rows`].
+    pub fn gathered_rows<'a>(&self, rows: &'a [u32]) -> std::borrow::Cow<'a, [u32]> {
+        match self.memory {
+            None => std::borrow::Cow::Borrowed(rows),
+            Some(_) => {
+                let mut all = rows.to_vec();
+                all.extend(self.memory_rows(rows));
+                std::borrow::Cow::Owned(all)
+            }
+        }
+    }
+
     /// Lexicon size `V`.
     pub fn vocab(&self) -> usize {
         self.words.len()
@@ -235,6 +296,12 @@ impl ModelConfig {
         }
         if let Some(c) = &self.word_class {
             laya_format::check_word_class(c, self.words.len()).map_err(|r| TrainError::Config(format!("word_class {r}")))?;
+        }
+        if let Some(m) = &self.memory {
+            m.check().map_err(|r| TrainError::Config(format!("output memory: {r}")))?;
+            if self.position_scheme != PositionScheme::RelativeCausal {
+                return bad("an output memory needs the relative_causal position scheme".into());
+            }
         }
         if let Mapping::Table(t) = &self.mapping {
             if t.windows(2).any(|p| p[0] >= p[1]) || t.first() == Some(&0) {

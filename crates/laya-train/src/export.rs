@@ -49,6 +49,7 @@ impl ModelConfig {
                 embedding_rows: self.rows() as u32,
                 mapping: self.mapping.clone(),
                 replace_classes: self.replace_classes as u32,
+                memory: self.memory.clone(),
             },
             words: self.words.iter().collect(),
             frequencies: self.frequencies.clone(),
@@ -81,6 +82,7 @@ impl ModelConfig {
             frequencies: meta.frequencies.clone(),
             position_scheme: h.position_scheme,
             word_class: meta.word_class.clone(),
+            memory: h.memory.clone(),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -100,6 +102,15 @@ impl LayaNet {
             // causal scheme's `pos_embd` is a table of attention-score biases: F32 too.
             let bias_table = p.name == "pos_embd.weight" && self.config().position_scheme == PositionScheme::RelativeCausal;
             let ty = if dims.len() == 2 && precision == Precision::F16 && !bias_table { GgmlType::F16 } else { GgmlType::F32 };
+            // The table's rows after the character rows are the output memory's, its own tensor.
+            let chars = self.config().rows() * self.config().d_model;
+            if p.kind == crate::model::ParamKind::TokenEmbedding && values.len() > chars {
+                let d = self.config().d_model as u64;
+                let (tok, memory) = values.split_at(chars);
+                out.push(TensorData::from_f32(&p.name, ty, &[d, self.config().rows() as u64], tok).map_err(fmt_err)?);
+                out.push(TensorData::from_f32(laya_format::MEMORY_EMBD, ty, &[d, memory.len() as u64 / d], memory).map_err(fmt_err)?);
+                continue;
+            }
             out.push(TensorData::from_f32(&p.name, ty, &ne, &values).map_err(fmt_err)?);
         }
         Ok(out)
@@ -193,6 +204,9 @@ impl LayaNet {
             if p.name == file.token_embd.name {
                 if let Some(comp) = &file.token_embd_comp {
                     add_compensation(&mut values, &comp.to_f32().map_err(fmt_err)?, net.config().d_model)?;
+                }
+                if let Some(memory) = &file.memory_embd {
+                    values.extend(memory.to_f32().map_err(fmt_err)?);
                 }
             }
             if values.len() != p.var.elem_count() {

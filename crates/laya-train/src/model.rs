@@ -138,6 +138,11 @@ impl LayaNet {
             let n: usize = shape.iter().product();
             let data: Vec<f32> = match init {
                 Init::Normal(std) => (0..n).map(|_| (rng.normal() * std) as f32).collect(),
+                Init::NormalThenZeros(std, drawn) => {
+                    let mut v: Vec<f32> = (0..drawn.min(n)).map(|_| (rng.normal() * std) as f32).collect();
+                    v.resize(n, 0.0);
+                    v
+                }
                 Init::Const(c) => vec![c; n],
                 Init::Values(v) => v,
             };
@@ -149,7 +154,10 @@ impl LayaNet {
             Ok(tensor)
         };
         let std = 0.02;
-        let token_embd = add("token_embd.weight".into(), &[cfg.rows(), d], Init::Normal(std), ParamKind::TokenEmbedding)?;
+        // An output memory's rows follow the character rows and start at zero, so that a new
+        // memory changes nothing until training gives it something to say.
+        let token_embd =
+            add("token_embd.weight".into(), &[cfg.table_rows(), d], Init::NormalThenZeros(std, cfg.rows() * d), ParamKind::TokenEmbedding)?;
         let pos_embd = match cfg.position_scheme {
             PositionScheme::LearnedAbsolute => add("pos_embd.weight".into(), &[cfg.context, d], Init::Normal(std), ParamKind::Other)?,
             PositionScheme::RelativeCausal => add(
@@ -230,6 +238,31 @@ impl LayaNet {
         Ok(copy)
     }
 
+    /// The same network with an output memory of `memory` added, its rows at zero: it predicts
+    /// exactly as before until training moves them (to give a trained model a memory).
+    ///
+    /// ```
+    /// use laya_format::memory::Memory;
+    /// use laya_train::{LayaNet, Mapping, ModelConfig};
+    /// let mut cfg = ModelConfig::standard(vec!["天气".into(), "好".into()], vec![3, 1], Mapping::Table(vec!['天' as u32]));
+    /// cfg.ffn = vec![32];
+    /// cfg.position_scheme = laya_format::PositionScheme::RelativeCausal;
+    /// let net = LayaNet::new(cfg, 7).unwrap();
+    /// let with = net.with_memory(Memory { buckets: 64, orders: vec![2, 3] }).unwrap();
+    /// assert_eq!(net.predict_logits(&["今天"]).unwrap(), with.predict_logits(&["今天"]).unwrap());
+    /// ```
+    pub fn with_memory(&self, memory: laya_format::memory::Memory) -> Result<LayaNet> {
+        let mut cfg = self.cfg.clone();
+        cfg.memory = Some(memory);
+        let net = LayaNet::build(cfg, 0, &self.device)?;
+        for (new, old) in net.params.iter().zip(&self.params) {
+            let mut values: Vec<f32> = old.var.flatten_all()?.to_vec1()?;
+            values.resize(new.var.elem_count(), 0.0);
+            new.var.set(&Tensor::from_vec(values, new.var.dims(), &self.device)?)?;
+        }
+        Ok(net)
+    }
+
     /// The configuration this network was built from.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
@@ -283,17 +316,18 @@ impl LayaNet {
             }
             PositionScheme::RelativeCausal => {
                 let rows: Vec<u32> = rows.flatten_all()?.to_vec1()?;
-                let x = self.token_embd.embedding(&self.row_tensor(&rows)?)?;
+                let x = self.token_embd.embedding(&self.row_tensor(&self.cfg.gathered_rows(&rows))?)?;
                 self.forward_embedded(&x, &rows)
             }
         }
     }
 
-    /// The embedding rows `rows` gathered from the detached table, `[rows.len(), d]`
-    /// ([`PAD_ROW`] gathers row 0; the forward pass masks it). The trainer gathers rows
-    /// itself, into a leaf it owns, so that the embedding gradient stays row-sparse.
+    /// The table rows that encoded `rows` read, [`ModelConfig::gathered_rows`], gathered from
+    /// the detached table, `[n, d]` ([`PAD_ROW`] gathers row 0; the forward pass masks it).
+    /// The trainer gathers rows itself, into a leaf it owns, so that the embedding gradient
+    /// stays row-sparse.
     pub fn gather_rows(&self, rows: &[u32]) -> Result<Tensor> {
-        Ok(self.token_embd.detach().index_select(&self.row_tensor(rows)?, 0)?)
+        Ok(self.token_embd.detach().index_select(&self.row_tensor(&self.cfg.gathered_rows(rows))?, 0)?)
     }
 
     /// `rows` as a u32 tensor with [`PAD_ROW`] replaced by row 0.
@@ -307,7 +341,7 @@ impl LayaNet {
         }
     }
 
-    /// Forward pass from already-gathered token embeddings `tok` `[rows.len(), d]` of the
+    /// Forward pass from already-gathered table rows `tok` ([`LayaNet::gather_rows`]) of the
     /// encoded `rows` (`B · S` values, [`LayaNet::encode`]; the causal scheme reads its padding
     /// from them). See [`LayaNet::gather_rows`].
     pub fn forward_embedded(&self, tok: &Tensor, rows: &[u32]) -> Result<(Tensor, Tensor)> {
@@ -342,16 +376,25 @@ impl LayaNet {
         (&self.output, &self.replace)
     }
 
-    /// The forward pass up to the heads: the last position's output-normalised state `[B, d]`,
-    /// from gathered embeddings `tok` `[B·S, d]` of the encoded `rows` (`B · S` values).
+    /// The forward pass up to the heads: the last position's output-normalised state `[B, d]`
+    /// (plus the output memory's rows, where the model has one), from the gathered table rows
+    /// `tok` ([`LayaNet::gather_rows`]: `[B·S, d]` for the encoded `rows`, `B · S` values, then
+    /// the memory's `[B·orders, d]`).
     pub fn forward_hidden(&self, tok: &Tensor, rows: &[u32]) -> Result<Tensor> {
         let s = self.cfg.seq_len();
-        if !rows.len().is_multiple_of(s) || tok.dim(0)? != rows.len() {
+        let orders = self.cfg.memory.as_ref().map_or(0, |m| m.orders.len());
+        let b = rows.len() / s.max(1);
+        if !rows.len().is_multiple_of(s) || tok.dim(0)? != rows.len() + b * orders {
             return Err(TrainError::Config(format!("{} rows and {} embeddings for samples of {s} positions", rows.len(), tok.dim(0)?)));
         }
         match self.cfg.position_scheme {
-            PositionScheme::LearnedAbsolute => self.forward_hidden_learned(tok, rows.len() / s),
-            PositionScheme::RelativeCausal => self.forward_hidden_causal(tok, rows),
+            PositionScheme::LearnedAbsolute => self.forward_hidden_learned(tok, b),
+            PositionScheme::RelativeCausal if orders == 0 => self.forward_hidden_causal(tok, rows),
+            PositionScheme::RelativeCausal => {
+                let z = self.forward_hidden_causal(&tok.narrow(0, 0, rows.len())?, rows)?;
+                let memory = tok.narrow(0, rows.len(), b * orders)?.reshape((b, orders, self.cfg.d_model))?.sum(1)?;
+                Ok((z + memory)?)
+            }
         }
     }
 
@@ -540,6 +583,8 @@ pub fn recency_prior(layers: usize, heads: usize, t: usize) -> Vec<f32> {
 
 enum Init {
     Normal(f64),
+    /// `Normal(std)` for the first values, zeros for the rest (an output memory's rows).
+    NormalThenZeros(f64, usize),
     Const(f32),
     Values(Vec<f32>),
 }

@@ -12,7 +12,7 @@ use crate::export::{ExportInfo, Precision};
 use crate::model::LayaNet;
 
 /// How a run may change the model it continues (`laya train --init`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InitOptions {
     /// `Some((k, own))`: the word head is factorised over about `k` classes, the `own` most
     /// frequent words each in a class of its own ([`laya_format::assign_word_classes_own`]). A
@@ -21,6 +21,10 @@ pub struct InitOptions {
     pub word_classes: Option<(usize, usize)>,
     /// The position scheme the caller expects; a model's scheme cannot change.
     pub positions: Option<PositionScheme>,
+    /// An output memory the model should have: one without a memory gains this one (its rows
+    /// at zero, so the model predicts as before until training moves them); one with a memory
+    /// must already have exactly this one.
+    pub memory: Option<laya_format::memory::Memory>,
 }
 
 /// A model to continue training: the network and the metadata of the file it came from (whose
@@ -71,6 +75,17 @@ pub fn load_init(path: &Path, opts: InitOptions) -> Result<InitModel> {
                 "--word-classes {k} conflicts with this model's {}; a factorised model's classes cannot change (leave --word-classes out to keep them)",
                 head_description(have.as_deref())
             )));
+        }
+    };
+    let net = match (&source.hparams.memory, opts.memory) {
+        (_, None) => net,
+        (None, Some(m)) => net.with_memory(m)?,
+        (Some(have), Some(want)) if *have == want => net,
+        (Some(have), Some(_)) => {
+            return Err(bad(format!(
+                "this model has an output memory of {} rows, orders {:?}, which cannot change (leave --memory-buckets out to keep it)",
+                have.buckets, have.orders
+            )))
         }
     };
     Ok(InitModel { net, source })

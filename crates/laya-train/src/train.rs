@@ -140,10 +140,14 @@ fn apply_grads(net: &LayaNet, opt: &mut AdamW, grads: &Grads, cfg: &TrainConfig,
 fn batch_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossParts, Grads)> {
     // A GPU takes the whole batch in one graph: it is the device, not the threads, that runs it.
     let shards = if net.device().is_cpu() { shard_count(batch.size, rayon::current_num_threads()) } else { 1 };
+    let ranges: Vec<std::ops::Range<usize>> = (0..shards).map(|k| (k * batch.size / shards)..((k + 1) * batch.size / shards)).collect();
+    // The table rows each shard gathered, in shard order: where the gradients' rows are.
+    let s = net.config().seq_len();
+    let gathered: Vec<u32> =
+        ranges.iter().flat_map(|r| net.config().gathered_rows(&batch.rows[r.start * s..r.end * s]).into_owned()).collect();
     let (parts, grads) = if shards == 1 {
         shard_grads(net, batch, cfg)?
     } else {
-        let ranges: Vec<std::ops::Range<usize>> = (0..shards).map(|k| (k * batch.size / shards)..((k + 1) * batch.size / shards)).collect();
         let results: Vec<Result<(LossParts, ShardGrads)>> =
             ranges.par_iter().map(|r| shard_grads(net, &batch.shard(r.clone())?, cfg)).collect();
         let mut parts = LossParts::default();
@@ -160,10 +164,9 @@ fn batch_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossP
         (parts, ShardGrads { dense: crate::shards::sum_in_shard_order(dense)?, leaf, leaf_device: None })
     };
     let mut out = Grads { dense: grads.dense, ..Grads::default() };
-    // The shards' gathered rows, concatenated in order, are the batch's rows.
     match &grads.leaf_device {
-        Some(g) => out.add_embedding_rows_on_device(&batch.rows, g)?,
-        None => out.add_embedding_rows(&batch.rows, &grads.leaf, net.config().d_model),
+        Some(g) => out.add_embedding_rows_on_device(&gathered, g)?,
+        None => out.add_embedding_rows(&gathered, &grads.leaf, net.config().d_model),
     }
     Ok((parts, out))
 }
@@ -222,9 +225,9 @@ fn shard_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossP
     let d = net.config().d_model;
     let (leaf, leaf_device) = match (store.remove(leaf.as_tensor()), net.device().is_cpu()) {
         (Some(g), true) => (g.flatten_all()?.to_vec1()?, None),
-        (None, true) => (vec![0.0; batch.rows.len() * d], None),
+        (None, true) => (vec![0.0; gathered.dim(0)? * d], None),
         (Some(g), false) => (Vec::new(), Some(g)),
-        (None, false) => (Vec::new(), Some(Tensor::zeros((batch.rows.len(), d), candle_core::DType::F32, net.device())?)),
+        (None, false) => (Vec::new(), Some(Tensor::zeros((gathered.dim(0)?, d), candle_core::DType::F32, net.device())?)),
     };
     // One read-back for the three losses.
     let losses: Vec<f32> = Tensor::stack(&[&total, &word, &rep], 0)?.to_vec1()?;

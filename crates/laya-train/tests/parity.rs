@@ -108,20 +108,60 @@ fn runtime_matches_candle_on_a_causal_model_typed_or_whole() {
     let model = laya_runtime::Model::from_bytes(net.export_bytes(&info, Precision::F32).unwrap()).unwrap();
     let mut typing = laya_runtime::Session::new(model.clone());
     typing.set_profiling(true);
-    let mut worst = 0f32;
-    for (i, ctx) in contexts.iter().enumerate() {
-        let mut whole = laya_runtime::Session::new(model.clone());
-        for s in [&mut whole, &mut typing] {
-            let (w, r) = s.logits(ctx);
-            for (a, b) in w.iter().chain(&r).zip(want_w[i].iter().chain(&want_r[i])) {
-                worst = worst.max((a - b).abs() / (1.0 + b.abs()));
-            }
-        }
-    }
+    let worst = worst_typed_or_whole(&model, &mut typing, &contexts, &want_w, &want_r);
     assert!(worst <= TOL_F32, "causal: worst relative difference {worst} > {TOL_F32}");
     // `logits` does not count in the stage times; predicting the typed prefixes in order does.
     for p in &prefixes {
         typing.predict(p, 5);
     }
     assert!(typing.stage_times().reused + 1 >= prefixes.len() as u64, "{:?}", typing.stage_times());
+}
+
+/// The worst relative difference from `want_w` / `want_r` of the logits of `contexts`, each
+/// computed whole by a fresh session and by `typing`, which sees them in order (and keeps keys
+/// and values where a context extends the one before).
+fn worst_typed_or_whole(
+    model: &std::sync::Arc<laya_runtime::Model>,
+    typing: &mut laya_runtime::Session,
+    contexts: &[&str],
+    want_w: &[Vec<f32>],
+    want_r: &[Vec<f32>],
+) -> f32 {
+    let mut worst = 0f32;
+    for (i, ctx) in contexts.iter().enumerate() {
+        let mut whole = laya_runtime::Session::new(model.clone());
+        for s in [&mut whole, &mut *typing] {
+            let (w, r) = s.logits(ctx);
+            for (a, b) in w.iter().chain(&r).zip(want_w[i].iter().chain(&want_r[i])) {
+                worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+            }
+        }
+    }
+    worst
+}
+
+/// An output memory (docs/format.md §3 step 4): the runtime hashes the same tokens to the same
+/// rows as the trainer, typed or whole; every table row random, so that a wrong row shows.
+#[test]
+fn runtime_matches_candle_with_an_output_memory() {
+    let mut cfg = config();
+    cfg.position_scheme = PositionScheme::RelativeCausal;
+    cfg.memory = Some(laya_format::memory::Memory { buckets: 97, orders: vec![1, 2, 4] });
+    let net = LayaNet::new(cfg, 3).unwrap();
+    let mut rng = Rng::new(1, 5);
+    for p in net.params().iter().filter(|p| p.kind == ParamKind::TokenEmbedding) {
+        let v: Vec<f32> = (0..p.var.elem_count()).map(|_| (rng.uniform() - 0.5) as f32).collect();
+        p.var.set(&candle_core::Tensor::from_vec(v, p.var.dims(), net.device()).unwrap()).unwrap();
+    }
+    let text = "今天天气不错，明天也好。hello world 😀 一二三四五六七八九十一二三四五六七八九十";
+    let mut contexts: Vec<&str> = CONTEXTS.to_vec();
+    contexts.extend(text.char_indices().map(|(i, c)| &text[..i + c.len_utf8()]));
+    let (want_w, want_r) = net.predict_logits(&contexts).unwrap();
+    let info = ExportInfo { name: "memory".into(), language: "zh".into(), training_data: "random".into(), created: "2026-12-05".into() };
+    let bytes = net.export_bytes(&info, Precision::F32).unwrap();
+    assert_eq!(laya_format::LayaFile::parse(&bytes).unwrap().memory_embd.unwrap().ne, vec![64, 97]);
+    let model = laya_runtime::Model::from_bytes(bytes).unwrap();
+    let mut typing = laya_runtime::Session::new(model.clone());
+    let worst = worst_typed_or_whole(&model, &mut typing, &contexts, &want_w, &want_r);
+    assert!(worst <= TOL_F32, "memory: worst relative difference {worst} > {TOL_F32}");
 }
