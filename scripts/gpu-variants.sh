@@ -17,7 +17,9 @@
 #     simulates the logs, runs every VARIANT's three stages (scripts/train-stages.sh) at once
 #     on the GPU (LAYA_DEVICE, default cuda), then attaches the prior and quantises each to OUT_DIR/NAME.laya, like
 #     scripts/train-default.sh. A VARIANT is NAME:LAYERS:FFN:D_MODEL:HEADS:STAGE1:STAGE2:STAGE3:EPOCHS3
-#     with an optional :SET naming a pack-set lexicon (the shipped model:
+#     with an optional :SET naming a pack-set lexicon ("." for the pack's own) and an optional
+#     :BUCKETS/ORDERS giving the network an output memory (`laya train --memory-buckets BUCKETS
+#     --memory-orders ORDERS`, e.g. 131072/2,3,4) (the shipped model:
 #     default:3:512:192:3:2000000:2000000:3500000:2). LAYA_KEEP_F16="NAME..." also keeps those
 #     variants' F16 masters (xz, in parts under 16 MiB) and loss curves in OUT_DIR. The prior
 #     uses the dictionaries the pack has; LAYA_LANGUAGE, LAYA_NAME, LAYA_TRAINING_DATA and the
@@ -65,7 +67,7 @@ train)
     # One set of logs per lexicon: simulated with the n-gram over that lexicon.
     sets=()
     for v in "$@"; do
-        IFS=: read -r _ _ _ _ _ _ _ _ _ lex <<< "$v"
+        IFS=: read -r _ _ _ _ _ _ _ _ _ lex _ <<< "$v"
         sets+=("${lex:-.}")
     done
     sims=()
@@ -84,16 +86,22 @@ train)
     echo "logs simulated in ${SECONDS} s"
     pids=()
     for v in "$@"; do
-        IFS=: read -r name layers ffn dm heads s1 s2 s3 e3 lex <<< "$v"
+        IFS=: read -r name layers ffn dm heads s1 s2 s3 e3 lex memory <<< "$v"
         lex=${lex:-.}
+        memory=${memory:-0/2,3,4}
         (
             start=$SECONDS
             LAYA_BIN=$laya LAYA_DEVICE=${LAYA_DEVICE:-cuda} LAYA_LAYERS=$layers LAYA_FFN=$ffn LAYA_D_MODEL=$dm \
                 LAYA_HEADS=$heads LAYA_STAGE1_EVENTS=$s1 LAYA_STAGE2_EVENTS=$s2 LAYA_STAGE3_EVENTS=$s3 \
-                LAYA_STAGE3_EPOCHS=$e3 scripts/train-stages.sh "$work/$lex" "$work/run-$name" "$work/$name-f16.laya" \
+                LAYA_STAGE3_EPOCHS=$e3 LAYA_MEMORY_BUCKETS=${memory%%/*} LAYA_MEMORY_ORDERS=${memory#*/} scripts/train-stages.sh "$work/$lex" "$work/run-$name" "$work/$name-f16.laya" \
                 > "$out/$name.log" 2>&1
             "$laya" prior "${dicts[@]}" "$work/$name-f16.laya" "$work/$name-f16.laya" >> "$out/$name.log"
             "$laya" quantize "$work/$name-f16.laya" "$out/$name.laya" >> "$out/$name.log"
+            if [ "$(stat -c %s "$out/$name.laya")" -gt 15728640 ]; then
+                # Too large to come back whole (an output memory): in parts, like the masters.
+                xz -T0 -6 -c "$out/$name.laya" | split -b 15M -d - "$out/$name.laya.xz."
+                rm "$out/$name.laya"
+            fi
             case " ${LAYA_KEEP_F16:-} " in
             *" $name "*)
                 # A file comes back from the GPU machine only under 16 MiB: the master travels

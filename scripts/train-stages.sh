@@ -13,6 +13,8 @@
 #     LAYA_DEVICE (cpu), LAYA_LAYERS (3), LAYA_FFN (512), LAYA_D_MODEL (192), LAYA_HEADS (3),
 #     LAYA_STAGE{1,2,3}_EVENTS (2000000, 2000000, 3500000), LAYA_STAGE3_EPOCHS (2),
 #     LAYA_WORD_CLASSES (512, the shipped models' head; 0: flat), LAYA_OWN_CLASS_WORDS (1024), LAYA_RESUME (set: resume each stage),
+#     LAYA_MEMORY_BUCKETS (0: none) and LAYA_MEMORY_ORDERS (2,3,4) give the network an output memory
+#     (`laya train --memory-buckets`; stage 1 makes it, the later stages keep it),
 #     LAYA_NAME, LAYA_LANGUAGE and LAYA_TRAINING_DATA (the model's name, language and the note on
 #     its training data; default: the Chinese default's).
 #     LAYA_INIT_F16=FILE continues a trained model instead: stages 1 and 2 are skipped and stage 3
@@ -33,6 +35,10 @@ STAGE3=${LAYA_STAGE3_EVENTS:-3500000}
 STAGE3_EPOCHS=${LAYA_STAGE3_EPOCHS:-2}
 WORD_CLASSES=${LAYA_WORD_CLASSES:-512}
 OWN_CLASS_WORDS=${LAYA_OWN_CLASS_WORDS:-1024}
+MEMORY=()
+if [ "${LAYA_MEMORY_BUCKETS:-0}" -gt 0 ]; then
+    MEMORY=(--memory-buckets "$LAYA_MEMORY_BUCKETS" --memory-orders "${LAYA_MEMORY_ORDERS:-2,3,4}")
+fi
 HEAD=()
 if [ "$WORD_CLASSES" -gt 0 ]; then
     HEAD=(--word-classes "$WORD_CLASSES" --own-class-words "$OWN_CLASS_WORDS")
@@ -46,7 +52,7 @@ INIT=${LAYA_INIT_F16:-}
 if [ -z "$INIT" ]; then
 "$LAYA" train "${COMMON[@]}" --lexicon "$D/lexicon.tsv" --max-events "$STAGE1" --epochs 1 --word-classes 0 \
     --layers "${LAYA_LAYERS:-3}" --ffn "${LAYA_FFN:-512}" --d-model "${LAYA_D_MODEL:-192}" \
-    --heads "${LAYA_HEADS:-3}" --lr 4e-3 --positions relative_causal \
+    --heads "${LAYA_HEADS:-3}" --lr 4e-3 --positions relative_causal ${MEMORY[@]+"${MEMORY[@]}"} \
     --checkpoint-dir "$RUN/stage1" ${LAYA_RESUME:+--resume} --out "$RUN/stage1.laya"
 "$LAYA" train "${COMMON[@]}" --init "$RUN/stage1.laya" --max-events "$STAGE2" --epochs 1 \
     --lr 2e-3 --warmup-steps 100 ${HEAD[@]+"${HEAD[@]}"} \
