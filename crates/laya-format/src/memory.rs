@@ -63,7 +63,8 @@ impl Memory {
     pub fn rows(&self, last: &[u32], out: &mut [u32]) {
         let mut tail = [MISSING; MAX_ORDER as usize];
         for (o, &n) in out.iter_mut().zip(&self.orders) {
-            let n = n as usize;
+            // `check` bounds the orders; an unchecked one is cut rather than read past the end.
+            let n = (n as usize).min(tail.len());
             let have = last.len().min(n);
             tail[..n - have].fill(MISSING);
             tail[n - have..n].copy_from_slice(&last[last.len() - have..]);

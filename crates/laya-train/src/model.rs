@@ -252,6 +252,9 @@ impl LayaNet {
     /// assert_eq!(net.predict_logits(&["今天"]).unwrap(), with.predict_logits(&["今天"]).unwrap());
     /// ```
     pub fn with_memory(&self, memory: laya_format::memory::Memory) -> Result<LayaNet> {
+        if let Some(have) = &self.cfg.memory {
+            return Err(TrainError::Config(format!("the network already has an output memory of {} rows", have.buckets)));
+        }
         let mut cfg = self.cfg.clone();
         cfg.memory = Some(memory);
         let net = LayaNet::build(cfg, 0, &self.device)?;
