@@ -143,8 +143,11 @@ fn batch_grads(net: &LayaNet, batch: &Batch, cfg: &TrainConfig) -> Result<(LossP
     let ranges: Vec<std::ops::Range<usize>> = (0..shards).map(|k| (k * batch.size / shards)..((k + 1) * batch.size / shards)).collect();
     // The table rows each shard gathered, in shard order: where the gradients' rows are.
     let s = net.config().seq_len();
-    let gathered: Vec<u32> =
-        ranges.iter().flat_map(|r| net.config().gathered_rows(&batch.rows[r.start * s..r.end * s]).into_owned()).collect();
+    // Without an output memory they are the batch's rows, in order.
+    let gathered: std::borrow::Cow<[u32]> = match net.config().memory {
+        None => std::borrow::Cow::Borrowed(&batch.rows),
+        Some(_) => ranges.iter().flat_map(|r| net.config().gathered_rows(&batch.rows[r.start * s..r.end * s]).into_owned()).collect(),
+    };
     let (parts, grads) = if shards == 1 {
         shard_grads(net, batch, cfg)?
     } else {
