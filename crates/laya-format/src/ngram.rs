@@ -607,6 +607,90 @@ mod tests {
         assert!(both.unwrap_err().to_string().contains("bigram.count"));
     }
 
+    /// The naive twin of [`check_lists`]: list by list, entry by entry.
+    fn check_lists_naive(starts: &[i32], entries: usize, words: &[u16], counts: &[u16], lexicon: usize) -> bool {
+        let unk = lexicon + 1;
+        starts[0] == 0
+            && starts[starts.len() - 1] as i64 == entries as i64
+            && starts.windows(2).all(|p| p[0] <= p[1] && p[1] >= 0 && p[1] as usize <= entries)
+            && starts.windows(2).all(|p| {
+                let list = &words[p[0] as usize..p[1] as usize];
+                list.iter().all(|&w| (w as usize) < lexicon || w as usize == unk) && list.windows(2).all(|q| q[0] < q[1])
+            })
+            && counts.iter().all(|&c| c > 0)
+    }
+
+    /// [`check_lists`] on a table given as plain vectors: whether it accepts it.
+    fn check_lists_fast(starts: &[i32], words: &[u16], counts: &[u16], lexicon: usize) -> bool {
+        let bytes = |v: Vec<[u8; 4]>| v.concat();
+        let start_bytes = bytes(starts.iter().map(|s| s.to_le_bytes()).collect());
+        let word_bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let count_bytes: Vec<u8> = counts.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let tensor = |name: &str, ty, n: usize, data| TensorRef { name: name.into(), ty, ne: vec![n as u64], data };
+        let start = tensor("start", GgmlType::I32, starts.len(), &start_bytes[..]);
+        let word = tensor("word", GgmlType::I16, words.len(), &word_bytes[..]);
+        let count = tensor("count", GgmlType::I16, counts.len(), &count_bytes[..]);
+        check_lists(&start, starts.len() - 1, words.len(), &word, &count, lexicon).is_ok()
+    }
+
+    /// Drops at list starts that follow empty lists count once each: a drop inside a list is
+    /// found beside them, and a table whose only drops are at list starts passes.
+    #[test]
+    fn drops_after_empty_lists_count_once() {
+        // Lists [5, 6], [], [3, 1]: 6 → 3 starts a list, 3 → 1 is inside one.
+        assert!(!check_lists_fast(&[0, 2, 2, 4], &[5, 6, 3, 1], &[1; 4], 30));
+        assert!(!check_lists_naive(&[0, 2, 2, 4], 4, &[5, 6, 3, 1], &[1; 4], 30));
+        // Lists [5, 6], [], [], [3, 4], [1]: every drop starts a list.
+        assert!(check_lists_fast(&[0, 2, 2, 2, 4, 5], &[5, 6, 3, 4, 1], &[1; 5], 30));
+        assert!(check_lists_naive(&[0, 2, 2, 2, 4, 5], 5, &[5, 6, 3, 4, 1], &[1; 5], 30));
+    }
+
+    proptest::proptest! {
+        /// Small CSR tables, valid or broken in every way the check looks for (starts that
+        /// drop, run past the end or go negative; followers that repeat, drop inside a list or
+        /// leave the lexicon; zero counts; empty lists, one entry, none): the fast check
+        /// accepts exactly what the naive one does.
+        #[test]
+        fn check_lists_agrees_with_its_naive_twin(
+            lens in proptest::collection::vec(0usize..5, 0..12),
+            raw in proptest::collection::vec(0u16..40, 0..50),
+            sorted in proptest::bool::weighted(0.7),
+            break_start in proptest::option::of((0usize..13, 0u8..4, -2i32..60)),
+            zero_count in proptest::option::of(0usize..50),
+        ) {
+            let lexicon = 30;
+            let mut starts = vec![0i32];
+            let mut words = Vec::new();
+            let mut raw = raw.into_iter();
+            for &n in &lens {
+                let mut list: Vec<u16> = raw.by_ref().take(n).collect();
+                if sorted {
+                    list.sort_unstable();
+                    list.dedup();
+                }
+                words.extend(list);
+                starts.push(words.len() as i32);
+            }
+            let entries = words.len();
+            if let Some((at, kind, v)) = break_start {
+                let at = at.min(starts.len() - 1);
+                // Below the start before it, past the end, negative, or anything.
+                starts[at] = match kind {
+                    0 if at > 0 => starts[at - 1] - 1,
+                    1 => entries as i32 + 1,
+                    2 => -1,
+                    _ => v,
+                };
+            }
+            let mut counts = vec![1u16; entries];
+            if let Some(at) = zero_count.filter(|&at| at < entries) {
+                counts[at] = 0;
+            }
+            let fast = check_lists_fast(&starts, &words, &counts, lexicon);
+            proptest::prop_assert_eq!(fast, check_lists_naive(&starts, entries, &words, &counts, lexicon));
+        }
+    }
+
     /// `parse_verified` (bytes a full parse has vouched for) repeats every check whose cost does
     /// not grow with the data, and leaves the lists' contents to the parse that vouched.
     #[test]
