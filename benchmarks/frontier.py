@@ -13,12 +13,13 @@ its evaluation and timing (default: the session's). --reference draws a line at 
 p50 (the speed goal). docs/training.md ("Speed against quality") was made with it.
 """
 import argparse
-import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+
+import stages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,16 +49,9 @@ def genres(laya, path, weight, with_trigram):
     return out
 
 
-def bench(laya, path, weight, iterations):
-    args = [laya, "bench", "--iterations", str(iterations), "--cold-runs", "1", "--json"]
-    if path != "default":
-        args += ["--model", path]
-    if weight is not None:
-        args += ["--ngram-weight", weight]
-    run = subprocess.run(args, capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"frontier.py: {' '.join(args)} failed:\n{run.stderr.strip()}")
-    return json.loads(run.stdout)["p50_us"]
+def p50_of(laya, path, weight, iterations):
+    extra = ["--cold-runs", "1"] + (["--ngram-weight", weight] if weight is not None else [])
+    return stages.bench(laya, path, iterations, extra)["p50_us"]
 
 
 def svg(rows, trigram_k0, reference_name, reference_p50):
@@ -135,7 +129,7 @@ def main():
     p50 = {n: [] for n in names}
     for r in range(a.rounds):
         for name, path, weight in a.models:
-            p50[name].append(bench(a.laya, path, weight, a.iterations))
+            p50[name].append(p50_of(a.laya, path, weight, a.iterations))
             print(f"round {r + 1}/{a.rounds}: {name} p50 {p50[name][-1]:.1f} µs", file=sys.stderr)
     mean = lambda d, j: statistics.mean(v[j] for v in d.values())
     rows = []

@@ -10,18 +10,20 @@ target/release/laya. docs/training.md ("A smaller network beside the n-gram") wa
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 
 
-def bench(laya, model, iterations):
-    args = [laya, "bench", "--iterations", str(iterations), "--json"]
+def bench(laya, model, iterations, extra=()):
+    """`laya bench --json` of MODEL (`default`: the embedded one), with EXTRA flags, parsed."""
+    args = [laya, "bench", "--iterations", str(iterations), "--json", *extra]
     if model != "default":
         args += ["--model", model]
     run = subprocess.run(args, capture_output=True, text=True)
     if run.returncode != 0:
-        sys.exit(f"stages.py: {' '.join(args)} failed:\n{run.stderr.strip()}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {' '.join(args)} failed:\n{run.stderr.strip()}")
     return json.loads(run.stdout)
 
 

@@ -608,8 +608,8 @@ mod tests {
     }
 
     /// The naive twin of [`check_lists`]: list by list, entry by entry.
-    fn check_lists_naive(starts: &[i32], entries: usize, words: &[u16], counts: &[u16], lexicon: usize) -> bool {
-        let unk = lexicon + 1;
+    fn check_lists_naive(starts: &[i32], words: &[u16], counts: &[u16], lexicon: usize) -> bool {
+        let (unk, entries) = (lexicon + 1, words.len());
         starts[0] == 0
             && starts[starts.len() - 1] as i64 == entries as i64
             && starts.windows(2).all(|p| p[0] <= p[1] && p[1] >= 0 && p[1] as usize <= entries)
@@ -639,10 +639,10 @@ mod tests {
     fn drops_after_empty_lists_count_once() {
         // Lists [5, 6], [], [3, 1]: 6 → 3 starts a list, 3 → 1 is inside one.
         assert!(!check_lists_fast(&[0, 2, 2, 4], &[5, 6, 3, 1], &[1; 4], 30));
-        assert!(!check_lists_naive(&[0, 2, 2, 4], 4, &[5, 6, 3, 1], &[1; 4], 30));
+        assert!(!check_lists_naive(&[0, 2, 2, 4], &[5, 6, 3, 1], &[1; 4], 30));
         // Lists [5, 6], [], [], [3, 4], [1]: every drop starts a list.
         assert!(check_lists_fast(&[0, 2, 2, 2, 4, 5], &[5, 6, 3, 4, 1], &[1; 5], 30));
-        assert!(check_lists_naive(&[0, 2, 2, 2, 4, 5], 5, &[5, 6, 3, 4, 1], &[1; 5], 30));
+        assert!(check_lists_naive(&[0, 2, 2, 2, 4, 5], &[5, 6, 3, 4, 1], &[1; 5], 30));
     }
 
     proptest::proptest! {
@@ -687,7 +687,7 @@ mod tests {
                 counts[at] = 0;
             }
             let fast = check_lists_fast(&starts, &words, &counts, lexicon);
-            proptest::prop_assert_eq!(fast, check_lists_naive(&starts, entries, &words, &counts, lexicon));
+            proptest::prop_assert_eq!(fast, check_lists_naive(&starts, &words, &counts, lexicon));
         }
     }
 
